@@ -1,0 +1,41 @@
+# fedpriv — all set-up happens here: `make run` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU wheel of torch 2.13.0 installs from local disk here; users with CUDA may set
+# TORCH_SPEC to any torch >= 2.6 (e.g. TORCH_SPEC="torch==2.6.0").
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.fedpriv-installed
+
+.PHONY: install run test bench bench-accounting gpu-check data clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/fedpriv $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_steps.py
+
+bench-accounting: $(STAMP)
+	$(PY) benchmarks/bench_accounting.py
+
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py
+
+# Rebuild the embedded Fashion-MNIST subset from the official IDX files.
+data: $(STAMP)
+	$(PY) scripts/make_embedded_fmnist.py --idx-dir $(or $(IDX_DIR),../shared/data/fashion-mnist)
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -1,0 +1,1 @@
+"""Client side of fedpriv: Flower ClientApp handlers and local DP algorithms."""

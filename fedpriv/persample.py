@@ -1,0 +1,79 @@
+"""Per-sample clipped gradient sums for DP-SGD.
+
+``clipped_grad_sum`` returns ``sum_i [grad_i]_C`` over a batch, the quantity DP-SGD adds noise
+to (Abadi et al. 2016, Algorithm 1). The reference path materializes per-sample gradients
+with ``torch.func.vmap(grad(...))``; faster paths must return the same value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from fedpriv.clipping import clip_factor
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def trainable(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's trainable parameters by name, in ``named_parameters`` order."""
+    return {k: p for k, p in model.named_parameters() if p.requires_grad}
+
+
+def per_sample_grads(
+    model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Per-sample gradients, each of shape ``(B, *param.shape)`` (torch.func reference path).
+
+    ``loss_fn(output, target)`` must return the summed loss of its batch; it is called on a
+    batch of one inside ``vmap``.
+    """
+    params = {k: p.detach() for k, p in trainable(model).items()}
+    buffers = {k: b.detach() for k, b in model.named_buffers()}
+
+    def loss_one(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        out = functional_call(model, (p, buffers), (xi.unsqueeze(0),))
+        return loss_fn(out, yi.unsqueeze(0))
+
+    return vmap(grad(loss_one), in_dims=(None, 0, 0))(params, x, y)
+
+
+def clipped_grad_sum(
+    model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Sum over the batch of per-sample gradients clipped to ``max_grad_norm``.
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model; its trainable parameters are differentiated.
+    loss_fn : callable
+        ``loss_fn(output, target)`` returning the batch's summed loss.
+    x, y : torch.Tensor
+        Inputs ``(B, ...)`` and targets ``(B,)``; ``B = 0`` gives all-zero sums.
+    max_grad_norm : float
+        Per-sample clipping norm C (> 0).
+
+    Returns
+    -------
+    (sums, norms)
+        ``sums[name]`` has the parameter's shape; ``norms`` has shape ``(B,)`` (unclipped
+        per-sample gradient norms).
+    """
+    params = trainable(model)
+    if x.shape[0] == 0:
+        zeros = {k: torch.zeros_like(p) for k, p in params.items()}
+        return zeros, torch.zeros(0, device=next(iter(params.values())).device)
+    grads = per_sample_grads(model, loss_fn, x, y)
+    sq = torch.zeros(x.shape[0], device=x.device, dtype=torch.float64)
+    for g in grads.values():
+        sq += g.reshape(g.shape[0], -1).double().pow(2).sum(1)
+    norms = sq.sqrt()
+    factor = clip_factor(norms, max_grad_norm)
+    sums = {
+        k: torch.einsum("b,b...->...", factor.to(g.dtype), g) for k, g in grads.items()
+    }
+    return sums, norms.to(x.dtype if x.is_floating_point() else torch.float32)

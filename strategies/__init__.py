@@ -1,0 +1,1 @@
+"""Server side of fedpriv: Flower strategies and secure aggregators."""

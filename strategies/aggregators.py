@@ -1,0 +1,107 @@
+"""Aggregators: the only code that touches individual client replies.
+
+A strategy hands an aggregator the train messages of a round and gets back only the SUM of
+the clients' updates (third paper, §3: "a trusted aggregator reveals only sum_i Delta_i").
+The ideal aggregator does this in-process; a SecAgg+ aggregator does it through Flower's
+protocol. Either way the strategy never sees a single client's update.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+UPDATE_KEY = "update"    # ArrayRecord in a reply: the client's (noisy) update
+METRICS_KEY = "metrics"  # MetricRecord in a reply: counters that are summed too
+
+
+class RoundFailed(RuntimeError):
+    """A round could not be aggregated (missing or failed replies beyond tolerance).
+
+    The strategy keeps the model unchanged and records no privacy release for the round.
+    """
+
+
+@dataclass
+class AggregateResult:
+    """What an aggregator reveals for one round.
+
+    Attributes
+    ----------
+    total : dict[str, np.ndarray]
+        Sum over the contributing clients of their update arrays (float64 for real-valued
+        updates, int64 for integer ones), keyed like the clients' ArrayRecord.
+    num_clients : int
+        How many clients contributed to the sum.
+    metrics : dict[str, float]
+        Sums of the clients' reported metrics (diagnostics only; never weights).
+    """
+
+    total: dict[str, np.ndarray]
+    num_clients: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Aggregator(ABC):
+    """Sends a round's train messages and returns only the sum of the replies' updates."""
+
+    @abstractmethod
+    def sum_updates(
+        self, grid: Grid, messages: Sequence[Message], *, server_round: int, timeout: float
+    ) -> AggregateResult:
+        """Send ``messages`` (one per client), wait at most ``timeout`` seconds, return the sum.
+
+        Raises
+        ------
+        RoundFailed
+            If fewer replies than required arrive or a client reports an error.
+        """
+
+
+def sum_replies(replies: Sequence[Message]) -> AggregateResult:
+    """Sum the ``update`` arrays and ``metrics`` of ``replies`` (order-independent result)."""
+    total: dict[str, np.ndarray] = {}
+    metrics: dict[str, float] = {}
+    for reply in replies:
+        arrays = reply.content.array_records[UPDATE_KEY].to_numpy_ndarrays(keep_input=True)
+        keys = list(reply.content.array_records[UPDATE_KEY].keys())
+        for key, arr in zip(keys, arrays, strict=True):
+            acc = np.int64 if np.issubdtype(arr.dtype, np.integer) else np.float64
+            total[key] = total.get(key, 0) + arr.astype(acc)
+        if METRICS_KEY in reply.content.metric_records:
+            for key, val in reply.content.metric_records[METRICS_KEY].items():
+                if isinstance(val, (int, float)):
+                    metrics[key] = metrics.get(key, 0.0) + float(val)
+    return AggregateResult(total=total, num_clients=len(replies), metrics=metrics)
+
+
+@dataclass
+class IdealAggregator(Aggregator):
+    """In-process trusted aggregator: all replies must arrive; it reveals only their sum.
+
+    Parameters
+    ----------
+    min_replies : int | None
+        Minimum number of successful replies; ``None`` means all clients must reply.
+    """
+
+    min_replies: int | None = None
+
+    def sum_updates(
+        self, grid: Grid, messages: Sequence[Message], *, server_round: int, timeout: float
+    ) -> AggregateResult:
+        replies = list(grid.send_and_receive(list(messages), timeout=timeout))
+        good = [r for r in replies if not r.has_error() and UPDATE_KEY in r.content.array_records]
+        errors = [r.error.reason for r in replies if r.has_error()]
+        need = len(messages) if self.min_replies is None else self.min_replies
+        if len(good) < need:
+            raise RoundFailed(
+                f"round {server_round}: {len(good)}/{len(messages)} clients replied "
+                f"(need {need}); errors: {errors[:3]}"
+            )
+        return sum_replies(good)
