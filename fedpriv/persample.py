@@ -2,7 +2,8 @@
 
 ``clipped_grad_sum`` returns ``sum_i [grad_i]_C`` over a batch, the quantity DP-SGD adds noise
 to (Abadi et al. 2016, Algorithm 1). The reference path materializes per-sample gradients
-with ``torch.func.vmap(grad(...))``; faster paths must return the same value.
+with ``torch.func.vmap(grad(...))``; the book-keeping fast path (``fedpriv.ghost``) is used
+when the model allows it and returns the same value up to float rounding.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from fedpriv.clipping import clip_factor
+from fedpriv.errors import check
+from fedpriv.ghost import ghost_clipped_grad_sum, refuse_cross_sample
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -45,6 +48,31 @@ def clipped_grad_sum(
     model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Sum over the batch of per-sample gradients clipped to ``max_grad_norm``.
+
+    Dispatches to the book-keeping fast path (:mod:`fedpriv.ghost`) when every parameterized
+    module is a supported layer (``nn.Linear``, ``nn.Conv2d``) and its runtime guards pass;
+    otherwise to :func:`reference_clipped_grad_sum` (torch.func). Both return the same value up
+    to float rounding. Parameters and returns as in :func:`reference_clipped_grad_sum`.
+
+    Raises
+    ------
+    ConfigError
+        If ``max_grad_norm`` is not > 0, or the model contains BatchNorm (samples are coupled,
+        so per-sample clipping would not bound one sample's influence).
+    """
+    check(max_grad_norm > 0, "max_grad_norm", max_grad_norm, "must be > 0")
+    refuse_cross_sample(model)
+    if x.shape[0] > 0:
+        fast = ghost_clipped_grad_sum(model, loss_fn, x, y, max_grad_norm)
+        if fast is not None:
+            return fast
+    return reference_clipped_grad_sum(model, loss_fn, x, y, max_grad_norm)
+
+
+def reference_clipped_grad_sum(
+    model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Sum over the batch of per-sample gradients clipped to ``max_grad_norm`` (reference path).
 
     Parameters
     ----------

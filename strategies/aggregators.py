@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,19 @@ class RoundFailed(RuntimeError):
     """A round could not be aggregated (missing or failed replies beyond tolerance).
 
     The strategy keeps the model unchanged and records no privacy release for the round.
+    ``num_ok`` is how many clients did reply successfully (0 suggests a bug, not dropouts).
     """
+
+    def __init__(self, message: str, num_ok: int = 0) -> None:
+        super().__init__(message)
+        self.num_ok = num_ok
+
+
+def error_reason(reply: Message) -> str:
+    """The last meaningful line of a client's error (Ray wraps it in a long traceback)."""
+    text = str(reply.error.reason).replace("\\n", "\n")
+    match = re.findall(r"Message: (.*?)(?:\\n|\n|'>|$)", text)
+    return (match[-1] if match else text.strip().splitlines()[-1])[:300]
 
 
 @dataclass
@@ -97,11 +110,12 @@ class IdealAggregator(Aggregator):
     ) -> AggregateResult:
         replies = list(grid.send_and_receive(list(messages), timeout=timeout))
         good = [r for r in replies if not r.has_error() and UPDATE_KEY in r.content.array_records]
-        errors = [r.error.reason for r in replies if r.has_error()]
+        errors = [error_reason(r) for r in replies if r.has_error()]
         need = len(messages) if self.min_replies is None else self.min_replies
         if len(good) < need:
             raise RoundFailed(
                 f"round {server_round}: {len(good)}/{len(messages)} clients replied "
-                f"(need {need}); errors: {errors[:3]}"
+                f"(need {need}); errors: {errors[:2]}",
+                num_ok=len(good),
             )
         return sum_replies(good)

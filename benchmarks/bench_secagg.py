@@ -1,0 +1,109 @@
+"""Round time of the SecAgg+ aggregator against the ideal one, through the Flower engine.
+
+Ten probe clients (``clients.secagg.make_probe_client_app``) each reply with a fixed 32-bit
+integer update shaped like the tanh CNN (26,010 parameters); the server alternates ideal and
+SecAgg+ rounds on the same inputs and reports the median wall time of each. ``work_seconds``
+adds a sleep in every client's handler standing in for local training (the same in both
+modes), so the ratio for a round of a given length can be read off.
+
+Run: ``.venv/bin/python benchmarks/bench_secagg.py [--work-seconds 0.5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from typing import Any
+
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from clients.secagg import make_probe_client_app
+from strategies.aggregators import Aggregator, IdealAggregator
+from strategies.fedavg import wait_for_nodes
+from strategies.secaggplus import SecAggPlusAggregator
+
+
+def cnn_shapes() -> dict[str, list[int]]:
+    """Parameter shapes of the tanh CNN (26,010 parameters)."""
+    from fedpriv.models import TanhCNN
+
+    return {k: list(v.shape) for k, v in TanhCNN().state_dict().items()}
+
+
+def _messages(nodes: list[int], server_round: int, shapes: dict[str, list[int]], work_seconds: float) -> list[Message]:
+    cfg = ConfigRecord({"seed": 0, "server_round": server_round, "bits": 32, "shapes": json.dumps(shapes),
+                        "work_seconds": float(work_seconds)})
+    return [Message(RecordDict({"config": cfg}), dst_node_id=n, message_type=MessageType.TRAIN,
+                    group_id=str(server_round)) for n in nodes]
+
+
+def _timed(agg: Aggregator, grid: Grid, msgs: list[Message], server_round: int) -> float:
+    t0 = time.perf_counter()
+    agg.sum_updates(grid, msgs, server_round=server_round, timeout=120.0)
+    return time.perf_counter() - t0
+
+
+def bench_secagg(num_clients: int = 10, rounds: int = 3, work_seconds: float = 0.0, num_cpus: int = 2,
+                 pull_interval: float | None = None) -> dict[str, Any]:
+    """Median round seconds of ideal and SecAgg+ aggregation (after one warm-up round each).
+
+    ``pull_interval`` (s), if given, replaces the in-memory grid's reply polling period
+    (Flower's default 0.1 s; every ``send_and_receive`` waits at least one period, and SecAgg+
+    makes four of them per round against the ideal aggregator's one).
+
+    Returns
+    -------
+    dict
+        ``{"num_clients", "num_params", "work_seconds", "ideal_s", "secaggplus_s", "ratio"}``.
+    """
+    from flwr.simulation import run_simulation
+
+    shapes = cnn_shapes()
+    times: dict[str, list[float]] = {"ideal": [], "secaggplus": []}
+    aggs: dict[str, Aggregator] = {"ideal": IdealAggregator(),
+                                   "secaggplus": SecAggPlusAggregator(num_shares=1.0, reconstruction_threshold=0.5)}
+    errors: list[BaseException] = []
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        try:
+            nodes = wait_for_nodes(grid, num_clients, 120.0)
+            if pull_interval is not None and hasattr(grid, "pull_interval"):
+                grid.pull_interval = pull_interval
+            for r in range(rounds + 1):
+                for name, agg in aggs.items():
+                    seconds = _timed(agg, grid, _messages(nodes, r + 1, shapes, work_seconds), r + 1)
+                    if r > 0:
+                        times[name].append(seconds)
+        except BaseException as exc:  # reported after the engine stops
+            errors.append(exc)
+
+    run_simulation(server_app=app, client_app=make_probe_client_app(), num_supernodes=num_clients,
+                   backend_config={"init_args": {"num_cpus": num_cpus, "include_dashboard": False},
+                                   "client_resources": {"num_cpus": 1}})
+    if errors:
+        raise errors[0]
+    ideal, sec = statistics.median(times["ideal"]), statistics.median(times["secaggplus"])
+    return {"num_clients": num_clients, "num_params": sum(math.prod(s) for s in shapes.values()),
+            "work_seconds": work_seconds, "pull_interval": pull_interval, "ideal_s": ideal, "secaggplus_s": sec, "ratio": sec / ideal}
+
+
+def main() -> None:
+    """Command-line entry: print one JSON line per ``--work-seconds`` value."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-clients", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--work-seconds", type=float, nargs="+", default=[0.0])
+    parser.add_argument("--pull-interval", type=float, default=None)
+    args = parser.parse_args()
+    for work in args.work_seconds:
+        print(json.dumps(bench_secagg(args.num_clients, args.rounds, work, pull_interval=args.pull_interval)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The interface of a client algorithm (the local training a Flower client runs).
+
+A client algorithm is a frozen dataclass built by Hydra from the ``client`` config group
+(``_target_``), with the run's ``privacy`` group and ``num_clients`` passed in. It trains
+locally and states the privacy events its releases produce, so the server's accountant
+composes exactly what the clients did.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """A client's local data: ``x`` of shape ``(n, *input_shape)`` float32, ``y`` ``(n,)`` int64."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    partition_id: int
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+
+@dataclass(frozen=True)
+class TrainContext:
+    """Per-call context: the server round, the client's randomness and its device."""
+
+    server_round: int
+    rng: np.random.Generator
+    generator: torch.Generator
+    device: torch.device
+
+
+class ClientAlgorithm(ABC):
+    """Local training of one client for one server round."""
+
+    @abstractmethod
+    def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Train from the global ``model`` (modified in place) and return ``(update, metrics)``.
+
+        ``update`` maps parameter names to tensors (what the aggregator sums); ``metrics``
+        are diagnostics only and never weight the aggregation.
+        """
+
+    @abstractmethod
+    def round_events(self) -> list[tuple[Any, int]]:
+        """Privacy events of one round's aggregated release, as ``[(event, count), ...]``."""
+
+    def local_events(self) -> list[tuple[Any, int]]:
+        """Privacy events of one round for a single client's own release (its LDP); default none."""
+        return []
+
+    def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> ClientAlgorithm:
+        """A copy whose noise meets ``target_epsilon`` after ``num_rounds`` rounds."""
+        raise NotImplementedError(f"{type(self).__name__} does not support target_epsilon calibration")

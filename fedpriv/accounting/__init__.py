@@ -1,0 +1,26 @@
+"""Privacy accounting: events, the run's ledger, calibration and every analysis of the papers.
+
+Mechanisms produce events (dp-accounting ``DpEvent``s, or fedpriv's own
+:class:`~fedpriv.accounting.ledger.FedprivEvent` dataclasses); a
+:class:`~fedpriv.accounting.ledger.PrivacyLedger` keeps them as ``(event, count)`` runs and
+recomputes ε from them. See ``docs/accounting.md`` and the ``fedpriv-account`` CLI.
+"""
+
+from fedpriv.accounting.calibrate import bisect_noise, calibrate_noise_multiplier
+from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon, poisson_gaussian_event
+from fedpriv.accounting.ledger import FedprivEvent, IncompatibleEventsError, PrivacyLedger
+from fedpriv.accounting.secagg import secagg_dpsgd
+from fedpriv.accounting.skellam import SkellamConfig, SkellamEvent
+
+__all__ = [
+    "FedprivEvent",
+    "IncompatibleEventsError",
+    "PrivacyLedger",
+    "SkellamConfig",
+    "SkellamEvent",
+    "bisect_noise",
+    "calibrate_noise_multiplier",
+    "poisson_gaussian_epsilon",
+    "poisson_gaussian_event",
+    "secagg_dpsgd",
+]

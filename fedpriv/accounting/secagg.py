@@ -1,0 +1,215 @@
+"""Secure aggregation with S local DP-SGD steps: central and local ε (third paper).
+
+N clients each run ``steps`` local DP-SGD steps per round (Poisson rate q, clipping C, own noise
+σ_i·C per step) and a trusted aggregator reveals only the sum of their updates. With infinitely
+divisible noise the per-step sums are dominated by one mechanism of the same family with the
+summed noise (Theorem 4.6, "sum-dominating"): Gaussian ``σ_total = σ_i √N``, Skellam
+``μ_total = N μ_i``. It is composed over ``steps × num_rounds`` subsampled steps
+(sample-level DP on the union of the clients' data). Each client alone gets only its local
+(LDP) guarantee from its own noise σ_i (Theorem 4.7: σ_LDP = σ/√N); both are reported.
+If clients are honest-but-curious, one of them can subtract its own noise, so only the other
+N−1 clients' noise counts.
+
+Assumptions (refused or stated, never silently relaxed): every one of the ``num_clients``
+clients adds its noise in every round (with client sampling pass the minimum number of
+clients per round); all clients use the same σ_i, q and C.
+
+References
+----------
+The third paper (``secagg-multiple-local-steps.txt``), Theorems 4.6 and 4.7, Appendix A.5,
+Table 1; PRIVACY-SPEC.md §3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from fedpriv.accounting.dpsgd import poisson_gaussian_event
+from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
+from fedpriv.accounting.params import Params
+from fedpriv.accounting.skellam import SKELLAM_KEYS, SkellamConfig, skellam_config_from_params
+from fedpriv.errors import ConfigError, check
+
+MECHANISMS = ("gaussian", "skellam")
+
+
+def _noise_clients(num_clients: int, honest_but_curious: bool) -> int:
+    check(
+        isinstance(num_clients, int) and num_clients >= 1, "num_clients", num_clients,
+        "must be an integer >= 1",
+    )
+    if honest_but_curious:
+        check(num_clients >= 2, "num_clients", num_clients, "must be >= 2 when honest_but_curious=true")
+        return num_clients - 1
+    return num_clients
+
+
+
+
+def _skellam_config(
+    sigma_total: float, sample_rate: float, num_clients: int, kwargs: dict[str, Any]
+) -> SkellamConfig:
+    for key, value in kwargs.items():
+        check(key in SKELLAM_KEYS, key, value, "is not a Skellam option; known: " + ", ".join(SKELLAM_KEYS))
+    check("num_params" in kwargs, "num_params", None, "is required for mechanism='skellam'")
+    return SkellamConfig(
+        noise_multiplier=sigma_total, sample_rate=sample_rate, num_clients=num_clients, **kwargs
+    )
+
+
+def secagg_dpsgd(
+    mechanism: str,
+    noise_multiplier: float,
+    num_clients: int,
+    sample_rate: float,
+    steps: int,
+    num_rounds: int,
+    target_delta: float,
+    honest_but_curious: bool = False,
+    accountant: str = "pld",
+    conversion: str = "default",
+    **skellam_kwargs: Any,
+) -> dict[str, Any]:
+    """Central and local ε of DP-SGD with S local steps under secure aggregation.
+
+    Parameters
+    ----------
+    mechanism : {"gaussian", "skellam"}
+        Noise family; Skellam is accounted by RDP only (pass ``accountant="rdp"``).
+    noise_multiplier : float
+        Per-client σ_i (noise std per unit clipping norm), > 0.
+    num_clients : int
+        N clients whose noise is summed in every round.
+    sample_rate : float
+        Each client's Poisson sampling rate q of its own data.
+    steps : int
+        Local steps S per round.
+    num_rounds : int
+        Rounds; the total is ``steps * num_rounds`` composed steps.
+    target_delta : float
+        δ in (0, 1).
+    honest_but_curious : bool
+        Count only N−1 clients' noise (one client may remove its own).
+    accountant, conversion : str
+        As in :class:`~fedpriv.accounting.ledger.PrivacyLedger`.
+    **skellam_kwargs
+        For Skellam: ``num_params`` (required), ``max_grad_norm``, ``bits``, ``scale``,
+        ``beta``, ``signal_norm`` (see :class:`~fedpriv.accounting.skellam.SkellamConfig`).
+
+    Returns
+    -------
+    dict
+        ``epsilon`` (central, sample-level, on the sum), ``delta``, ``local_epsilon`` (one
+        client's LDP ε from its own noise), ``noise_multiplier_total``, ``noise_clients``,
+        ``total_steps`` and the inputs; for Skellam also ``mu_total``, ``mu_local``, ``scale``.
+
+    Raises
+    ------
+    ConfigError
+        For out-of-range arguments or an unsupported mechanism/accountant combination.
+    """
+    check(mechanism in MECHANISMS, "mechanism", mechanism, "must be one of: gaussian, skellam")
+    check(accountant in ACCOUNTANTS, "accountant", accountant, "must be one of: pld, rdp")
+    check(conversion in CONVERSIONS, "conversion", conversion, "must be one of: default, mironov")
+    check(
+        not (mechanism == "skellam" and accountant != "rdp"), "accountant", accountant,
+        "must be 'rdp' for mechanism='skellam' (its analysis is an RDP bound)",
+    )
+    check(
+        math.isfinite(noise_multiplier) and noise_multiplier > 0, "noise_multiplier",
+        noise_multiplier, "must be a finite number > 0",
+    )
+    check(isinstance(steps, int) and steps >= 1, "steps", steps, "must be an integer >= 1")
+    check(isinstance(num_rounds, int) and num_rounds >= 1, "num_rounds", num_rounds, "must be an integer >= 1")
+    noise_clients = _noise_clients(num_clients, honest_but_curious)
+    total_steps = steps * num_rounds
+    sigma_total = noise_multiplier * math.sqrt(noise_clients)
+    if mechanism == "gaussian":
+        if skellam_kwargs:
+            key = next(iter(skellam_kwargs))
+            raise ConfigError(key, skellam_kwargs[key], "applies only to mechanism='skellam'")
+        central = poisson_gaussian_event(sigma_total, sample_rate)
+        local = poisson_gaussian_event(noise_multiplier, sample_rate)
+    else:
+        cfg = _skellam_config(sigma_total, sample_rate, num_clients, skellam_kwargs)
+        central = cfg.event()
+        # Each client's own Skellam share, at the scale the aggregate sum uses.
+        local = dataclasses.replace(central, mu=central.mu / noise_clients)
+    results = {}
+    for name, event in (("epsilon", central), ("local_epsilon", local)):
+        ledger = PrivacyLedger(accountant=accountant, conversion=conversion)
+        ledger.record(event, total_steps)
+        results[name] = ledger.get_epsilon(target_delta)
+    out: dict[str, Any] = {
+        "analysis": "secagg-dpsgd",
+        "epsilon": results["epsilon"],
+        "delta": target_delta,
+        "local_epsilon": results["local_epsilon"],
+        "local_delta": target_delta,
+        "mechanism": mechanism,
+        "noise_multiplier": noise_multiplier,
+        "noise_multiplier_total": sigma_total,
+        "num_clients": num_clients,
+        "noise_clients": noise_clients,
+        "honest_but_curious": honest_but_curious,
+        "sample_rate": sample_rate,
+        "steps": steps,
+        "num_rounds": num_rounds,
+        "total_steps": total_steps,
+        "accountant": accountant,
+        "conversion": conversion,
+        "neighboring_relation": "add_remove",
+    }
+    if mechanism == "skellam":
+        out.update(mu_total=central.mu, mu_local=local.mu, scale=cfg.resolved_scale,
+                   l1_sensitivity=central.l1_sensitivity, l2_sensitivity=central.l2_sensitivity)
+    return out
+
+
+KEYS = (
+    "mechanism", "noise_multiplier", "target_epsilon", "num_clients", "sample_rate", "steps",
+    "num_rounds", "target_delta", "honest_but_curious", "accountant", "conversion", *SKELLAM_KEYS,
+)
+
+
+def run_cli(params: dict[str, str]) -> dict[str, Any]:
+    """``fedpriv-account secagg-dpsgd``: mechanism, noise_multiplier | target_epsilon (per
+    client), num_clients, sample_rate, steps, num_rounds, target_delta, honest_but_curious
+    [, accountant, conversion; Skellam: num_params, bits, max_grad_norm, scale, beta]."""
+    from fedpriv.accounting.calibrate import bisect_noise
+
+    p = Params(params, "secagg-dpsgd", KEYS)
+    mechanism = p.choice("mechanism", MECHANISMS, "gaussian")
+    given = p.exclusive("noise_multiplier", "target_epsilon")
+    num_clients = p.int("num_clients", ge=1)
+    kwargs: dict[str, Any] = dict(
+        num_clients=num_clients,
+        sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
+        steps=p.int("steps", ge=1),
+        num_rounds=p.int("num_rounds", 1, ge=1),
+        target_delta=p.delta("target_delta"),
+        honest_but_curious=p.bool("honest_but_curious", False),
+        accountant=p.choice("accountant", ACCOUNTANTS, "rdp" if mechanism == "skellam" else "pld"),
+        conversion=p.choice("conversion", CONVERSIONS, "default"),
+    )
+    if mechanism == "gaussian":
+        for key in SKELLAM_KEYS:
+            check(not p.has(key), key, p.raw.get(key), "applies only to mechanism=skellam")
+    if mechanism == "skellam":
+        cfg = skellam_config_from_params(p, 1.0, num_clients)
+        kwargs.update(
+            num_params=cfg.num_params, max_grad_norm=cfg.max_grad_norm, bits=cfg.bits,
+            scale=cfg.scale, beta=cfg.beta, signal_norm=cfg.signal_norm,
+        )
+    if given == "target_epsilon":
+        target = p.float("target_epsilon", gt=0.0)
+        p.finish()
+        sigma = bisect_noise(lambda s: secagg_dpsgd(mechanism, s, **kwargs)["epsilon"], target)
+        out = secagg_dpsgd(mechanism, sigma, **kwargs)
+        out.update(calibrated="noise_multiplier", target_epsilon=target)
+        return out
+    sigma = p.float("noise_multiplier", gt=0.0)
+    p.finish()
+    return secagg_dpsgd(mechanism, sigma, **kwargs)

@@ -1,0 +1,155 @@
+"""Structured schema of the Hydra config tree (``conf/``) and its validation.
+
+Hydra checks types against these dataclasses when the config is composed; :func:`validate`
+checks ranges and combinations before any training and raises :class:`ConfigError` naming
+the field, the value and what is allowed. Client algorithms and strategies are plug-ins
+(``_target_``): their own dataclasses validate their fields when instantiated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from fedpriv.errors import check
+
+ACCOUNTANTS = ("pld", "rdp")
+CONVERSIONS = ("default", "mironov")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class DatasetConfig:
+    name: str = "fashion_mnist_embedded"
+    data_dir: Optional[str] = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PartitionConfig:
+    name: str = "iid"  # iid | dirichlet | natural
+    alpha: float = 0.5
+    min_size: int = 1
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tanh_cnn"
+    hidden: list[int] = field(default_factory=lambda: [256])
+
+
+@dataclass
+class PrivacyConfig:
+    """Privacy parameters shared by the client algorithm and the accountant.
+
+    ``noise_multiplier`` is the noise std of the released SUM over clients per unit of
+    sensitivity (σ); each client adds its share σ·C/√num_clients (third paper, Thm 4.7).
+    """
+
+    noise_multiplier: Optional[float] = 1.0
+    target_epsilon: Optional[float] = None
+    target_delta: float = 1e-5
+    max_grad_norm: float = 1.0
+    sample_rate: float = 0.1
+    accountant: str = "pld"
+    conversion: str = "default"
+    stop_at_epsilon: Optional[float] = None
+    honest_but_curious: bool = False
+    secure_mode: bool = False
+
+
+@dataclass
+class ClientResources:
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+
+@dataclass
+class RunConfig:
+    """Top-level schema (``conf/config.yaml``)."""
+
+    seed: int = 0
+    num_clients: int = 10
+    num_rounds: int = 15
+    device: str = "auto"
+    round_timeout: float = 600.0
+    progress: bool = True
+    save_model: bool = True
+    plot: bool = True
+    client_resources: ClientResources = field(default_factory=ClientResources)
+    ray_init_args: dict[str, Any] = field(default_factory=dict)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    client: Any = MISSING
+    strategy: Any = MISSING
+    aggregator: Any = MISSING
+
+
+def register_schema() -> None:
+    """Register :class:`RunConfig` as ``fedpriv_schema`` in Hydra's ConfigStore."""
+    ConfigStore.instance().store(name="fedpriv_schema", node=RunConfig)
+
+
+def conf_dir() -> Path:
+    """The repository's ``conf/`` directory (the package is installed editable)."""
+    return Path(__file__).resolve().parent.parent / "conf"
+
+
+def validate_privacy(p: DictConfig | PrivacyConfig) -> None:
+    """Range checks for the ``privacy`` group.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first offending field.
+    """
+    sigma, target = p.noise_multiplier, p.target_epsilon
+    check((sigma is None) != (target is None), "privacy.noise_multiplier", sigma,
+          f"and privacy.target_epsilon={target!r}: give exactly one "
+          "(set privacy.noise_multiplier=null to calibrate to privacy.target_epsilon)")
+    if sigma is not None:
+        check(sigma >= 0, "privacy.noise_multiplier", sigma, "must be >= 0")
+    if target is not None:
+        check(target > 0, "privacy.target_epsilon", target, "must be > 0")
+    check(0 < p.target_delta < 1, "privacy.target_delta", p.target_delta, "must be in (0, 1)")
+    check(p.max_grad_norm > 0, "privacy.max_grad_norm", p.max_grad_norm, "must be > 0")
+    check(0 < p.sample_rate <= 1, "privacy.sample_rate", p.sample_rate, "must be in (0, 1]")
+    check(p.accountant in ACCOUNTANTS, "privacy.accountant", p.accountant, f"must be one of {ACCOUNTANTS}")
+    check(p.conversion in CONVERSIONS, "privacy.conversion", p.conversion, f"must be one of {CONVERSIONS}")
+    check(p.conversion == "default" or p.accountant == "rdp", "privacy.conversion", p.conversion,
+          "needs privacy.accountant=rdp (Mironov's conversion is an RDP conversion)")
+    if p.stop_at_epsilon is not None:
+        check(p.stop_at_epsilon > 0, "privacy.stop_at_epsilon", p.stop_at_epsilon, "must be > 0")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Range checks for the whole run config (types were checked by Hydra's schema).
+
+    Raises
+    ------
+    ConfigError
+        Naming the first offending field, its value and the allowed range.
+    """
+    check(cfg.num_clients >= 1, "num_clients", cfg.num_clients, "must be >= 1")
+    check(cfg.num_rounds >= 1, "num_rounds", cfg.num_rounds, "must be >= 1")
+    check(cfg.device in DEVICES, "device", cfg.device, f"must be one of {DEVICES}")
+    check(cfg.round_timeout > 0, "round_timeout", cfg.round_timeout, "must be > 0 (seconds)")
+    check(cfg.client_resources.num_cpus > 0, "client_resources.num_cpus", cfg.client_resources.num_cpus, "must be > 0")
+    check(cfg.client_resources.num_gpus >= 0, "client_resources.num_gpus", cfg.client_resources.num_gpus, "must be >= 0")
+    check(cfg.partition.name in ("iid", "dirichlet", "natural"), "partition.name", cfg.partition.name,
+          "must be one of ('iid', 'dirichlet', 'natural')")
+    if cfg.partition.name == "dirichlet":
+        check(cfg.partition.alpha > 0, "partition.alpha", cfg.partition.alpha, "must be > 0")
+    check(cfg.partition.min_size >= 1, "partition.min_size", cfg.partition.min_size, "must be >= 1")
+    validate_privacy(cfg.privacy)
+
+
+def to_container(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config as plain Python containers (picklable, JSON-able)."""
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]

@@ -1,0 +1,41 @@
+"""Gaussian noise for real-valued updates, sampled from an explicit generator.
+
+``secure_mode`` seeds the generator from the OS's cryptographic entropy instead of a seed;
+research runs pass a seed for reproducibility. (Floating-point Gaussian sampling is not
+hardened against the Mironov 2012 attacks; use the Skellam mechanism where that matters.)
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+
+import torch
+
+from fedpriv.errors import check
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu", secure_mode: bool = False) -> torch.Generator:
+    """A torch Generator on ``device`` seeded by ``seed``, or from OS entropy if ``secure_mode``."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(secrets.randbits(63) if secure_mode or seed is None else int(seed))
+    return gen
+
+
+def add_gaussian_noise(
+    tensors: Mapping[str, torch.Tensor], noise_stddev: float, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """Return ``tensors`` plus i.i.d. N(0, noise_stddev²) noise per coordinate (shapes kept).
+
+    Raises
+    ------
+    ConfigError
+        If ``noise_stddev < 0``.
+    """
+    check(noise_stddev >= 0, "noise_stddev", noise_stddev, "must be >= 0")
+    if noise_stddev == 0:
+        return dict(tensors)
+    return {
+        k: t + noise_stddev * torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype)
+        for k, t in tensors.items()
+    }

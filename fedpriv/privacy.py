@@ -1,0 +1,63 @@
+"""A run's privacy bookkeeping: the ledgers that the client algorithm's events feed.
+
+The central ledger holds the events of each aggregated release (what the server and the
+world see); the local ledger holds one client's own release (its LDP guarantee). Only the
+client algorithm's declared events enter them, once per successful round.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fedpriv.accounting.ledger import PrivacyLedger
+
+
+class RunPrivacy:
+    """Central and local ledgers of a run, fed once per successful server round.
+
+    Parameters
+    ----------
+    algorithm : ClientAlgorithm
+        Supplies ``round_events()`` and ``local_events()``.
+    privacy : dict
+        The run's ``privacy`` group (accountant, conversion, target_delta, stop_at_epsilon).
+    """
+
+    def __init__(self, algorithm: Any, privacy: dict[str, Any]) -> None:
+        self.algorithm = algorithm
+        self.target_delta = float(privacy["target_delta"])
+        self.stop_at_epsilon = privacy.get("stop_at_epsilon")
+        kw = {"accountant": privacy.get("accountant", "pld"), "conversion": privacy.get("conversion", "default")}
+        self.central = PrivacyLedger(**kw)
+        self.local = PrivacyLedger(**kw) if algorithm.local_events() else None
+        self.rounds = 0
+
+    def record_round(self) -> None:
+        """Compose one round's events into both ledgers."""
+        for event, count in self.algorithm.round_events():
+            self.central.record(event, count)
+        if self.local is not None:
+            for event, count in self.algorithm.local_events():
+                self.local.record(event, count)
+        self.rounds += 1
+
+    def epsilon(self) -> float:
+        """Central ε at ``target_delta`` (0 before any release)."""
+        return self.central.get_epsilon(self.target_delta) if self.rounds else 0.0
+
+    def local_epsilon(self) -> float | None:
+        """One client's own ε at ``target_delta`` (its noise alone), or ``None`` if not defined."""
+        if self.local is None:
+            return None
+        return self.local.get_epsilon(self.target_delta) if self.rounds else 0.0
+
+    def next_round_exceeds_budget(self) -> bool:
+        """Whether composing one more round would push ε above ``stop_at_epsilon``."""
+        if self.stop_at_epsilon is None:
+            return False
+        trial = PrivacyLedger.from_dict(self.central.to_dict())
+        for event, count in self.algorithm.round_events():
+            trial.record(event, count)
+        eps = trial.get_epsilon(self.target_delta)
+        return not math.isfinite(eps) or eps > float(self.stop_at_epsilon)

@@ -1,0 +1,168 @@
+"""Runs one experiment: validates the config, builds the Flower apps and runs them on
+Flower's simulation engine (Ray backend), recording accuracy and ε every round.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from clients.app import make_client_app
+from fedpriv.config import to_container, validate
+from fedpriv.display import RoundDisplay
+from fedpriv.errors import ConfigError
+from fedpriv.evaluate import evaluate
+from fedpriv.privacy import RunPrivacy
+from fedpriv.results import RunRecorder
+from fedpriv.setup import build_algorithm, build_model_for, partitions, resolve_device, run_dataset
+from strategies.aggregators import AggregateResult, RoundFailed
+
+DEFAULT_RAY_INIT = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
+
+
+class Job:
+    """The run as the strategy sees it (:class:`strategies.fedavg.ServerJob`)."""
+
+    def __init__(self, cfg: dict[str, Any], algorithm: Any, aggregator: Any, recorder: RunRecorder, display: RoundDisplay) -> None:
+        self.cfg = cfg
+        self.num_clients = int(cfg["num_clients"])
+        self.num_rounds = int(cfg["num_rounds"])
+        self.round_timeout = float(cfg["round_timeout"])
+        self.aggregator = aggregator
+        self.recorder = recorder
+        self.display = display
+        self.privacy = RunPrivacy(algorithm, cfg["privacy"])
+        self.model = build_model_for(cfg)
+        ds = run_dataset(cfg)
+        self.x_test, self.y_test = ds.x_test, ds.y_test
+        self.state: dict[str, np.ndarray] = {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+        self.stop_reason = ""
+
+    def initial_state(self) -> dict[str, np.ndarray]:
+        return dict(self.state)
+
+    def may_start_round(self, server_round: int) -> bool:
+        if self.privacy.next_round_exceeds_budget():
+            self.stop_reason = (f"stopped before round {server_round}: it would exceed "
+                                f"privacy.stop_at_epsilon={self.privacy.stop_at_epsilon}")
+            self.display.note(self.stop_reason)
+            return False
+        return True
+
+    def round_released(self, server_round: int, state: dict[str, np.ndarray], result: AggregateResult, seconds: float) -> None:
+        self.privacy.record_round()
+        self.state = state
+        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        accuracy, loss = evaluate(self.model, self.x_test, self.y_test)
+        row = {"server_round": server_round, "accuracy": accuracy, "loss": loss,
+               "epsilon": self.privacy.epsilon(), "local_epsilon": self.privacy.local_epsilon(),
+               "round_time_s": seconds, "status": "ok",
+               "client_metrics": {k: v for k, v in result.metrics.items()}}
+        self.recorder.update_privacy(epsilon=row["epsilon"], local_epsilon=row["local_epsilon"],
+                                     rounds_released=self.privacy.rounds, ledger=self.privacy.central.to_dict())
+        self.recorder.log_round(row)
+        self.display.row(row)
+
+    def round_failed(self, server_round: int, error: RoundFailed, seconds: float) -> None:
+        """Record a failed round (model unchanged, no release); abort if no client succeeded."""
+        row = {"server_round": server_round, "status": "failed", "message": str(error), "round_time_s": seconds,
+               "epsilon": self.privacy.epsilon()}
+        self.recorder.log_round(row)
+        self.display.row(row)
+        if error.num_ok == 0:
+            raise RuntimeError(f"every client failed in round {server_round}; stopping the run: {error}")
+
+
+def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
+    """Validate everything and build the client algorithm (calibrating σ if asked).
+
+    Returns the resolved config (with the calibrated ``privacy.noise_multiplier``) and the
+    algorithm. Raises :class:`ConfigError` on any bad value, before anything is written.
+    """
+    validate(cfg)
+    run_cfg = to_container(cfg)
+    run_dataset(run_cfg)
+    partitions(run_cfg)
+    resolve_device(run_cfg)
+    algorithm = build_algorithm(run_cfg)
+    p = run_cfg["privacy"]
+    if p.get("target_epsilon") is not None:
+        algorithm = algorithm.calibrated(float(p["target_epsilon"]), float(p["target_delta"]), int(run_cfg["num_rounds"]))
+        run_cfg["privacy"] = {**p, **dict(algorithm.privacy), "calibrated_from_target_epsilon": p["target_epsilon"]}
+    return run_cfg, algorithm
+
+
+def _instantiate(node: Any, group: str) -> Any:
+    try:
+        return instantiate(node, _convert_="all")
+    except Exception as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
+        if cause is not None:
+            raise cause from None
+        raise ConfigError(f"{group}._target_", node.get("_target_"), f"could not be built: {exc}") from None
+
+
+def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
+    """Run the configured experiment; write outputs into ``out_dir``; return the summary.
+
+    Raises
+    ------
+    ConfigError
+        On invalid configuration, before any output is written.
+    """
+    run_cfg, algorithm = prepare(cfg)
+    aggregator = _instantiate(cfg.aggregator, "aggregator")
+    strategy = _instantiate(cfg.strategy, "strategy")
+    p = run_cfg["privacy"]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(run_cfg)))
+    recorder = RunRecorder(out_dir, privacy={
+        "epsilon": 0.0, "delta": p["target_delta"], "accountant": p["accountant"], "conversion": p["conversion"],
+        "noise_multiplier": p["noise_multiplier"], "sample_rate": p["sample_rate"], "max_grad_norm": p["max_grad_norm"],
+        "steps": getattr(algorithm, "steps", None), "num_rounds": run_cfg["num_rounds"], "num_clients": run_cfg["num_clients"],
+    }, extra={"config": run_cfg})
+    display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
+    job = Job(run_cfg, algorithm, aggregator, recorder, display)
+    display.note(f"fedpriv: {run_cfg['num_clients']} clients, {run_cfg['num_rounds']} rounds, "
+                 f"σ={p['noise_multiplier']:.4g}, δ={p['target_delta']:g}, accountant={p['accountant']}; outputs in {out_dir}")
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        job.state = strategy.run(grid, job)
+
+    backend = {"client_resources": dict(run_cfg["client_resources"]),
+               "init_args": {**DEFAULT_RAY_INIT, **{k: v for k, v in (run_cfg.get("ray_init_args") or {}).items() if v is not None}}}
+    t0 = time.monotonic()
+    status, message = "failed", ""
+    try:
+        with display:
+            _run_simulation(server_app, make_client_app(run_cfg), int(run_cfg["num_clients"]), backend)
+        failed = sum(r.get("status") == "failed" for r in recorder.rounds)
+        status = "stopped" if job.stop_reason else "complete"
+        message = job.stop_reason or (f"{failed} round(s) failed" if failed else "")
+    except BaseException as exc:
+        message = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        recorder.extra["wall_time_s"] = time.monotonic() - t0
+        recorder.finish(status, message, weights=job.state if run_cfg.get("save_model", True) else None,
+                        plot=bool(run_cfg.get("plot", True)))
+    return {"status": status, "rounds": recorder.rounds, "privacy": recorder.privacy, "wall_time_s": recorder.extra["wall_time_s"]}
+
+
+def _run_simulation(server_app: ServerApp, client_app: Any, num_clients: int, backend: dict[str, Any]) -> None:
+    from flwr.simulation import run_simulation
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_clients, backend_config=backend)

@@ -1,0 +1,103 @@
+"""Builds a run's parts from its resolved config (plain dicts): data, model, algorithm, device.
+
+Used by the server (evaluation, validation) and by every virtual client, which rebuild the
+same deterministic partition from ``seed``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+from hydra.utils import instantiate
+
+from fedpriv.data import ArrayDataset, load_dataset, partition_dirichlet, partition_iid, partition_natural
+from fedpriv.errors import ConfigError, check
+from fedpriv.models import build_model
+
+
+@lru_cache(maxsize=2)
+def _dataset(dataset_json: str) -> ArrayDataset:
+    d = json.loads(dataset_json)
+    return load_dataset(d["name"], d.get("data_dir"), **(d.get("options") or {}))
+
+
+def run_dataset(cfg: dict[str, Any]) -> ArrayDataset:
+    """The run's dataset (cached per process)."""
+    return _dataset(json.dumps(cfg["dataset"], sort_keys=True))
+
+
+@lru_cache(maxsize=2)
+def _partitions(key: str) -> tuple[np.ndarray, ...]:
+    cfg = json.loads(key)
+    ds = run_dataset(cfg)
+    part, n = cfg["partition"], cfg["num_clients"]
+    check(n <= len(ds.y_train), "num_clients", n, f"must be <= the {len(ds.y_train)} training samples of {ds.name}")
+    rng = np.random.default_rng([int(cfg["seed"]), 7919])
+    if part["name"] == "iid":
+        return tuple(partition_iid(len(ds.y_train), n, rng))
+    if part["name"] == "dirichlet":
+        return tuple(partition_dirichlet(ds.y_train, n, float(part["alpha"]), rng, min_size=int(part["min_size"])))
+    if part["name"] == "natural":
+        check(ds.groups_train is not None, "partition.name", "natural", f"needs a dataset with natural clients; {ds.name} has none")
+        parts = partition_natural(ds.groups_train)
+        check(len(parts) == n, "num_clients", n, f"must equal the {len(parts)} natural clients of {ds.name}")
+        return tuple(parts)
+    raise ConfigError("partition.name", part["name"], "must be one of ('iid', 'dirichlet', 'natural')")
+
+
+def partitions(cfg: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    """Index arrays of every client's training data (deterministic from ``seed``)."""
+    key = json.dumps({k: cfg[k] for k in ("dataset", "partition", "num_clients", "seed")}, sort_keys=True)
+    return _partitions(key)
+
+
+def client_partition(cfg: dict[str, Any], partition_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` of client ``partition_id``: shapes ``(n, *input_shape)`` float32 and ``(n,)`` int64."""
+    ds = run_dataset(cfg)
+    idx = partitions(cfg)[partition_id]
+    return ds.x_train[idx], ds.y_train[idx]
+
+
+def build_model_for(cfg: dict[str, Any]) -> torch.nn.Module:
+    """The configured model, initialised deterministically from ``seed``."""
+    ds = run_dataset(cfg)
+    torch.manual_seed(int(cfg["seed"]))
+    m = cfg["model"]
+    return build_model(m["name"], tuple(ds.input_shape), ds.num_classes, hidden=tuple(m.get("hidden") or (256,)))
+
+
+def build_algorithm(cfg: dict[str, Any]) -> Any:
+    """Instantiate the ``client`` group's ``_target_`` with the run's privacy and num_clients.
+
+    Raises
+    ------
+    ConfigError
+        If the target cannot be imported or rejects its fields.
+    """
+    from clients.base import ClientAlgorithm
+
+    target = cfg["client"].get("_target_")
+    try:
+        algo = instantiate(cfg["client"], privacy=dict(cfg["privacy"]), num_clients=int(cfg["num_clients"]), _convert_="all")
+    except ConfigError:
+        raise
+    except Exception as exc:  # Hydra wraps import and constructor errors
+        cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
+        if cause is not None:
+            raise cause from None
+        raise ConfigError("client._target_", target, f"could not be built: {exc}") from None
+    check(isinstance(algo, ClientAlgorithm), "client._target_", target, "must be a clients.base.ClientAlgorithm subclass")
+    return algo
+
+
+def resolve_device(cfg: dict[str, Any]) -> torch.device:
+    """``cuda`` when configured (``device`` auto/cuda with ``client_resources.num_gpus > 0``) and present."""
+    want, gpus = cfg.get("device", "auto"), float(cfg["client_resources"]["num_gpus"])
+    if want == "cuda" or (want == "auto" and gpus > 0):
+        check(torch.cuda.is_available(), "device", want, "asks for CUDA but no GPU is visible (use device=cpu)")
+        return torch.device("cuda")
+    return torch.device("cpu")

@@ -1,0 +1,287 @@
+"""SecAgg+ aggregator: Flower's real SecAgg+ protocol, passing integer vectors exactly.
+
+The server runs Flower's :class:`flwr.server.workflow.SecAggPlusWorkflow` (in flwr 1.42 a
+legacy workflow: it reads a ``LegacyContext`` and a legacy ``Strategy``), and each client
+runs ``flwr.client.mod.secaggplus_mod`` (registered by :data:`clients.secagg.SECAGG_MODS`).
+Only the sum of the clients' masked vectors is ever unmasked (Bell et al. 2020, SecAgg+).
+
+How integers pass through exactly. The workflow is built for float models: a client clips a
+value ``v`` to ``[-c, c]``, computes ``(v + c) · T / (2c)`` (``T`` = quantization range),
+rounds it stochastically, casts to int32 and masks it modulo ``M`` (modulus range); the
+server unmasks ``Σ`` modulo ``M``, computes ``(Σ − n c) · T / (n T)`` and returns that mean.
+With ``c = T / 2`` the map is the identity on integers, an integer input is never rounded,
+and with every client reporting weight ``num_examples = max_weight = 1`` the weight factor
+is exactly 1. Each client's residue in ``[0, 2**bits)`` is split into ``K`` limbs of ``L``
+bits (``L ≤ 31`` for the int32 cast), sent as the float ``limb − c``; ``M = 2**32`` and
+``L ≤ 32 − ceil(log2(n + 1))`` keep both the limb sums and the summed weight factor ``n T``
+below ``M``, so nothing wraps. The server recovers every limb sum as
+``round(mean · n) + n c`` (float64 is exact here: all magnitudes stay below 2**33) and
+recombines ``Σ_k 2**(kL) · limbsum_k``: the exact integer sum of the residues, the same
+array the ideal aggregator returns.
+
+Caveats of the underlying Flower code (1.42): masks are drawn with numpy's ``RandomState``
+seeded from 32 bits (not a cryptographic PRG) over ``[0, M − 2]``; metrics a client reports
+travel outside the secure sum, in the clear (diagnostics only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.common import FitIns, FitRes, Parameters, Scalar, parameters_to_ndarrays
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
+from flwr.server.client_manager import ClientManager, SimpleClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.compat.grid_client_proxy import GridClientProxy
+from flwr.server.compat.legacy_context import LegacyContext
+from flwr.server.strategy import Strategy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
+from flwr.serverapp import Grid
+
+from fedpriv.errors import ConfigError, check
+from strategies.aggregators import AggregateResult, Aggregator, RoundFailed
+
+CONTENT_KEY = "fedpriv.secagg.content"  # FitIns config: the original train RecordDict (bytes)
+BITS_KEY = "fedpriv.secagg.bits"  # FitIns config: residue width
+LIMB_KEY = "fedpriv.secagg.limb_bits"  # FitIns config: limb width L
+LAYOUT_KEY = "fedpriv.secagg.layout"  # FitRes metrics: JSON [[key, shape], ...] of the update
+MODULUS_BITS = 32  # Flower's default modulus range 2**32 (documented upper limit)
+MAX_LIMB_BITS = 31  # Flower casts quantized values to int32
+
+
+# ---- codec shared by the client mod and the server ------------------------------------
+def pack_content(content: RecordDict) -> bytes:
+    """Serialize a Message-API ``RecordDict`` (ProtoBuf bytes) to ride in a legacy FitIns."""
+    return cast(bytes, recorddict_to_proto(content).SerializeToString())
+
+
+def unpack_content(data: bytes) -> RecordDict:
+    """Inverse of :func:`pack_content`."""
+    return recorddict_from_proto(ProtoRecordDict.FromString(data))
+
+
+def limb_bits_for(bits: int, num_clients: int) -> int:
+    """L: limb width so that ``num_clients`` limb sums and weights stay below ``2**32``.
+
+    ``K = ceil(bits / Lmax)`` limbs of ``L = ceil(bits / K)`` bits, with
+    ``Lmax = min(31, 32 − ceil(log2(num_clients + 1)))``.
+    """
+    lmax = min(MAX_LIMB_BITS, MODULUS_BITS - math.ceil(math.log2(num_clients + 1)))
+    check(lmax >= 1, "num_clients", num_clients, "is too large for a 2**32 SecAgg+ modulus")
+    return math.ceil(bits / math.ceil(bits / lmax))
+
+
+def split_limbs(flat: np.ndarray, bits: int, limb_bits: int) -> list[np.ndarray]:
+    """Residues ``(D,)`` in ``[0, 2**bits)`` → K float64 arrays ``limb − 2**(L−1)`` for Flower."""
+    num = math.ceil(bits / limb_bits)
+    mask, centre = (1 << limb_bits) - 1, float(1 << (limb_bits - 1))
+    return [((flat >> (k * limb_bits)) & mask).astype(np.float64) - centre for k in range(num)]
+
+
+def join_limb_means(means: Sequence[np.ndarray], num_clients: int, limb_bits: int) -> np.ndarray:
+    """Flower's per-limb means over ``num_clients`` → the exact int64 sum of the residues.
+
+    Raises
+    ------
+    RoundFailed
+        If a recovered limb sum is outside ``[0, n (2**L − 1)]`` (a corrupted aggregate).
+    """
+    n, centre = num_clients, 1 << (limb_bits - 1)
+    total = np.zeros(np.asarray(means[0]).shape, dtype=np.int64)
+    for k, mean in enumerate(means):
+        limb_sum = np.rint(np.asarray(mean, dtype=np.float64) * n).astype(np.int64) + n * centre
+        if limb_sum.size and (limb_sum.min() < 0 or limb_sum.max() > n * ((1 << limb_bits) - 1)):
+            raise RoundFailed(f"SecAgg+ limb {k} sum out of range: the aggregate is corrupted")
+        total += limb_sum << (k * limb_bits)
+    return total
+
+
+def resolve_shares(num_shares: int | float, threshold: int | float, n: int) -> tuple[int, int]:
+    """Flower's run-time share count and reconstruction threshold for ``n`` clients."""
+    if isinstance(num_shares, float) or num_shares == 1:
+        shares = round(float(num_shares) * n)
+        if shares < n and shares % 2 == 0:
+            shares += 1
+        shares = n if shares <= 2 else shares
+    else:
+        shares = int(num_shares)
+    if isinstance(threshold, float) or threshold == 1:
+        return shares, max(round(float(threshold) * shares), 2)
+    return shares, int(threshold)
+
+
+# ---- server side ------------------------------------------------------------------------
+class _CaptureStrategy(Strategy):
+    """Legacy strategy the workflow talks to: hands out our FitIns, keeps the unmasked sum."""
+
+    def __init__(self, grid: Grid, fitins: dict[int, FitIns]) -> None:
+        self.grid = grid
+        self.fitins = fitins
+        self.results: list[tuple[ClientProxy, FitRes]] | None = None
+
+    def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
+        return None
+
+    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
+        run_id = getattr(getattr(self.grid, "run", None), "run_id", 0)
+        return [(GridClientProxy(nid, self.grid, run_id), ins) for nid, ins in self.fitins.items()]
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]) -> tuple[Parameters | None, dict[str, Scalar]]:
+        self.results = list(results)
+        return None, {}
+
+    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[Any]:
+        return []
+
+    def aggregate_evaluate(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[float | None, dict[str, Scalar]]:
+        return None, {}
+
+    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
+        return None
+
+
+class _TimedWorkflow(SecAggPlusWorkflow):
+    """SecAgg+ with one timeout for the training stage and another for the key stages."""
+
+    def __init__(self, *args: Any, train_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stage_timeout = self.timeout
+        self._train_timeout = train_timeout
+
+    def collect_masked_vectors_stage(self, grid: Grid, context: LegacyContext, state: Any) -> bool:
+        self.timeout = self._train_timeout
+        try:
+            return cast(bool, super().collect_masked_vectors_stage(grid, context, state))
+        finally:
+            self.timeout = self._stage_timeout
+
+
+@dataclass
+class SecAggPlusAggregator(Aggregator):
+    """Sum integer client updates with Flower's SecAgg+ protocol; exact, like the ideal sum.
+
+    Every client's ``update`` arrays must hold integers in ``[0, 2**bits)`` (e.g. Skellam
+    residues, :meth:`fedpriv.skellam.SkellamMechanism.encode`); the returned ``total`` is their
+    exact int64 sum over the clients that survived the protocol (reduce it modulo
+    ``2**bits`` to decode). The round's clients must register :data:`clients.secagg.SECAGG_MODS`.
+
+    Parameters
+    ----------
+    num_shares : int | float
+        Shares of each client's secrets (its neighbours, itself included): an int ≥ 3, or a
+        float in (0, 1] as a fraction of the round's clients (1.0: every client).
+    reconstruction_threshold : int | float
+        Shares needed to reconstruct a secret: an int ≥ 2 (below ``num_shares`` when that is an
+        int), or a float in (0, 1] as a fraction of the shares. A round tolerates a client
+        dropping out as long as every client keeps at least this many live neighbours.
+    bits : int
+        Width of the residues, 1 ≤ bits ≤ 62.
+    stage_timeout : float
+        Seconds to wait for replies in each key stage (setup, share keys, unmask); the
+        training stage waits the ``timeout`` given to :meth:`sum_updates`.
+    num_clients : int, optional
+        If given, the constructor already checks the threshold against it.
+
+    Raises
+    ------
+    ConfigError
+        For out-of-range fields, or a threshold above the number of clients.
+    """
+
+    num_shares: int | float = 1.0
+    reconstruction_threshold: int | float = 0.5
+    bits: int = 32
+    stage_timeout: float = 30.0
+    num_clients: int | None = None
+    last_num_dropped: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        s, t = self.num_shares, self.reconstruction_threshold
+        check(not isinstance(s, bool) and (s == 1 or (isinstance(s, int) and s >= 3) or (isinstance(s, float) and 0 < s <= 1)),
+              "num_shares", s, "must be an int >= 3 or a float in (0, 1]")
+        check(not isinstance(t, bool) and ((isinstance(t, int) and t >= 1) or (isinstance(t, float) and 0 < t <= 1)),
+              "reconstruction_threshold", t, "must be an int >= 2 or a float in (0, 1]")
+        if isinstance(s, int) and s >= 3 and isinstance(t, int) and t != 1:
+            check(t < s, "reconstruction_threshold", t, f"must be < num_shares={s}")
+        check(isinstance(self.bits, int) and 1 <= self.bits <= 62, "bits", self.bits, "must be an integer in [1, 62]")
+        check(self.stage_timeout > 0, "stage_timeout", self.stage_timeout, "must be > 0")
+        if self.num_clients is not None:
+            self._check_round(self.num_clients)
+
+    def _check_round(self, n: int) -> tuple[int, int]:
+        """Shares and threshold for ``n`` clients, or ConfigError if the round cannot work."""
+        check(n >= 2, "num_clients", n, "must be >= 2 for SecAgg+")
+        check(self.bits + math.ceil(math.log2(n)) <= 62, "bits", self.bits,
+              f"is too large for an int64 sum of {n} clients")
+        shares, threshold = resolve_shares(self.num_shares, self.reconstruction_threshold, n)
+        if threshold > min(shares, n):
+            raise ConfigError("reconstruction_threshold", self.reconstruction_threshold,
+                              f"needs {threshold} shares but each client has only {min(shares, n)} "
+                              f"(num_shares={self.num_shares}, {n} clients)")
+        return shares, threshold
+
+    def sum_updates(self, grid: Grid, messages: Sequence[Message], *, server_round: int, timeout: float) -> AggregateResult:
+        """Run one SecAgg+ round over ``messages`` and return the exact sum of the updates.
+
+        Raises
+        ------
+        RoundFailed
+            If too many clients drop out for the masks to be removed, or replies disagree.
+        ConfigError
+            If the round has fewer than 2 clients or the threshold exceeds the clients.
+        """
+        self._check_round(len(messages))
+        limb_bits = limb_bits_for(self.bits, len(messages))
+        strategy = _CaptureStrategy(grid, {int(m.metadata.dst_node_id): self._fitins(m, limb_bits) for m in messages})
+        workflow = _TimedWorkflow(
+            self.num_shares, self.reconstruction_threshold, max_weight=1.0,
+            clipping_range=float(1 << (limb_bits - 1)), quantization_range=1 << limb_bits,
+            modulus_range=1 << MODULUS_BITS, timeout=self.stage_timeout, train_timeout=timeout,
+        )
+        workflow(grid, self._legacy_context(strategy, server_round))
+        if not strategy.results:
+            raise RoundFailed(f"round {server_round}: SecAgg+ halted (too many dropouts for "
+                              f"reconstruction_threshold={self.reconstruction_threshold})")
+        self.last_num_dropped = len(messages) - len(strategy.results)
+        return self._decode(strategy.results, limb_bits)
+
+    def _fitins(self, msg: Message, limb_bits: int) -> FitIns:
+        config: dict[str, Scalar] = {CONTENT_KEY: pack_content(msg.content), BITS_KEY: self.bits, LIMB_KEY: limb_bits}
+        return FitIns(parameters=Parameters(tensors=[], tensor_type=""), config=config)
+
+    @staticmethod
+    def _legacy_context(strategy: _CaptureStrategy, server_round: int) -> LegacyContext:
+        context = Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={})
+        manager = SimpleClientManager()
+        for proxy, _ in strategy.configure_fit(server_round, Parameters([], ""), manager):
+            manager.register(proxy)
+        legacy = LegacyContext(context, strategy=strategy, client_manager=manager)
+        legacy.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
+        legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: server_round})
+        return legacy
+
+    def _decode(self, results: list[tuple[ClientProxy, FitRes]], limb_bits: int) -> AggregateResult:
+        layouts = {str(res.metrics.get(LAYOUT_KEY)) for _, res in results}
+        if len(layouts) != 1:
+            raise RoundFailed(f"SecAgg+ clients disagree on the update layout: {sorted(layouts)[:2]}")
+        flat = join_limb_means(parameters_to_ndarrays(results[0][1].parameters), len(results), limb_bits)
+        total, offset = {}, 0
+        for key, shape in json.loads(layouts.pop()):
+            size = int(np.prod(shape, dtype=np.int64))
+            total[key] = flat[offset: offset + size].reshape(shape)
+            offset += size
+        metrics: dict[str, float] = {}
+        for _, res in results:
+            for key, val in res.metrics.items():
+                if key != LAYOUT_KEY and isinstance(val, (int, float)) and not isinstance(val, bool):
+                    metrics[key] = metrics.get(key, 0.0) + float(val)
+        return AggregateResult(total=total, num_clients=len(results), metrics=metrics)
