@@ -48,7 +48,8 @@ def _timed(agg: Aggregator, grid: Grid, msgs: list[Message], server_round: int) 
 
 
 def bench_secagg(num_clients: int = 10, rounds: int = 3, work_seconds: float = 0.0, num_cpus: int = 2,
-                 pull_interval: float | None = None) -> dict[str, Any]:
+                 pull_interval: float | None = None, num_shares: int | float = 1.0,
+                 reconstruction_threshold: int | float = 0.5) -> dict[str, Any]:
     """Median round seconds of ideal and SecAgg+ aggregation (after one warm-up round each).
 
     ``pull_interval`` (s), if given, replaces the in-memory grid's reply polling period
@@ -65,7 +66,8 @@ def bench_secagg(num_clients: int = 10, rounds: int = 3, work_seconds: float = 0
     shapes = cnn_shapes()
     times: dict[str, list[float]] = {"ideal": [], "secaggplus": []}
     aggs: dict[str, Aggregator] = {"ideal": IdealAggregator(),
-                                   "secaggplus": SecAggPlusAggregator(num_shares=1.0, reconstruction_threshold=0.5)}
+                                   "secaggplus": SecAggPlusAggregator(num_shares=num_shares,
+                                                                      reconstruction_threshold=reconstruction_threshold)}
     errors: list[BaseException] = []
     app = ServerApp()
 
@@ -90,7 +92,7 @@ def bench_secagg(num_clients: int = 10, rounds: int = 3, work_seconds: float = 0
         raise errors[0]
     ideal, sec = statistics.median(times["ideal"]), statistics.median(times["secaggplus"])
     return {"num_clients": num_clients, "num_params": sum(math.prod(s) for s in shapes.values()),
-            "work_seconds": work_seconds, "pull_interval": pull_interval, "ideal_s": ideal, "secaggplus_s": sec, "ratio": sec / ideal}
+            "work_seconds": work_seconds, "pull_interval": pull_interval, "num_shares": num_shares, "ideal_s": ideal, "secaggplus_s": sec, "ratio": sec / ideal}
 
 
 def main() -> None:
@@ -100,9 +102,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work-seconds", type=float, nargs="+", default=[0.0])
     parser.add_argument("--pull-interval", type=float, default=None)
+    parser.add_argument("--num-shares", type=float, default=1.0, help="fraction of the clients (<= 1) or a count")
     args = parser.parse_args()
+    shares: int | float = args.num_shares if args.num_shares <= 1 else int(args.num_shares)
     for work in args.work_seconds:
-        print(json.dumps(bench_secagg(args.num_clients, args.rounds, work, pull_interval=args.pull_interval)))
+        print(json.dumps(bench_secagg(args.num_clients, args.rounds, work, pull_interval=args.pull_interval,
+                                      num_shares=shares)))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 MLP 784-256-10) and batch size, every method's step runs side by side in one process,
 interleaved in rounds, and the median ms/step is reported with its ratio to the non-private
 step of the same model and batch. Peak memory is measured per method in a fresh forked child
-(``ru_maxrss`` increase over 3 steps, from just before the first step) on CPU, or as
+(``ru_maxrss`` increase over 2 steps, from just before the first step) on CPU, or as
 ``torch.cuda.max_memory_allocated`` above the allocation before the first step on CUDA.
 
 Sections are functions (``step_section``, ``memory_section``); ``main`` runs them. Usage::
@@ -158,8 +158,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def clock_for(device: torch.device, threads: int) -> Callable[[], float]:
+    """The timer: this thread's CPU time on CPU with one thread, else wall-clock.
+
+    With ``torch.set_num_threads(1)`` every op runs in the calling thread, so its CPU time is
+    the step's cost without the time the OS gave to other processes (this machine is shared);
+    with more threads or on CUDA, wall-clock (after ``torch.cuda.synchronize``) is used.
+    """
+    return time.thread_time if device.type == "cpu" and threads == 1 else time.perf_counter
+
+
 def time_cell(name: str, batch: int, device: torch.device, methods: Sequence[Method],
-              rounds: int, block_s: float) -> dict[str, list[float]]:
+              rounds: int, block_s: float, clock: Callable[[], float] = time.perf_counter,
+              ) -> dict[str, list[float]]:
     """Per-step seconds of each method, interleaved: ``rounds`` blocks of about ``block_s``."""
     steps = {m.name: setup(name, batch, device, m) for m in methods}
     per_block: dict[str, int] = {}
@@ -167,24 +178,24 @@ def time_cell(name: str, batch: int, device: torch.device, methods: Sequence[Met
         for _ in range(2):
             steps[m.name]()
         _sync(device)
-        t0 = time.perf_counter()
+        t0 = clock()
         steps[m.name]()
         _sync(device)
-        per_block[m.name] = max(1, int(block_s / max(time.perf_counter() - t0, 1e-6)))
+        per_block[m.name] = max(1, int(block_s / max(clock() - t0, 1e-6)))
     times: dict[str, list[float]] = {m.name: [] for m in methods}
     for _ in range(rounds):
         for m in methods:
             k = per_block[m.name]
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(k):
                 steps[m.name]()
             _sync(device)
-            times[m.name].append((time.perf_counter() - t0) / k)
+            times[m.name].append((clock() - t0) / k)
     return times
 
 
 def _peak_child(name: str, batch: int, device: torch.device, method: Method, threads: int) -> float:
-    """Peak memory increase (MiB) of 3 steps of ``method`` in a forked child (CPU: ru_maxrss)."""
+    """Peak memory increase (MiB) of 2 steps of ``method`` in a forked child (CPU: ru_maxrss)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: measure and report through the pipe, never return
@@ -193,7 +204,7 @@ def _peak_child(name: str, batch: int, device: torch.device, method: Method, thr
             step = setup(name, batch, device, method)
             gc.collect()
             base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-            for _ in range(3):
+            for _ in range(2):
                 step()
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             os.write(write, f"{(peak - base) / 1024:.1f}".encode())
@@ -251,13 +262,13 @@ class Row:
 
 def step_section(models: Sequence[str], batch_sizes: Sequence[int], device: torch.device,
                  methods: Sequence[Method] = METHODS, rounds: int = 15, block_s: float = 0.02,
-                 memory: dict[tuple[str, int, str], float] | None = None) -> list[Row]:
+                 memory: dict[tuple[str, int, str], float] | None = None, threads: int = 1) -> list[Row]:
     """Median ms/step of every method, side by side per (model, batch), with ratios."""
     rows = []
     for name in models:
         for batch in batch_sizes:
             t0 = time.perf_counter()
-            times = time_cell(name, batch, device, methods, rounds, block_s)
+            times = time_cell(name, batch, device, methods, rounds, block_s, clock_for(device, threads))
             base = statistics.median(times[methods[0].name])
             for m in methods:
                 med = statistics.median(times[m.name])
@@ -303,13 +314,13 @@ def run(args: argparse.Namespace, methods: Sequence[Method] = METHODS) -> list[R
         memory = memory_section(args.models, args.batch_sizes, device, methods, args.threads)
         print(f"  memory section {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return step_section(args.models, args.batch_sizes, device, methods, args.rounds,
-                        args.block_ms / 1e3, memory)
+                        args.block_ms / 1e3, memory, args.threads)
 
 
 def memory_method(device: torch.device) -> str:
     if device.type == "cuda":
         return "torch.cuda.max_memory_allocated above the allocation before the first of 3 steps"
-    return "ru_maxrss increase over 3 steps in a fresh forked child, from just before the first step"
+    return "ru_maxrss increase over 2 steps in a fresh forked child, from just before the first step"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -318,7 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     print(f"# DP step benchmark: torch {torch.__version__}, device {args.device}, "
           f"torch.set_num_threads({args.threads}), noise_multiplier={NOISE_MULTIPLIER}, "
-          f"max_grad_norm={MAX_GRAD_NORM}; median of {args.rounds} interleaved blocks of ~{args.block_ms:g} ms\n")
+          f"max_grad_norm={MAX_GRAD_NORM}; median of {args.rounds} interleaved blocks of ~{args.block_ms:g} ms; "
+          f"clock: {clock_for(torch.device(args.device), args.threads).__name__}\n")
     rows = run(args)
     print(format_table(rows, "skipped" if args.no_memory else memory_method(torch.device(args.device))))
     missed = [r for r in rows if r.target is not None and r.ratio > r.target]

@@ -62,11 +62,25 @@ def train_handler(cfg: dict[str, Any], msg: Message, context: Context) -> Messag
 
 
 def make_client_app(cfg: dict[str, Any]) -> ClientApp:
-    """A ``ClientApp`` whose ``train`` handler runs the configured client algorithm."""
+    """A ``ClientApp`` whose ``train`` handler runs the configured client algorithm.
+
+    An algorithm may take over whole messages: ``train_message_handler(cfg, msg, context)``
+    for train messages and ``query_handler(cfg, msg, context)`` for query messages.
+    """
     app = ClientApp()
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        return train_handler(cfg, msg, context)
+        handler = getattr(_algorithm(json.dumps(cfg, sort_keys=True)), "train_message_handler", None)
+        return handler(cfg, msg, context) if handler is not None else train_handler(cfg, msg, context)
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        """Query messages go to the algorithm's ``query_handler`` (e.g. random check-ins)."""
+        algorithm = _algorithm(json.dumps(cfg, sort_keys=True))
+        handler = getattr(algorithm, "query_handler", None)
+        if handler is None:
+            raise RuntimeError(f"{type(algorithm).__name__} answers no query messages")
+        return handler(cfg, msg, context)
 
     return app

@@ -58,6 +58,13 @@ class ClientAlgorithm(ABC):
         """Privacy events of one round for a single client's own release (its LDP); default none."""
         return []
 
+    def privacy_report(self, rounds: int, target_delta: float) -> dict[str, float]:
+        """Extra per-round privacy figures to print and save (e.g. ε for groups of g samples).
+
+        ``rounds`` is the number of released server rounds so far. Default: none.
+        """
+        return {}
+
     def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> ClientAlgorithm:
         """A copy whose noise meets ``target_epsilon`` after ``num_rounds`` rounds."""
         raise NotImplementedError(f"{type(self).__name__} does not support target_epsilon calibration")

@@ -60,6 +60,12 @@ class PrivacyConfig:
     stop_at_epsilon: Optional[float] = None
     honest_but_curious: bool = False
     secure_mode: bool = False
+    # random check-ins (second paper): the local randomizer's budget, clip and p0
+    local_epsilon: Optional[float] = None
+    local_delta: float = 0.0
+    clipping_norm: float = 1.0
+    checkin_probability: float = 1.0
+    group_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
 
 
 @dataclass
@@ -110,9 +116,13 @@ def validate_privacy(p: DictConfig | PrivacyConfig) -> None:
         Naming the first offending field.
     """
     sigma, target = p.noise_multiplier, p.target_epsilon
-    check((sigma is None) != (target is None), "privacy.noise_multiplier", sigma,
-          f"and privacy.target_epsilon={target!r}: give exactly one "
-          "(set privacy.noise_multiplier=null to calibrate to privacy.target_epsilon)")
+    if getattr(p, "local_epsilon", None) is not None:  # random check-ins: noise set by the local randomizer
+        check(sigma is None, "privacy.noise_multiplier", sigma,
+              "must be null when privacy.local_epsilon is set (the local randomizer sets the noise)")
+    else:
+        check((sigma is None) != (target is None), "privacy.noise_multiplier", sigma,
+              f"and privacy.target_epsilon={target!r}: give exactly one "
+              "(set privacy.noise_multiplier=null to calibrate to privacy.target_epsilon)")
     if sigma is not None:
         check(sigma >= 0, "privacy.noise_multiplier", sigma, "must be >= 0")
     if target is not None:

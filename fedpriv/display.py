@@ -10,14 +10,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 HEADER = f"{'round':>5}  {'accuracy':>8}  {'loss':>7}  {'ε':>8}  {'local ε':>9}  {'time [s]':>8}"
 
 
+STANDARD = {"server_round", "accuracy", "loss", "epsilon", "local_epsilon", "round_time_s", "status", "message"}
+
+
 def format_row(row: dict[str, Any]) -> str:
     """One aligned line of the per-round table."""
     if row.get("status", "ok") != "ok":
         return f"{row['server_round']:>5}  round failed: {row.get('message', '')}"
     local = row.get("local_epsilon")
     local_s = f"{local:9.3f}" if isinstance(local, float) else f"{'-':>9}"
+    extra = "  ".join(f"{k}={v:.3g}" for k, v in row.items() if k not in STANDARD and isinstance(v, float))
     return (f"{row['server_round']:>5}  {row['accuracy']:8.4f}  {row['loss']:7.4f}  "
-            f"{row['epsilon']:8.3f}  {local_s}  {row['round_time_s']:8.2f}")
+            f"{row['epsilon']:8.3f}  {local_s}  {row['round_time_s']:8.2f}  {extra}").rstrip()
 
 
 class RoundDisplay:

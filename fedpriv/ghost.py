@@ -147,9 +147,13 @@ def _linear_rule(
     want_w = m.weight.requires_grad
     want_b = m.bias is not None and m.bias.requires_grad
     bsz, d, p = a.shape[0], a.shape[-1], b.shape[-1]
-    if a.dim() == 2:
-        bb = (b * b).sum(1)
-        sq = bb * ((a * a).sum(1) + 1.0) if (want_w and want_b) else (bb * (a * a).sum(1) if want_w else bb)
+    if a.dim() == 2:  # ||b_i a_i^T||^2 = ||a_i||^2 ||b_i||^2, bias: ||b_i||^2
+        bb = torch.linalg.vector_norm(b, dim=1).square_()
+        if want_w:
+            aa = torch.linalg.vector_norm(a, dim=1).square_()
+            sq = bb.mul_(aa.add_(1.0)) if want_b else bb.mul_(aa)
+        else:
+            sq = bb
 
         def finish(c: torch.Tensor) -> list[torch.Tensor | None]:
             cb = b * c.unsqueeze(1)
@@ -162,7 +166,8 @@ def _linear_rule(
     per_sample: torch.Tensor | None = None
     if want_w:
         if t * (d + p) < d * p:  # Gram trick cheaper than the per-sample gradient
-            sq = sq + (torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(b3, b3.transpose(1, 2))).sum((1, 2))
+            gram = torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(b3, b3.transpose(1, 2))
+            sq = sq + gram.sum((1, 2)).clamp_min(0.0)  # >= 0 exactly; rounding may dip below
         else:
             per_sample = torch.bmm(b3.transpose(1, 2), a3)  # (B, p, d)
             sq = sq + torch.linalg.vector_norm(per_sample.reshape(bsz, -1), dim=1).square()
@@ -248,7 +253,7 @@ def _conv2d_rule(
             b4 = b3.reshape(bsz, g, pg, n_pos)
             gram_a = torch.matmul(patches.transpose(2, 3), patches)
             gram_b = torch.matmul(b4.transpose(2, 3), b4)
-            sq = sq + (gram_a * gram_b).sum((1, 2, 3))
+            sq = sq + (gram_a * gram_b).sum((1, 2, 3)).clamp_min(0.0)
         else:
             per_sample = _conv2d_per_sample(m, a, b).reshape(bsz, -1)
             sq = sq + torch.linalg.vector_norm(per_sample, dim=1).square()
@@ -352,16 +357,19 @@ def ghost_clipped_grad_sum(
     if any(r.a._version != r.a_version or r.z._version != r.z_version for r in records):
         return None
     rules = []
-    sq = torch.zeros(bsz, dtype=x.dtype if x.is_floating_point() else torch.float32, device=x.device)
+    sq: torch.Tensor | None = None
     for r, b in zip(records, out_grads, strict=True):
         if b is None:
             b = torch.zeros_like(r.z)
-        rule = _linear_rule if isinstance(r.module, nn.Linear) else _conv2d_rule
-        s, finish = rule(r.module, r.a, b)  # type: ignore[arg-type]
-        sq = sq + s
+        rule = _linear_rule if type(r.module) is nn.Linear else _conv2d_rule
+        dtype = r.module.weight.dtype  # e.g. fp16 activations under autocast: norms in fp32
+        s, finish = rule(r.module, r.a.to(dtype), b.to(dtype))  # type: ignore[arg-type]
+        sq = s if sq is None else sq.add_(s)
         rules.append((r.module, finish))
-    norms = sq.clamp(min=0).sqrt()
-    c = clip_factor(norms, max_grad_norm).to(sq.dtype)
+    if sq is None:  # no supported layer with trainable parameters
+        sq = torch.zeros(bsz, dtype=x.dtype if x.is_floating_point() else torch.float32, device=x.device)
+    norms = sq.sqrt()
+    c = norms.clamp_min(1e-30).reciprocal_().mul_(max_grad_norm).clamp_max_(1.0)  # clip_factor
     by_id = {id(p): k for k, p in params.items()}
     sums: dict[str, torch.Tensor] = {}
     for m, finish in rules:

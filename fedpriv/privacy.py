@@ -28,7 +28,8 @@ class RunPrivacy:
         self.algorithm = algorithm
         self.target_delta = float(privacy["target_delta"])
         self.stop_at_epsilon = privacy.get("stop_at_epsilon")
-        kw = {"accountant": privacy.get("accountant", "pld"), "conversion": privacy.get("conversion", "default")}
+        kw = {"accountant": privacy.get("accountant", "pld"), "conversion": privacy.get("conversion", "default"),
+              "neighboring_relation": getattr(algorithm, "neighboring_relation", "add_remove")}
         self.central = PrivacyLedger(**kw)
         self.local = PrivacyLedger(**kw) if algorithm.local_events() else None
         self.rounds = 0

@@ -60,6 +60,7 @@ class RunRecorder:
         self.status = "running"
         self.message = ""
         self._csv = self.out_dir / "metrics.csv"
+        self._fields: list[str] = list(ROUND_FIELDS)
         self._csv.unlink(missing_ok=True)
         self._write_json()
 
@@ -67,11 +68,14 @@ class RunRecorder:
         """Append one round (keys of :data:`ROUND_FIELDS`, extra keys kept in JSON only)."""
         self.rounds.append(dict(row))
         new = not self._csv.exists()
+        if new:  # the header: standard fields, then the first row's extra scalar figures
+            extra = [k for k, v in row.items() if k not in ROUND_FIELDS and isinstance(v, (int, float))]
+            self._fields = [*ROUND_FIELDS, *extra]
         with self._csv.open("a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=ROUND_FIELDS, extrasaction="ignore")
+            writer = csv.DictWriter(f, fieldnames=self._fields, extrasaction="ignore")
             if new:
                 writer.writeheader()
-            writer.writerow({k: row.get(k, "") for k in ROUND_FIELDS})
+            writer.writerow({k: row.get(k, "") for k in self._fields})
         self._write_json()
 
     def update_privacy(self, **values: Any) -> None:

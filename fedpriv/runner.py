@@ -5,6 +5,7 @@ Flower's simulation engine (Ray backend), recording accuracy and ε every round.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,19 @@ class Job:
             return False
         return True
 
-    def round_released(self, server_round: int, state: dict[str, np.ndarray], result: AggregateResult, seconds: float) -> None:
+    def evaluate_state(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
+        """``(accuracy, loss)`` of ``state`` on the test split (the job's model is left as it was)."""
+        model = build_model_for(self.cfg)
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        return evaluate(model, self.x_test, self.y_test)
+
+    def note(self, text: str) -> None:
+        """Print a line above the progress bar."""
+        self.display.note(text)
+
+    def round_released(self, server_round: int, state: dict[str, np.ndarray], result: AggregateResult, seconds: float,
+                       extra: dict[str, Any] | None = None) -> None:
+        """Record a released round; ``extra`` adds strategy figures to its row (floats are printed)."""
         self.privacy.record_round()
         self.state = state
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
@@ -66,7 +79,9 @@ class Job:
         row = {"server_round": server_round, "accuracy": accuracy, "loss": loss,
                "epsilon": self.privacy.epsilon(), "local_epsilon": self.privacy.local_epsilon(),
                "round_time_s": seconds, "status": "ok",
-               "client_metrics": {k: v for k, v in result.metrics.items()}}
+               "client_metrics": {k: v for k, v in result.metrics.items()},
+               **self.privacy.algorithm.privacy_report(self.privacy.rounds, self.privacy.target_delta),
+               **(extra or {})}
         self.recorder.update_privacy(epsilon=row["epsilon"], local_epsilon=row["local_epsilon"],
                                      rounds_released=self.privacy.rounds, ledger=self.privacy.central.to_dict())
         self.recorder.log_round(row)
@@ -134,15 +149,14 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
     job = Job(run_cfg, algorithm, aggregator, recorder, display)
     display.note(f"fedpriv: {run_cfg['num_clients']} clients, {run_cfg['num_rounds']} rounds, "
-                 f"σ={p['noise_multiplier']:.4g}, δ={p['target_delta']:g}, accountant={p['accountant']}; outputs in {out_dir}")
+                 f"σ={p['noise_multiplier'] if p['noise_multiplier'] is None else format(p['noise_multiplier'], '.4g')}, δ={p['target_delta']:g}, accountant={p['accountant']}; outputs in {out_dir}")
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         job.state = strategy.run(grid, job)
 
-    backend = {"client_resources": dict(run_cfg["client_resources"]),
-               "init_args": {**DEFAULT_RAY_INIT, **{k: v for k, v in (run_cfg.get("ray_init_args") or {}).items() if v is not None}}}
+    backend = {"client_resources": dict(run_cfg["client_resources"]), "init_args": ray_init_args(run_cfg.get("ray_init_args"))}
     t0 = time.monotonic()
     status, message = "failed", ""
     try:
@@ -159,6 +173,25 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         recorder.finish(status, message, weights=job.state if run_cfg.get("save_model", True) else None,
                         plot=bool(run_cfg.get("plot", True)))
     return {"status": status, "rounds": recorder.rounds, "privacy": recorder.privacy, "wall_time_s": recorder.extra["wall_time_s"]}
+
+
+# ray.init arguments that configure a NEW local instance; connecting to an existing cluster rejects them
+RAY_RESOURCE_ARGS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory", "_memory",
+                     "_system_config", "_node_name", "_enable_object_reconstruction")
+
+
+def ray_init_args(given: dict[str, Any] | None) -> dict[str, Any]:
+    """``ray.init`` keyword arguments: the defaults, then ``given`` without null values.
+
+    When ``address`` (or, if it is null, the ``RAY_ADDRESS`` environment variable) names an
+    existing cluster (anything but ``"local"``), the resource-sizing arguments
+    (:data:`RAY_RESOURCE_ARGS`) are dropped: Ray refuses them on connect, and the cluster's
+    own resources apply.
+    """
+    args = {**DEFAULT_RAY_INIT, **{k: v for k, v in (given or {}).items() if v is not None}}
+    if (args.get("address") or os.environ.get("RAY_ADDRESS") or "local") != "local":
+        args = {k: v for k, v in args.items() if k not in RAY_RESOURCE_ARGS}
+    return args
 
 
 def _run_simulation(server_app: ServerApp, client_app: Any, num_clients: int, backend: dict[str, Any]) -> None:

@@ -40,3 +40,90 @@ class PoissonSampler:
         """One batch: sorted int64 indices, shape ``(B,)`` with ``B ~ Binomial(num_samples, q)``."""
         gen = as_generator(rng)
         return np.flatnonzero(gen.random(num_samples) < self.sample_rate).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class ShuffleSampler:
+    """Shuffling (the first paper's SH): one random permutation per epoch cut into disjoint S_b.
+
+    An epoch over ``N`` records has ``R = N // (m s)`` rounds; round ``b`` takes positions
+    ``[b m s, (b+1) m s)`` of the epoch's permutation, split into ``m`` consecutive groups
+    of ``s`` (a uniformly random partition, since the permutation is uniform). The
+    ``N - R m s`` records at the end of the permutation are not used in that epoch.
+
+    Parameters
+    ----------
+    num_groups : int
+        m >= 1, groups per round.
+    group_size : int
+        s >= 1, records per group.
+
+    References
+    ----------
+    van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping", Sec. 3
+    (Sample_{s,m}, shuffling); PRIVACY-SPEC Sec. 1.
+    """
+
+    num_groups: int
+    group_size: int
+
+    def __post_init__(self) -> None:
+        _check_sizes(self.num_groups, self.group_size)
+
+    def rounds_per_epoch(self, num_samples: int) -> int:
+        """``N // (m s)``; raises :class:`ConfigError` if ``m s > N``."""
+        return _rounds_per_epoch(num_samples, self.num_groups, self.group_size)
+
+    def epoch(self, num_samples: int, rng: np.random.Generator | int | None) -> np.ndarray:
+        """All rounds of one epoch: int64 indices of shape ``(R, m, s)``, pairwise distinct."""
+        r = self.rounds_per_epoch(num_samples)
+        perm = as_generator(rng).permutation(num_samples).astype(np.int64)
+        return perm[: r * self.num_groups * self.group_size].reshape(r, self.num_groups, self.group_size)
+
+
+@dataclass(frozen=True)
+class SubsampleSampler:
+    """Subsampling (the first paper's SS): each S_b uniform without replacement, size ``m s``.
+
+    Rounds are independent; ``S_b`` is split into ``m`` groups of ``s`` at random.
+
+    Parameters
+    ----------
+    num_groups : int
+        m >= 1, groups per round.
+    group_size : int
+        s >= 1, records per group.
+
+    References
+    ----------
+    van Dijk et al., Sec. 3 (Sample_{s,m}, subsampling); PRIVACY-SPEC Sec. 1.
+    """
+
+    num_groups: int
+    group_size: int
+
+    def __post_init__(self) -> None:
+        _check_sizes(self.num_groups, self.group_size)
+
+    def rounds_per_epoch(self, num_samples: int) -> int:
+        """``N // (m s)`` (the rounds counted as one epoch); raises if ``m s > N``."""
+        return _rounds_per_epoch(num_samples, self.num_groups, self.group_size)
+
+    def sample(self, num_samples: int, rng: np.random.Generator | int | None) -> np.ndarray:
+        """One round: int64 indices of shape ``(m, s)``, all distinct, uniformly random."""
+        self.rounds_per_epoch(num_samples)
+        size = self.num_groups * self.group_size
+        idx = as_generator(rng).choice(num_samples, size=size, replace=False).astype(np.int64)
+        return idx.reshape(self.num_groups, self.group_size)
+
+
+def _check_sizes(num_groups: int, group_size: int) -> None:
+    for name, v in (("num_groups", num_groups), ("group_size", group_size)):
+        check(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1, name, v,
+              "must be an integer >= 1")
+
+
+def _rounds_per_epoch(num_samples: int, num_groups: int, group_size: int) -> int:
+    check(num_groups * group_size <= num_samples, "num_groups", num_groups,
+          f"times group_size={group_size} must be <= the client's {num_samples} samples")
+    return num_samples // (num_groups * group_size)

@@ -396,3 +396,45 @@ class SkellamMechanism:
         check(arr.shape == (self.padded_dim,), "total.shape", arr.shape, f"must be ({self.padded_dim},)")
         check(np.issubdtype(arr.dtype, np.integer), "total.dtype", arr.dtype, "must be an integer type")
         return self.decode_signed(centered_mod(arr, self.bits), seed)
+
+    # ---- choosing the scale -----------------------------------------------------------
+    @classmethod
+    def from_noise_multiplier(cls, noise_multiplier: float, **fields: object) -> SkellamMechanism:
+        """The mechanism with the largest ``scale`` whose sum fits in ``bits``, for a noise
+        multiplier σ: ``mu = (s σ C)² / 2``, i.e. total noise std ``s σ C`` in integer units
+        (σ C in real units, like the Gaussian it replaces).
+
+        Parameters
+        ----------
+        noise_multiplier : float
+            σ > 0, total noise std over ``clipping_norm``.
+        **fields
+            Every other field except ``scale`` and ``mu`` (``bits``, ``clipping_norm``,
+            ``num_clients``, ``dim``, ...).
+
+        Raises
+        ------
+        ConfigError
+            If ``noise_multiplier`` is not > 0, or no scale fits in ``bits``.
+        """
+        check(math.isfinite(noise_multiplier) and noise_multiplier > 0, "noise_multiplier",
+              noise_multiplier, "must be > 0")
+        sigma_c = noise_multiplier * float(fields["clipping_norm"])  # type: ignore[arg-type]
+
+        def build(log2_scale: float) -> SkellamMechanism:
+            s = 2.0**log2_scale
+            return cls(scale=s, mu=(s * sigma_c) ** 2 / 2.0, **fields)  # type: ignore[arg-type]
+
+        lo, hi = -60.0, 64.0
+        try:
+            build(lo)
+        except ConfigError as exc:
+            raise ConfigError("bits", fields.get("bits"), f"leaves no room for any scale ({exc})") from exc
+        while hi - lo > 1e-3:
+            mid = 0.5 * (lo + hi)
+            try:
+                build(mid)
+                lo = mid
+            except ConfigError:
+                hi = mid
+        return build(lo)

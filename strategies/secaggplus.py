@@ -235,7 +235,8 @@ class SecAggPlusAggregator(Aggregator):
         Raises
         ------
         RoundFailed
-            If too many clients drop out for the masks to be removed, or replies disagree.
+            If too many clients drop out for the masks to be removed, a reply is malformed, or
+            the replies disagree on the update layout.
         ConfigError
             If the round has fewer than 2 clients or the threshold exceeds the clients.
         """
@@ -247,7 +248,10 @@ class SecAggPlusAggregator(Aggregator):
             clipping_range=float(1 << (limb_bits - 1)), quantization_range=1 << limb_bits,
             modulus_range=1 << MODULUS_BITS, timeout=self.stage_timeout, train_timeout=timeout,
         )
-        workflow(grid, self._legacy_context(strategy, server_round))
+        try:
+            workflow(grid, self._legacy_context(strategy, server_round))
+        except (KeyError, TypeError, ValueError) as exc:  # a malformed reply or share
+            raise RoundFailed(f"round {server_round}: SecAgg+ protocol error: {exc!r}") from exc
         if not strategy.results:
             raise RoundFailed(f"round {server_round}: SecAgg+ halted (too many dropouts for "
                               f"reconstruction_threshold={self.reconstruction_threshold})")

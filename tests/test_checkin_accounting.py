@@ -288,7 +288,7 @@ def test_monotone_and_never_nan(variant: str, e0: float, n: int, frac: float, d:
     m = max(1, int(frac * n))
     ev = ci.CheckinEvent(variant, e0, n, m)
     base = ev.epsilon(d)
-    assert not math.isnan(base) and base > 0
+    assert not math.isnan(base) and base >= 0  # 0 is valid once delta exceeds TV distance
     assert ci.CheckinEvent(variant, e0 * factor, n, m).epsilon(d) >= base
     if variant != "shuffle" and int(m * factor) <= n:
         assert ci.CheckinEvent(variant, e0, n, int(m * factor) + 1).epsilon(d) <= base

@@ -10,6 +10,7 @@ timeout; two dropouts (beyond tolerance: RoundFailed); all clients again.
 from __future__ import annotations
 
 import json
+import time
 import traceback
 from typing import Any
 
@@ -165,7 +166,10 @@ def simulation() -> dict[str, Any]:
                 out[("secagg", server_round)] = _run(sec, grid, nodes, server_round, fail, late)
                 out[("dropped", server_round)] = sec.last_num_dropped
                 ideal = IdealAggregator(min_replies=N - len(fail) - len(late) if ok else None)
-                out[("ideal", server_round)] = _run(ideal, grid, nodes, server_round, fail, late)
+                # reference: the late clients raise instead (a sleeping Ray actor would delay the rest)
+                out[("ideal", server_round)] = _run(ideal, grid, nodes, server_round, fail + late, [])
+                if late:  # let the straggler finish: in simulation its stale context write-back
+                    time.sleep(SLEEP_S)  # would otherwise clobber the next round's SecAgg+ state
         except BaseException:
             out["error"] = traceback.format_exc()
 

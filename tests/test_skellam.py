@@ -215,6 +215,30 @@ class TestWrap:
         assert mech(bits=62, mu=1e8, steps=100).required_bits > mech(bits=62, mu=1e8).required_bits
 
 
+class TestChooseScale:
+    def test_largest_scale_that_fits(self) -> None:
+        kw = dict(bits=32, clipping_norm=0.5, num_clients=10, dim=26010, steps=12, max_summands=12 * 6000)
+        m = SkellamMechanism.from_noise_multiplier(1.3, **kw)
+        assert m.mu == pytest.approx((m.scale * 1.3 * 0.5) ** 2 / 2)  # noise std s*sigma*C
+        assert m.required_bits <= 32
+        bigger = 1.01 * m.scale
+        with pytest.raises(ConfigError, match="need bits >= 33"):
+            SkellamMechanism(scale=bigger, mu=(bigger * 1.3 * 0.5) ** 2 / 2, **kw)  # type: ignore[arg-type]
+
+    def test_no_scale_fits(self) -> None:
+        with pytest.raises(ConfigError, match="no room for any scale"):
+            SkellamMechanism.from_noise_multiplier(1.0, bits=8, clipping_norm=1.0, num_clients=100, dim=10, max_summands=10)
+
+    def test_sensitivities_match_the_accountant(self) -> None:
+        # the accountant's independent helper (fedpriv.accounting.skellam) on the padded dimension
+        from fedpriv.accounting.skellam import rounded_sensitivities
+
+        for rotation, beta in [(False, 0.0), (True, math.exp(-0.5)), (False, 0.3)]:
+            m = mech(dim=1000, scale=300.0, rotation=rotation, beta=beta)
+            l1, l2 = rounded_sensitivities(m.clipping_norm, m.scale, m.padded_dim, beta)
+            assert (m.l1_sensitivity, m.l2_sensitivity) == pytest.approx((l1, l2), rel=1e-12)
+
+
 class TestBadInput:
     @pytest.mark.parametrize(("field", "value"), [
         ("bits", 1), ("bits", 63), ("bits", 16.0), ("scale", 0.0), ("scale", -1.0),

@@ -268,7 +268,8 @@ def optimal_composition_delta(epsilon: float, delta: float, count: int,
                          - scipy.special.gammaln(k - ls + 1))
             log_terms = (log_binom + (k - ls) * epsilon - k * np.logaddexp(0.0, epsilon)
                          + np.log(-np.expm1(total_epsilon - (k - 2 * ls) * epsilon)))
-            pure = float(np.exp(scipy.special.logsumexp(log_terms)))
+            top = float(log_terms.max())
+            pure = math.exp(top) * float(np.exp(log_terms - top).sum())
     pure = min(max(pure, 0.0), 1.0)
     return float(-np.expm1(k * np.log1p(-delta)) + np.exp(k * np.log1p(-delta)) * pure)
 
@@ -289,7 +290,7 @@ def _optimal_composition_epsilon(epsilon: float, delta: float, count: int,
     if optimal_composition_delta(epsilon, delta, count, 0.0) <= total_delta:
         return 0.0
     lo = 0.0
-    for _ in range(100):
+    while hi - lo > 1e-12 * hi:
         mid = 0.5 * (lo + hi)
         if optimal_composition_delta(epsilon, delta, count, mid) <= total_delta:
             hi = mid
@@ -304,21 +305,18 @@ def compose_repetitions(pass_epsilon: Callable[[float], float], count: int,
 
     Tries a grid of per-pass deltas and, for each, basic, advanced and optimal
     composition; returns ``(epsilon, method)``. Every candidate is a valid guarantee, so
-    their minimum is too.
+    their minimum is too. For ``count = 1`` the "optimal" candidate is the exact
+    conversion of one (eps, delta) point to a smaller epsilon at a larger delta.
     """
-    if count == 1:
-        return pass_epsilon(total_delta), "single pass"
-    best, method = math.inf, "none"
     eps_basic = pass_epsilon(total_delta / count)
-    if count * eps_basic < best:
-        best, method = count * eps_basic, "basic"
+    best, method = count * eps_basic, ("basic" if count > 1 else "single pass")
     for frac in np.concatenate([np.logspace(-4, -1, 7), np.linspace(0.2, 0.9, 8)]):
         d_pass = float(frac) * total_delta / count
         eps = pass_epsilon(d_pass)
         if not math.isfinite(eps):
             continue
         slack = total_delta - count * d_pass
-        adv = advanced_composition_epsilon(eps, count, slack)
+        adv = advanced_composition_epsilon(eps, count, slack) if count > 1 else math.inf
         if adv < best:
             best, method = adv, "advanced"
         opt = _optimal_composition_epsilon(eps, d_pass, count, total_delta)

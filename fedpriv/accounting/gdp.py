@@ -38,6 +38,7 @@ __all__ = [
     "mixture_delta",
     "mixture_epsilon",
     "analytic_gaussian_sigma",
+    "noise_for_mu",
     "run_cli",
     "run_cli_gaussian",
 ]
@@ -433,7 +434,7 @@ def _run_mu(mu: float | None, eps: float | None, delta: float | None) -> dict[st
                               "and target_delta are both needed to calibrate")
         mu = gdp_mu(eps, delta)
         return {"epsilon": eps, "delta": float(gdp_delta(eps, mu)), "mu": mu,
-                "calibrated": True}
+                "calibrated": "mu", "target_epsilon": eps}
     if delta is not None:
         return {"epsilon": gdp_epsilon(delta, mu), "delta": delta, "mu": mu}
     assert eps is not None
@@ -445,7 +446,7 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
 
     With ``mu`` and ``target_delta`` returns the exact epsilon; with ``mu`` and
     ``target_epsilon`` the exact delta; without ``mu`` but with both targets the largest mu
-    that meets them (``"calibrated": true``). The dict always has ``epsilon`` and ``delta``.
+    that meets them (``"calibrated": "mu"``). The dict always has ``epsilon`` and ``delta``.
 
     Raises
     ------
@@ -467,7 +468,7 @@ def run_cli_gaussian(params: Mapping[str, Any]) -> dict[str, Any]:
     ``steps`` compositions of the Gaussian mechanism with noise std ``noise_multiplier``
     times the sensitivity form exactly ``G_mu`` with ``mu = sqrt(steps)/noise_multiplier``.
     Without ``noise_multiplier`` but with both targets returns the smallest noise multiplier
-    that meets them (``"calibrated": true``).
+    that meets them (``"calibrated": "noise_multiplier"``).
 
     Raises
     ------
@@ -488,6 +489,7 @@ def run_cli_gaussian(params: Mapping[str, Any]) -> dict[str, Any]:
         sigma = noise_for_mu(res["mu"], math.sqrt(steps), eps, delta)
         res["mu"] = math.sqrt(steps) / sigma
         res["delta"] = float(gdp_delta(eps, res["mu"]))
+        res["calibrated"] = "noise_multiplier"
     out: dict[str, Any] = {"analysis": "gaussian", "noise_multiplier": sigma, "steps": steps}
     out.update(res)
     return out
