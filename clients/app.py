@@ -67,7 +67,11 @@ def make_client_app(cfg: dict[str, Any]) -> ClientApp:
     An algorithm may take over whole messages: ``train_message_handler(cfg, msg, context)``
     for train messages and ``query_handler(cfg, msg, context)`` for query messages.
     """
-    app = ClientApp()
+    secagg = "secaggplus" in str((cfg.get("aggregator") or {}).get("_target_", "")).lower()
+    if secagg:
+        from clients.secagg import SECAGG_MODS
+
+    app = ClientApp(mods=list(SECAGG_MODS) if secagg else None)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:

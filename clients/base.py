@@ -42,6 +42,9 @@ class TrainContext:
 class ClientAlgorithm(ABC):
     """Local training of one client for one server round."""
 
+    #: True if ``train`` returns integer residues (required by the SecAgg+ aggregator).
+    integer_updates = False
+
     @abstractmethod
     def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """Train from the global ``model`` (modified in place) and return ``(update, metrics)``.
@@ -53,6 +56,26 @@ class ClientAlgorithm(ABC):
     @abstractmethod
     def round_events(self) -> list[tuple[Any, int]]:
         """Privacy events of one round's aggregated release, as ``[(event, count), ...]``."""
+
+    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
+        """Events of a round whose sum holds only ``contributors`` of the clients (dropouts).
+
+        Raises ``NotImplementedError`` when the algorithm cannot account for it; the run then
+        stops rather than under-report ε.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot account a round with {contributors} clients")
+
+    def for_run(self, cfg: dict[str, Any]) -> ClientAlgorithm:
+        """A copy bound to the run's resolved ``cfg`` (data sizes, model dimension, seed).
+
+        Called by :func:`fedpriv.setup.build_algorithm` on the server and in every client, so
+        both sides hold the same algorithm. Default: ``self``.
+        """
+        return self
+
+    def decode_sum(self, total: dict[str, Any], shapes: dict[str, tuple[int, ...]], server_round: int) -> dict[str, Any]:
+        """The real-valued SUM of the clients' deltas from the aggregated ``total`` (default: as is)."""
+        return total
 
     def local_events(self) -> list[tuple[Any, int]]:
         """Privacy events of one round for a single client's own release (its LDP); default none."""

@@ -75,7 +75,7 @@ def optimizer_class(target: Any) -> type[torch.optim.Optimizer]:
     """
     module, _, name = str(target).rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module), name) if module else None
+        cls = getattr(importlib.import_module(module), name, None) if module else None
     except ImportError:
         cls = None
     check(isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer), "client.optimizer._target_",

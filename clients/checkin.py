@@ -100,8 +100,8 @@ def draw_checkin(rng: np.random.Generator, checkin_probability: float, window: t
 # --------------------------------------------------------------------------- randomizer
 def _laplace(shape: torch.Size, scale: float, generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
     """i.i.d. Laplace(0, scale) as the difference of two Exp(1) draws (no log(0) possible)."""
-    e1 = torch.empty(shape, dtype=torch.float64).exponential_(generator=generator)
-    e2 = torch.empty(shape, dtype=torch.float64).exponential_(generator=generator)
+    e1 = torch.empty(shape, dtype=torch.float64, device=generator.device).exponential_(generator=generator)
+    e2 = torch.empty(shape, dtype=torch.float64, device=generator.device).exponential_(generator=generator)
     return (scale * (e1 - e2)).to(dtype)
 
 
@@ -184,7 +184,8 @@ class LocalRandomizer:
         for k, shape in shapes.items():
             size = torch.Size(shape)
             if self.kind == "gaussian":
-                out[k] = (self.noise_stddev * torch.randn(size, generator=generator, dtype=torch.float64)).to(dtype)
+                out[k] = (self.noise_stddev * torch.randn(size, generator=generator, dtype=torch.float64,
+                                                       device=generator.device)).to(dtype)
             else:
                 out[k] = _laplace(size, self.laplace_scale, generator, dtype)
         return out
@@ -315,6 +316,11 @@ class CheckinClient(ClientAlgorithm):
         pass) or the window length (``sliding-window``, ``m <= num_clients``).
     randomizer : {"gaussian", "laplace"}
         The local randomizer (:class:`LocalRandomizer`).
+    window : [first, last] or None
+        ``R_j`` as an inclusive 1-based slot range for ``fixed`` / ``averaged`` (default
+        ``[1, m]``). It must lie inside the run's slots, and Theorems 3.2 / 4.1 cover only the
+        full window, so any other value is refused; the sliding window's ``R_j`` is
+        ``{j, ..., j+m-1}`` (leave ``window`` null).
     client_sample_rate : float or None
         ``poisson`` only: the server's per-step client sampling rate ``q`` (default
         ``checkin_probability / num_slots``, the rate at which a client checks into a slot).
@@ -335,6 +341,7 @@ class CheckinClient(ClientAlgorithm):
     variant: str = "fixed"
     num_slots: int = 100
     randomizer: str = "laplace"
+    window: list[int] | None = None
     client_sample_rate: float | None = None
     privacy: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 1
@@ -354,6 +361,8 @@ class CheckinClient(ClientAlgorithm):
             check(self.num_slots <= self.num_clients, "client.num_slots", self.num_slots,
                   f"must be <= num_clients={self.num_clients} for the sliding window (window of m slots, "
                   "n - m + 1 updates)")
+        if self.window is not None:
+            self._check_window()
         if self.client_sample_rate is not None:
             check(self.variant == "poisson", "client.client_sample_rate", self.client_sample_rate,
                   "is only used by client.variant=poisson")
@@ -362,6 +371,19 @@ class CheckinClient(ClientAlgorithm):
             _ = self.event
         except ConfigError as exc:
             raise ConfigError(_FIELD_PREFIX.get(exc.field, "") + exc.field, exc.value, exc.allowed) from None
+
+    def _check_window(self) -> None:
+        """``window`` must be ``[1, m]`` (the only window Theorems 3.2 / 4.1 cover)."""
+        w = list(self.window or [])
+        check(self.variant in ("fixed", "averaged"), "client.window", w,
+              f"must be null for client.variant={self.variant} (the sliding window's R_j = {{j..j+m-1}} "
+              "is set by num_slots)")
+        check(len(w) == 2 and all(isinstance(v, int) for v in w) and w[0] <= w[1], "client.window", w,
+              "must be [first, last] slot numbers")
+        check(1 <= w[0] and w[1] <= self.num_slots, "client.window", w,
+              f"lies outside the run's slots [1, {self.num_slots}]")
+        check(w == [1, self.num_slots], "client.window", w,
+              f"must be the whole run [1, {self.num_slots}]: the check-in theorems cover only R_j = [m]")
 
     # -- parameters ----------------------------------------------------------------
     @property
@@ -385,6 +407,8 @@ class CheckinClient(ClientAlgorithm):
     @property
     def sample_rate(self) -> float:
         """``poisson``: the per-step client sampling rate ``q``."""
+        if self.window is not None:
+            self._check_window()
         if self.client_sample_rate is not None:
             return float(self.client_sample_rate)
         return self.checkin_probability / self.num_slots

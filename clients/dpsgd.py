@@ -92,6 +92,14 @@ class LocalDPSGD(ClientAlgorithm):
     def round_events(self) -> list[tuple[Any, int]]:
         return [(poisson_gaussian_event(self.noise_multiplier, self.sample_rate), self.steps)]
 
+    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
+        """Only ``contributors`` clients' noise is in the sum: σ_eff = σ √((contributors − hbc) / shares)."""
+        hbc = self.num_clients - self.noise_shares
+        trusted = contributors - hbc
+        check(trusted >= 1, "contributors", contributors, "leave no trusted noise in the sum")
+        sigma = self.noise_multiplier * math.sqrt(min(trusted, self.noise_shares) / self.noise_shares)
+        return [(poisson_gaussian_event(sigma, self.sample_rate), self.steps)]
+
     def local_events(self) -> list[tuple[Any, int]]:
         local_sigma = self.noise_multiplier / math.sqrt(self.noise_shares)
         return [(poisson_gaussian_event(local_sigma, self.sample_rate), self.steps)]

@@ -5,13 +5,14 @@ computes only the output gradients ``b = dL/dz`` (``L`` = summed loss, so ``b_i`
 ``i``'s own output gradient) and no weight gradient at all. From ``(a, b)`` each layer gives
 
 * the per-sample squared gradient norms, without materializing per-sample gradients where
-  that is cheaper ("ghost norm", Goodfellow 2015; Li et al. 2022, Sec. 4; Bu et al. 2023):
+  that is cheaper ("ghost norm": Goodfellow 2015; Li et al. 2022; Bu et al. 2023):
   a linear layer without sequence dims has ``||b_i a_i^T||^2 = ||a_i||^2 ||b_i||^2``; with a
   sequence (or conv-patch) dim of length T, ``||a_i^T b_i||_F^2 = <a_i a_i^T, b_i b_i^T>``
-  (cost ``T^2 (d + p)``), or the direct per-sample gradient (cost ``T d p``), whichever is cheaper;
+  (cost ``T^2 (d + p)``), or the direct per-sample gradient (cost ``T d p``), whichever is
+  cheaper (Bu et al. 2023's layerwise decision);
 * the clipped sum ``sum_i c_i b_i^T a_i`` with ``c_i = min(1, C / ||g_i||)`` as one matrix
   product of the reweighted output gradients with the stored inputs ("book-keeping",
-  Bu et al. 2023, Alg. 1), so no second backward pass is needed.
+  Bu et al. 2023), so no second backward pass is needed.
 
 Supported parameterized layers: ``nn.Linear`` (any leading dims after the batch) and
 ``nn.Conv2d`` (stride, padding incl. ``"same"`` and non-zero padding modes, dilation, groups,
@@ -28,9 +29,9 @@ References
 ----------
 Goodfellow, "Efficient per-example gradient computations", arXiv:1510.01799 (2015).
 Li, Tramèr, Liang, Hashimoto, "Large language models can be strong differentially private
-learners", ICLR 2022, Sec. 4 (ghost clipping).
+learners", ICLR 2022 (ghost clipping).
 Bu, Wang, Zha, Karypis, "Differentially private optimization on large model at small cost",
-ICML 2023, Alg. 1 (book-keeping).
+ICML 2023, PMLR 202:3192-3218 (book-keeping, layerwise decision).
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ SAFE_PARAMETERLESS: tuple[type[nn.Module], ...] = (
 )
 """Parameterless leaf layers known to act on each sample separately (exact types)."""
 
+FROZEN_PER_SAMPLE: tuple[type[nn.Module], ...] = (
+    nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LayerNorm, nn.GroupNorm, nn.Embedding,
+)
+"""Layers acting on each sample separately that may appear with all parameters frozen."""
+
 CROSS_SAMPLE_LAYERS: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
 """Layers whose output for one sample depends on the other samples of the batch."""
 
@@ -74,10 +80,11 @@ def refuse_cross_sample(model: nn.Module) -> None:
     Raises
     ------
     ConfigError
-        Naming the first BatchNorm module found. BatchNorm couples the samples of a batch, so a
-        per-sample clipped gradient no longer bounds one sample's influence (Abadi et al. 2016,
-        Sec. 3.1 needs per-example gradients); use GroupNorm/LayerNorm, or batch clipping, which
-        the first paper's analysis covers (Algorithm 1 with m = 1).
+        Naming the first BatchNorm module found. BatchNorm couples the samples of a batch, so
+        clipping "per-sample" gradients no longer bounds one sample's influence on the sum
+        (the per-example clipping of Abadi et al. 2016, Alg. 1, assumes each example's gradient
+        depends on that example alone); use GroupNorm/LayerNorm, or batch clipping, which the
+        first paper's analysis covers (Algorithm 1 with m = 1; PRIVACY-SPEC Sec. 1).
     """
     if not any(isinstance(m, CROSS_SAMPLE_LAYERS) for m in model.modules()):
         return
@@ -91,9 +98,11 @@ def refuse_cross_sample(model: nn.Module) -> None:
 
 
 def _safe_parameterless(m: nn.Module) -> bool:
-    """Whether a parameterless module is known to keep samples separate."""
+    """Whether a leaf without trainable parameters is known to keep samples separate."""
     if getattr(m, "inplace", False):
         return False
+    if any(True for _ in m.parameters(recurse=False)):  # all frozen (no trainable ones)
+        return type(m) in FROZEN_PER_SAMPLE
     if isinstance(m, (nn.Softmax, nn.LogSoftmax)):
         return m.dim is not None and m.dim >= 1
     if isinstance(m, nn.Flatten):
@@ -101,6 +110,27 @@ def _safe_parameterless(m: nn.Module) -> bool:
     if isinstance(m, nn.Unflatten):
         return isinstance(m.dim, int) and m.dim >= 1
     return type(m) in SAFE_PARAMETERLESS
+
+
+def _scan(model: nn.Module) -> tuple[str | None, list[nn.Module], dict[str, torch.Tensor]]:
+    """One walk over the model: (blocker or None, supported layers to hook, trainable params)."""
+    owners: set[int] = set()
+    layers: list[nn.Module] = []
+    params: dict[str, torch.Tensor] = {}
+    for prefix, m in model.named_modules():
+        own = [(n, p) for n, p in m._parameters.items() if p is not None and p.requires_grad]
+        if own:
+            if type(m) not in SUPPORTED_LAYERS:
+                return f"{prefix or '<root>'}: {type(m).__name__} has trainable parameters and no fast rule", [], {}
+            for n, p in own:
+                if id(p) in owners:
+                    return f"{prefix}: {type(m).__name__} shares a parameter with another module", [], {}
+                owners.add(id(p))
+                params[f"{prefix}.{n}" if prefix else n] = p
+            layers.append(m)
+        elif not m._modules and not _safe_parameterless(m):
+            return f"{prefix or '<root>'}: {type(m).__name__} is not a known per-sample layer", [], {}
+    return None, layers, params
 
 
 def fast_path_blocker(model: nn.Module) -> str | None:
@@ -111,19 +141,7 @@ def fast_path_blocker(model: nn.Module) -> str | None:
     (activations, pooling, flatten, dropout; no in-place ones), and no parameter shared
     between modules.
     """
-    owners: set[int] = set()
-    for m in model.modules():
-        own = [p for p in m._parameters.values() if p is not None and p.requires_grad]
-        if own:
-            if type(m) not in SUPPORTED_LAYERS:
-                return f"{type(m).__name__} has trainable parameters and no fast rule"
-            for p in own:
-                if id(p) in owners:
-                    return f"{type(m).__name__} shares a parameter with another module"
-                owners.add(id(p))
-        elif not m._modules and not _safe_parameterless(m):
-            return f"{type(m).__name__} is not a known per-sample layer"
-    return None
+    return _scan(model)[0]
 
 
 @dataclass
@@ -274,7 +292,8 @@ def _conv2d_rule(
     return sq, finish
 
 
-_GRAPH_CHECKED: weakref.WeakKeyDictionary[nn.Module, set[tuple[object, ...]]] = weakref.WeakKeyDictionary()
+_GRAPH_CHECKED: weakref.WeakKeyDictionary[nn.Module, dict[tuple[object, ...], bool]] = weakref.WeakKeyDictionary()
+"""Per model and input signature: does every trainable parameter have one autograd edge?"""
 
 
 def _params_used_once(loss: torch.Tensor, params: list[torch.Tensor]) -> bool:
@@ -322,9 +341,9 @@ def ghost_clipped_grad_sum(
         ``sums[name]`` has the parameter's shape; ``norms`` ``(B,)`` are the unclipped
         per-sample gradient norms (over all trainable parameters).
     """
-    if fast_path_blocker(model) is not None:
+    blocker, layers, params = _scan(model)
+    if blocker is not None:
         return None
-    params = {k: p for k, p in model.named_parameters() if p.requires_grad}
     records: list[_Record] = []
     calls: dict[int, int] = {}
 
@@ -333,8 +352,6 @@ def ghost_clipped_grad_sum(
         a = args[0]
         records.append(_Record(mod, a.detach(), out, a._version, out._version))
 
-    layers = [m for m in model.modules() if type(m) in SUPPORTED_LAYERS
-              and any(p.requires_grad for p in m.parameters(recurse=False))]
     handles = [m.register_forward_hook(hook) for m in layers]
     try:
         loss = loss_fn(model(x), y)
@@ -348,11 +365,11 @@ def ghost_clipped_grad_sum(
     ):
         return None
     key = (tuple(x.shape[1:]), x.dtype, model.training)
-    checked = _GRAPH_CHECKED.setdefault(model, set())
+    checked = _GRAPH_CHECKED.setdefault(model, {})
     if key not in checked:
-        if not _params_used_once(loss, list(params.values())):
-            return None
-        checked.add(key)
+        checked[key] = _params_used_once(loss, list(params.values()))
+    if not checked[key]:
+        return None
     out_grads = torch.autograd.grad(loss, [r.z for r in records], allow_unused=True)
     if any(r.a._version != r.a_version or r.z._version != r.z_version for r in records):
         return None

@@ -30,18 +30,38 @@ class RunPrivacy:
         self.stop_at_epsilon = privacy.get("stop_at_epsilon")
         kw = {"accountant": privacy.get("accountant", "pld"), "conversion": privacy.get("conversion", "default"),
               "neighboring_relation": getattr(algorithm, "neighboring_relation", "add_remove")}
+        self._kw = kw
         self.central = PrivacyLedger(**kw)
         self.local = PrivacyLedger(**kw) if algorithm.local_events() else None
         self.rounds = 0
 
-    def record_round(self) -> None:
-        """Compose one round's events into both ledgers."""
-        for event, count in self.algorithm.round_events():
+    def record_round(self, contributors: int | None = None) -> None:
+        """Compose one round's events into both ledgers.
+
+        ``contributors`` < ``num_clients`` (dropouts) composes the algorithm's weaker
+        ``degraded_round_events`` instead.
+        """
+        full = contributors is None or contributors >= self.algorithm.num_clients
+        events = self.algorithm.round_events() if full else self.algorithm.degraded_round_events(contributors)
+        for event, count in events:
             self.central.record(event, count)
         if self.local is not None:
             for event, count in self.algorithm.local_events():
                 self.local.record(event, count)
         self.rounds += 1
+
+    def check(self) -> None:
+        """Compose one round into scratch ledgers, so an accountant that cannot account the
+        algorithm's events is refused before training (ConfigError naming the field)."""
+        from fedpriv.accounting.ledger import IncompatibleEventsError
+        from fedpriv.errors import ConfigError
+
+        trial = RunPrivacy(self.algorithm, {"target_delta": self.target_delta, **self._kw})
+        try:
+            trial.record_round()
+            trial.epsilon()
+        except IncompatibleEventsError as exc:
+            raise ConfigError("privacy.accountant", self._kw["accountant"], f"cannot account this client algorithm: {exc}") from None
 
     def epsilon(self) -> float:
         """Central ε at ``target_delta`` (0 before any release)."""

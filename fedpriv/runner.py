@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from clients.app import make_client_app
 from fedpriv.config import to_container, validate
 from fedpriv.display import RoundDisplay
-from fedpriv.errors import ConfigError
+from fedpriv.errors import ConfigError, check
 from fedpriv.evaluate import evaluate
 from fedpriv.privacy import RunPrivacy
 from fedpriv.results import RunRecorder
@@ -69,10 +69,19 @@ class Job:
         """Print a line above the progress bar."""
         self.display.note(text)
 
+    def decode_sum(self, total: dict[str, np.ndarray], server_round: int) -> dict[str, np.ndarray]:
+        """The real-valued sum of the clients' deltas (the algorithm decodes e.g. integers)."""
+        shapes = {k: tuple(p.shape) for k, p in self.model.named_parameters() if p.requires_grad}
+        return self.privacy.algorithm.decode_sum(total, shapes, server_round)
+
     def round_released(self, server_round: int, state: dict[str, np.ndarray], result: AggregateResult, seconds: float,
-                       extra: dict[str, Any] | None = None) -> None:
-        """Record a released round; ``extra`` adds strategy figures to its row (floats are printed)."""
-        self.privacy.record_round()
+                       extra: dict[str, Any] | None = None, contributors: int | None = None) -> None:
+        """Record a released round; ``extra`` adds strategy figures to its row (floats are printed).
+
+        ``contributors``: clients whose noise is in the released sum, when fewer than all
+        (dropouts); the round is then accounted with the algorithm's degraded events.
+        """
+        self.privacy.record_round(contributors)
         self.state = state
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         accuracy, loss = evaluate(self.model, self.x_test, self.y_test)
@@ -113,6 +122,12 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     if p.get("target_epsilon") is not None:
         algorithm = algorithm.calibrated(float(p["target_epsilon"]), float(p["target_delta"]), int(run_cfg["num_rounds"]))
         run_cfg["privacy"] = {**p, **dict(algorithm.privacy), "calibrated_from_target_epsilon": p["target_epsilon"]}
+    RunPrivacy(algorithm, run_cfg["privacy"]).check()
+    if "secaggplus" in str(run_cfg["aggregator"].get("_target_", "")).lower():
+        check(algorithm.integer_updates, "aggregator", "secaggplus",
+              f"needs a client algorithm that sends integers ({type(algorithm).__name__} sends floats): use client=skellam_dpsgd")
+        check(run_cfg["aggregator"].get("bits") == algorithm.bits, "aggregator.bits", run_cfg["aggregator"].get("bits"),
+              f"must equal client.bits={algorithm.bits}")
     return run_cfg, algorithm
 
 

@@ -91,8 +91,7 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
             raise cause from None
         raise ConfigError("client._target_", target, f"could not be built: {exc}") from None
     check(isinstance(algo, ClientAlgorithm), "client._target_", target, "must be a clients.base.ClientAlgorithm subclass")
-    bind = getattr(algo, "for_run", None)  # optional hook: bind data sizes / seed of the run
-    return bind(cfg) if callable(bind) else algo
+    return algo.for_run(cfg)
 
 
 def resolve_device(cfg: dict[str, Any]) -> torch.device:

@@ -134,6 +134,11 @@ def _clip_rows(x: NDArray[np.float64], clipping_norm: float) -> NDArray[np.float
     return x * factor
 
 
+def _row_sq_norms(a: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Squared ℓ2 norm of each row (exact for integer rows of squared norm below 2**53)."""
+    return np.einsum("ij,ij->i", a, a)
+
+
 def conditional_round(
     v: NDArray[np.float64], bound: float, rng: np.random.Generator
 ) -> NDArray[np.int64]:
@@ -146,15 +151,15 @@ def conditional_round(
         If a row still exceeds ``bound`` after many draws (``bound`` below the row's reach).
     """
     low = np.floor(v)
-    frac = v - low
+    frac = v - low  # exact in float64
     out = low + (rng.random(v.shape) < frac)
-    bad = np.linalg.norm(out, axis=1) > bound
+    bad = _row_sq_norms(out) > bound * bound
     for _ in range(_MAX_ROUNDING_TRIES):
         if not bad.any():
             return out.astype(np.int64)
         idx = np.flatnonzero(bad)
         out[idx] = low[idx] + (rng.random((idx.size, v.shape[1])) < frac[idx])
-        bad[idx] = np.linalg.norm(out[idx], axis=1) > bound
+        bad[idx] = _row_sq_norms(out[idx]) > bound * bound
     raise RuntimeError(f"conditional rounding did not reach norm {bound} in {_MAX_ROUNDING_TRIES} draws")
 
 

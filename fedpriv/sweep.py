@@ -167,7 +167,17 @@ def run_job(overrides: list[str], job_dir: str, cwd: str, cpus: int, timeout: fl
             rc, message = -1, f"could not start: {exc}"
     if rc != 0 and not message:
         message = _last_error_line(out / "job.log") or f"exit code {rc}"
-    return {"returncode": rc, "wall_time_s": time.monotonic() - t0, "node": socket.gethostname(), "message": message}
+    return {"returncode": rc, "wall_time_s": time.monotonic() - t0, "node": _node(), "message": message}
+
+
+def _node() -> str:
+    """``host/ray-node-id`` of the node running the task (the host alone outside Ray)."""
+    try:
+        import ray
+
+        return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:12]}"
+    except Exception:
+        return socket.gethostname()
 
 
 def _last_error_line(log: Path) -> str:

@@ -125,6 +125,10 @@ class CheckinStrategy:
         Update slots per accuracy block (default: a tenth of the pass).
     pull_interval : float
         Seconds between the in-memory grid's reply polls (Flower's default is 0.1).
+    query_chunk : int or None
+        Nodes per check-in ``send_and_receive`` (``None``: all at once). Flower's in-memory
+        engine scans every stored message for every node on each delivery sweep, so a
+        sweep costs O(nodes x messages in flight); chunking bounds the messages in flight.
 
     Raises
     ------
@@ -136,6 +140,7 @@ class CheckinStrategy:
     lr: float = 0.1
     eval_every: int | None = None
     pull_interval: float = 0.001
+    query_chunk: int | None = 100
 
     def __post_init__(self) -> None:
         check(isinstance(self.batch_size, int) and self.batch_size >= 1, "strategy.batch_size", self.batch_size,
@@ -144,6 +149,8 @@ class CheckinStrategy:
         check(self.eval_every is None or self.eval_every >= 1, "strategy.eval_every", self.eval_every,
               "must be >= 1 or null")
         check(0 < self.pull_interval <= 1, "strategy.pull_interval", self.pull_interval, "must be in (0, 1] seconds")
+        check(self.query_chunk is None or self.query_chunk >= 1, "strategy.query_chunk", self.query_chunk,
+              "must be >= 1 or null")
 
     # ------------------------------------------------------------------ main loop
     def run(self, grid: Grid, job: Any) -> dict[str, np.ndarray]:
@@ -183,7 +190,7 @@ class CheckinStrategy:
     # ------------------------------------------------------------------ check-in
     def check_in(self, grid: Grid, node_ids: Sequence[int], server_round: int, algo: Any,
                  timeout: float) -> tuple[dict[int, int], int]:
-        """Send the check-in query to every node at once; ``({node: slot or ABSTAIN}, missing)``.
+        """Send the check-in query to every node (``query_chunk`` at a time); ``({node: slot or ABSTAIN}, missing)``.
 
         A node that does not answer (or answers with an error) counts as abstaining.
         """
@@ -191,7 +198,9 @@ class CheckinStrategy:
                                "num_slots": int(algo.num_slots)})
         messages = [Message(content=RecordDict({CHECKIN_KEY: record}), dst_node_id=int(n),
                             message_type=MessageType.QUERY, group_id=f"checkin:{server_round}") for n in node_ids]
-        replies = list(grid.send_and_receive(messages, timeout=timeout))
+        chunk = self.query_chunk or len(messages)
+        replies = [r for i in range(0, len(messages), chunk)
+                   for r in grid.send_and_receive(messages[i:i + chunk], timeout=timeout)]
         answers = {}
         for reply in replies:
             if not reply.has_error() and CHECKIN_KEY in reply.content.config_records:

@@ -30,8 +30,10 @@ class ServerJob(Protocol):
     aggregator: Aggregator
 
     def initial_state(self) -> dict[str, np.ndarray]: ...
+    def decode_sum(self, total: dict[str, np.ndarray], server_round: int) -> dict[str, np.ndarray]: ...
     def may_start_round(self, server_round: int) -> bool: ...
-    def round_released(self, server_round: int, state: dict[str, np.ndarray], result: AggregateResult, seconds: float) -> None: ...
+    def round_released(self, server_round: int, state: dict[str, np.ndarray], result: AggregateResult, seconds: float,
+                       extra: dict | None = None, contributors: int | None = None) -> None: ...
     def round_failed(self, server_round: int, error: RoundFailed, seconds: float) -> None: ...
 
 
@@ -100,8 +102,9 @@ class DPFedAvg:
             except RoundFailed as exc:
                 job.round_failed(server_round, exc, time.monotonic() - t0)
                 continue
+            result.total = job.decode_sum(result.total, server_round)
             state = self.apply(state, result, job.num_clients)
-            job.round_released(server_round, state, result, time.monotonic() - t0)
+            job.round_released(server_round, state, result, time.monotonic() - t0, contributors=result.num_clients)
         return state
 
     def apply(self, state: dict[str, np.ndarray], result: AggregateResult, num_clients: int) -> dict[str, np.ndarray]:

@@ -150,19 +150,31 @@ class _CaptureStrategy(Strategy):
 
 
 class _TimedWorkflow(SecAggPlusWorkflow):
-    """SecAgg+ with one timeout for the training stage and another for the key stages."""
+    """SecAgg+ with one timeout for the training stage and another for the key stages; keeps
+    the clients' error reasons (``failures``) for the RoundFailed message."""
 
     def __init__(self, *args: Any, train_timeout: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._stage_timeout = self.timeout
         self._train_timeout = train_timeout
+        self.failures: list[str] = []
+
+    def setup_stage(self, grid: Grid, context: LegacyContext, state: Any) -> bool:
+        return self._noted(super().setup_stage(grid, context, state), state)
+
+    def share_keys_stage(self, grid: Grid, context: LegacyContext, state: Any) -> bool:
+        return self._noted(super().share_keys_stage(grid, context, state), state)
 
     def collect_masked_vectors_stage(self, grid: Grid, context: LegacyContext, state: Any) -> bool:
         self.timeout = self._train_timeout
         try:
-            return cast(bool, super().collect_masked_vectors_stage(grid, context, state))
+            return self._noted(super().collect_masked_vectors_stage(grid, context, state), state)
         finally:
             self.timeout = self._stage_timeout
+
+    def _noted(self, ok: bool, state: Any) -> bool:
+        self.failures = [str(f) for f in state.failures]
+        return ok
 
 
 @dataclass
@@ -187,7 +199,8 @@ class SecAggPlusAggregator(Aggregator):
         Width of the residues, 1 ≤ bits ≤ 62.
     stage_timeout : float
         Seconds to wait for replies in each key stage (setup, share keys, unmask); the
-        training stage waits the ``timeout`` given to :meth:`sum_updates`.
+        training stage waits the ``timeout`` given to :meth:`sum_updates`, so a round takes at
+        most ``timeout + 3 * stage_timeout`` seconds (plus the server's unmasking).
     num_clients : int, optional
         If given, the constructor already checks the threshold against it.
 
@@ -254,7 +267,8 @@ class SecAggPlusAggregator(Aggregator):
             raise RoundFailed(f"round {server_round}: SecAgg+ protocol error: {exc!r}") from exc
         if not strategy.results:
             raise RoundFailed(f"round {server_round}: SecAgg+ halted (too many dropouts for "
-                              f"reconstruction_threshold={self.reconstruction_threshold})")
+                              f"reconstruction_threshold={self.reconstruction_threshold}); "
+                              f"client errors: {workflow.failures[:3]}")
         self.last_num_dropped = len(messages) - len(strategy.results)
         return self._decode(strategy.results, limb_bits)
 

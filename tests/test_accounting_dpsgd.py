@@ -140,7 +140,7 @@ steps_st = st.integers(1, 2000)
 deltas = st.sampled_from([1e-3, 1e-5, 1e-8, 1e-12])
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(sigmas, rates, steps_st, deltas)
 def test_rdp_properties(sigma, q, steps, delta):
     e = poisson_gaussian_epsilon(sigma, q, steps, delta, "rdp")
@@ -150,7 +150,7 @@ def test_rdp_properties(sigma, q, steps, delta):
     assert poisson_gaussian_epsilon(sigma * 1.2, q, steps, delta, "rdp") <= e
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(st.floats(0.5, 3.0), st.floats(1e-3, 0.2), st.integers(1, 100), deltas)
 def test_pld_properties(sigma, q, steps, delta):
     e = poisson_gaussian_epsilon(sigma, q, steps, delta, "pld")

@@ -146,9 +146,12 @@ def test_paper_models(name: str, shape: tuple[int, ...]) -> None:
 
 def test_frozen_parameters_and_eval_dropout() -> None:
     torch.manual_seed(4)
-    model = nn.Sequential(nn.Linear(6, 5), nn.Dropout(0.5), nn.GELU(), nn.Linear(5, 3)).eval()
+    model = nn.Sequential(nn.Linear(6, 5), nn.Dropout(0.5), nn.GELU(), nn.LayerNorm(5), nn.Linear(5, 4),
+                          nn.Tanh(), nn.Linear(4, 3)).eval()
     model[0].bias.requires_grad_(False)
-    model[3].weight.requires_grad_(False)
+    model[3].requires_grad_(False)  # a fully frozen layer without a fast rule is fine
+    model[4].requires_grad_(False)
+    model[6].weight.requires_grad_(False)
     check_all_paths(model, seeded(7, 6, seed=7), targets(7, 3, 8))
 
 

@@ -199,6 +199,7 @@ class TestEndToEnd:
         ideal = simulation[("ideal", server_round)]
         if not ok:  # beyond tolerance: both refuse the round
             assert isinstance(sec, RoundFailed) and "halted" in str(sec)
+            assert "drops out" in str(sec)  # the clients' own error reasons are reported
             assert isinstance(ideal, RoundFailed)
             return
         assert not isinstance(sec, RoundFailed), sec

@@ -9,6 +9,7 @@ cluster) and stops the sweep at the first failed job.
 """
 
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -18,6 +19,8 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
+
+from fedpriv.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +44,7 @@ class RayClusterLauncher(Launcher):
     """Launches a batch of Hydra jobs as Ray tasks and waits for all of them."""
 
     def __init__(self, **options: Any) -> None:
-        from fedpriv.sweep import ClusterLaunchConfig
-
-        self.options = ClusterLaunchConfig(**options)
+        self.options = options
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
 
@@ -51,7 +52,7 @@ class RayClusterLauncher(Launcher):
         self.config, self.hydra_context = config, hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from fedpriv.sweep import JobRecord, launch_on_cluster
+        from fedpriv.sweep import ClusterLaunchConfig, JobRecord, launch_on_cluster
 
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -66,7 +67,12 @@ class RayClusterLauncher(Launcher):
                 sweep_config.hydra.job.id = f"ray_{idx}"
             subdir = str(sweep_config.hydra.sweep.subdir)
             jobs.append(JobRecord(num=idx, overrides=list(filter_overrides(overrides)), dir=str(sweep_dir / subdir)))
-        launch_on_cluster(jobs, sweep_dir, str(self.config.hydra.runtime.cwd), self.options, echo=print)
+        try:
+            options = ClusterLaunchConfig(**self.options)
+            launch_on_cluster(jobs, sweep_dir, str(self.config.hydra.runtime.cwd), options, echo=print)
+        except (ConnectionError, ConfigError) as exc:  # nothing ran: one line, exit code 2
+            print(f"fedpriv: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
         if any(job.status == "failed" for job in jobs):
             # every job has run and is recorded (sweep.json); exit 1 without Hydra's traceback
             raise SystemExit(1)

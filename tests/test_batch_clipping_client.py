@@ -1,0 +1,242 @@
+"""Generalized DP-SGD client (first paper, Algorithm 1): DP-SGD reproduction, the 2C
+sensitivity of batch clipping, optimizers, bad input, and epsilon of short Flower runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from clients.base import ClientData, TrainContext
+from clients.batch_clipping import GeneralizedDPSGD, step_size
+from clients.dpsgd import LocalDPSGD
+from fedpriv.accounting import batch_clipping as bc
+from fedpriv.accounting import gdp
+from fedpriv.config import conf_dir, register_schema
+from fedpriv.errors import ConfigError
+from fedpriv.models import build_model
+from fedpriv.runner import prepare, run_experiment
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["progress=false", "ray_init_args.num_cpus=2", "plot=false", "save_model=false"]
+
+
+def _cfg(overrides: list[str]):
+    register_schema()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _ctx(seed: int, server_round: int = 1) -> TrainContext:
+    return TrainContext(server_round, np.random.default_rng(seed), torch.Generator().manual_seed(seed), torch.device("cpu"))
+
+
+def _mlp(seed: int, features: int = 5, classes: int = 3) -> nn.Module:
+    torch.manual_seed(seed)
+    return build_model("mlp", (features,), classes, hidden=(4,))
+
+
+def _flat(u: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.reshape(-1).double() for t in u.values()])
+
+
+# ------------------------------------------------------------------ classic DP-SGD
+def test_poisson_individual_clipping_reproduces_local_dpsgd_exactly() -> None:
+    privacy = {"noise_multiplier": 1.3, "max_grad_norm": 0.7, "sample_rate": 0.2}
+    torch.manual_seed(0)
+    data = ClientData(torch.randn(40, 1, 6, 6), torch.randint(0, 3, (40,)), 0)
+    ref_model, model = build_model("mlp", (1, 6, 6), 3, hidden=(8,)), build_model("mlp", (1, 6, 6), 3, hidden=(8,))
+    model.load_state_dict(ref_model.state_dict())
+    ref = LocalDPSGD(steps=4, lr=0.3, privacy=privacy, num_clients=1)
+    ours = GeneralizedDPSGD(sampler="poisson", num_groups=1, group_size=1, local_rounds=4, epochs=None, lr=0.3,
+                            privacy=privacy, num_samples=40)
+    ref_update, _ = ref.train(ref_model, data, _ctx(5))
+    update, _ = ours.train(model, data, _ctx(5))
+    for k in ref_update:  # same sampler draws, clipped sums, noise draws and step: bit-identical
+        assert torch.equal(update[k], ref_update[k]), k
+    assert ours.noise_stddev(0.7) == pytest.approx(1.3 * 0.7)  # N(0, (C sigma)^2) with Poisson
+    assert ours.round_events() == ref.round_events()  # the same Poisson-Gaussian event, 4 per round
+
+
+def test_individual_clipping_sum_equals_per_sample_loop() -> None:
+    # s = 1: U = sum_i [grad f(w; xi_i)]_C, each gradient at the same w (classic DP-SGD)
+    model = _mlp(1)
+    torch.manual_seed(2)
+    x, y = torch.randn(6, 1, 5) * 3, torch.randint(0, 3, (6, 1))
+    algo = GeneralizedDPSGD(sampler="subsample", num_groups=6, group_size=1, privacy={"noise_multiplier": 1.0})
+    u = algo.clipped_sum(model, x, y, eta=0.1, clipping_norm=0.5)
+    expected = None
+    for i in range(6):
+        model.zero_grad()
+        nn.functional.cross_entropy(model(x[i]), y[i], reduction="sum").backward()
+        g = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        g = g / max(1.0, float(g.norm()) / 0.5)
+        expected = g if expected is None else expected + g
+    # float32 autograd loop vs the ghost/per-sample path: rounding only
+    torch.testing.assert_close(_flat(u).float(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_sequential_sgd_group_update_is_sum_of_trajectory_gradients() -> None:
+    # A = classical SGD over the group's s records: a_h = (w - w_end)/eta = sum of the gradients
+    # along the trajectory (the paper's recursion (2)); C large so nothing is clipped.
+    model = _mlp(3)
+    torch.manual_seed(4)
+    x, y = torch.randn(1, 3, 5), torch.randint(0, 3, (1, 3))
+    eta = 0.05
+    algo = GeneralizedDPSGD(num_groups=1, group_size=3, group_update="sequential",
+                            privacy={"noise_multiplier": 1.0})
+    w0 = [p.detach().clone() for p in model.parameters()]
+    u = algo.clipped_sum(model, x, y, eta=eta, clipping_norm=1e6)
+    for p, w in zip(model.parameters(), w0, strict=True):
+        assert torch.equal(p.detach(), w)  # w is left unchanged
+    twin = _mlp(3)
+    total = torch.zeros_like(_flat(u)).float()
+    for i in range(3):
+        twin.zero_grad()
+        nn.functional.cross_entropy(twin(x[0, i:i + 1]), y[0, i:i + 1]).backward()
+        g = torch.cat([p.grad.reshape(-1) for p in twin.parameters()])
+        total += g
+        with torch.no_grad():
+            for p in twin.parameters():
+                p -= eta * p.grad
+    torch.testing.assert_close(_flat(u).float(), total, rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------ sensitivity (property)
+OPTIMIZERS = [
+    {"_target_": "torch.optim.SGD"},
+    {"_target_": "torch.optim.SGD", "momentum": 0.9},
+    {"_target_": "torch.optim.Adam"},
+    {"_target_": "torch.optim.RMSprop"},
+    {"_target_": "torch.optim.Adagrad"},
+]
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**30), m=st.integers(1, 3), s=st.integers(1, 4),
+       opt=st.sampled_from(OPTIMIZERS), mode=st.sampled_from(["minibatch", "sequential"]),
+       clip=st.floats(0.05, 5.0), scale=st.floats(0.1, 30.0))
+def test_replacing_one_record_moves_u_by_at_most_2c(seed: int, m: int, s: int, opt: dict, mode: str,
+                                                    clip: float, scale: float) -> None:
+    # Sec. 5: a round whose differing record sits in one group has sensitivity 2C (replace relation)
+    gen = torch.Generator().manual_seed(seed)
+    model = _mlp(seed % 1000)
+    x = torch.randn(m, s, 5, generator=gen) * scale
+    y = torch.randint(0, 3, (m, s), generator=gen)
+    x2, y2 = x.clone(), y.clone()
+    h, i = seed % m, (seed // 7) % s
+    x2[h, i] = torch.randn(5, generator=gen) * scale
+    y2[h, i] = (y[h, i] + 1) % 3
+    algo = GeneralizedDPSGD(num_groups=m, group_size=s, group_update=mode, optimizer=opt,
+                            privacy={"noise_multiplier": 1.0})
+    u = _flat(algo.clipped_sum(model, x, y, eta=0.05, clipping_norm=clip))
+    u2 = _flat(algo.clipped_sum(model, x2, y2, eta=0.05, clipping_norm=clip))
+    assert float((u - u2).norm()) <= 2 * clip * (1 + 1e-5)  # float32 rounding margin
+    assert float(u.norm()) <= m * clip * (1 + 1e-5)
+
+
+def test_batchnorm_allowed_for_batch_clipping_refused_for_individual() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
+    x, y = torch.randn(2, 4, 5), torch.randint(0, 3, (2, 4))
+    batch = GeneralizedDPSGD(num_groups=2, group_size=4, privacy={"noise_multiplier": 1.0})
+    assert float(_flat(batch.clipped_sum(model, x, y, 0.1, 1.0)).norm()) <= 2.0 + 1e-6
+    individual = GeneralizedDPSGD(sampler="subsample", num_groups=8, group_size=1, privacy={"noise_multiplier": 1.0})
+    with pytest.raises(ConfigError, match="BatchNorm1d"):
+        individual.clipped_sum(model, x.reshape(8, 1, 5), y.reshape(8, 1), 0.1, 1.0)
+
+
+def test_step_size_schedules() -> None:
+    assert step_size("constant", 0.5, 99, 10.0, None) == 0.5
+    assert step_size("diminishing", 0.5, 30, 10.0, None) == pytest.approx(0.5 / 4)
+    assert step_size("cosine", 0.5, 0, 1.0, 100) == pytest.approx(0.5)
+    assert step_size("cosine", 0.5, 50, 1.0, 100) == pytest.approx(0.25)
+    assert step_size("cosine", 0.5, 150, 1.0, 100) == pytest.approx(0.0)
+    algo = GeneralizedDPSGD(clipping_norms=[2.0, 1.0, 0.5], privacy={"max_grad_norm": 3.0, "noise_multiplier": 1.5})
+    assert [algo.clipping_norm_at(r) for r in (1, 2, 3, 7)] == [2.0, 1.0, 0.5, 0.5]
+    assert algo.noise_stddev(0.5) == pytest.approx(2 * 0.5 * 1.5)  # N(0, (2 C sigma)^2)
+
+
+# ------------------------------------------------------------------ bad input, refusals
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["client.group_size=601"], "client.num_groups=1 times client.group_size=601 must be <= the client's 600 samples"),
+        (["client.group_size=0"], "client.group_size=0 must be an integer >= 1"),
+        (["client.optimizer._target_=torch.optim.Nope"], "client.optimizer._target_='torch.optim.Nope' must name"),
+        (["client.epochs=0"], "client.epochs=0 must be an integer >= 1"),
+        (["privacy.noise_multiplier=-1"], "privacy.noise_multiplier=-1.0 must be >= 0"),
+        (["privacy.group_sizes=[1,0]"], "privacy.group_sizes=[1, 0] must all be integers >= 1"),
+        (["privacy.group_sizes=[1,601]"], "privacy.group_sizes=[1, 601] must all be <= the client's 600 samples"),
+        (["client.analysis=poisson-gaussian"], "does not cover sampler='shuffle'"),
+        (["client.sampler=poisson"], "client.group_size=64 must be 1 with sampler=poisson"),
+        (["client=individual_clipping", "client.sampler=poisson", "client.analysis=batch-clipping"],
+         "client.analysis='batch-clipping' does not cover sampler='poisson'"),
+        (["client.sampler=nope"], "client.sampler='nope' must be one of"),
+    ],
+)
+def test_bad_input_refused_before_training(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        prepare(_cfg(["client=batch_clipping", *overrides]))  # 10 clients x 600 embedded images
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_calibration_meets_target() -> None:
+    _, algo = prepare(_cfg(["client=batch_clipping", "privacy.noise_multiplier=null", "privacy.target_epsilon=3",
+                            "num_rounds=4", "client.group_size=100"]))
+    sigma = algo.noise_multiplier
+    eps = bc.BatchClippingEvent("shuffle", 600, 1, 100, sigma).epsilon(1e-5, 4 * 6)
+    assert eps <= 3.0 and eps == pytest.approx(3.0, rel=1e-3)
+
+
+# ------------------------------------------------------------------ Flower runs
+@pytest.mark.slow
+def test_flower_run_epsilon_equals_engine_batch_clipping_analysis(tmp_path: Path) -> None:
+    # 2 clients x 3000 embedded images; m = 1, s = 500: 6 local rounds = 1 epoch per server round
+    summary = run_experiment(_cfg(["client=batch_clipping", "num_clients=2", "num_rounds=2", "client.group_size=500",
+                                   "client.lr=0.001", "privacy.noise_multiplier=1.5", *FAST]), tmp_path)
+    assert summary["status"] == "complete"
+    rounds = summary["rounds"]
+    for r, row in enumerate(rounds, start=1):
+        for g in (1, 2, 4, 8):
+            cli = bc.run_cli({"sampling": "shuffle", "num_samples": "3000", "num_groups": "1", "group_size": "500",
+                              "epochs": str(r), "noise_multiplier": "1.5", "group_privacy": str(g),
+                              "target_delta": "1e-5"})
+            assert row[f"epsilon_g{g}"] == pytest.approx(cli["epsilon"], rel=1e-9)
+            assert row[f"epsilon_g{g}_closed"] == pytest.approx(cli["closed_form"]["epsilon"], rel=1e-9)
+        # g = 1, batch clipping + shuffling: exactly G_{sqrt(E)/sigma} (paper, Table 1), independently
+        assert row["epsilon"] == pytest.approx(gdp.gdp_epsilon(1e-5, math.sqrt(r) / 1.5), rel=1e-6)
+        assert row["epsilon"] == pytest.approx(row["epsilon_g1"], rel=1e-9)
+    assert summary["privacy"]["epsilon"] == pytest.approx(rounds[-1]["epsilon"], rel=1e-12)
+
+
+def _table_script():
+    spec = importlib.util.spec_from_file_location("batch_clipping_table", REPO / "scripts" / "batch_clipping_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_experiment_config_runs_on_small_slice(tmp_path: Path, shared_data: Path) -> None:
+    table = _table_script()
+    overrides = ["num_clients=2", "num_rounds=1", f"dataset.data_dir={shared_data / 'mnist'}",
+                 "dataset.options.train_limit=400", *FAST, *table.variant_overrides("b", 20, 0.2)]
+    row = table.run_variant(overrides, tmp_path)
+    assert row["status"] == "complete" and 0.0 <= row["accuracy"] <= 1.0
+    # (b): 2 clients x 200 records, m = 20 groups of 1, subsampling, 10 local rounds (1 epoch)
+    law = bc.sum_squares_law("subsample", 200, 20, 1, 10, 1)
+    assert row["epsilon"] == pytest.approx(bc.batch_clipping_epsilon(law, 2.0, 1e-5), rel=1e-9)
+    assert row["epsilon_g8"] > row["epsilon_g4"] > row["epsilon_g2"] > row["epsilon_g1"]
+    row.update(clients=2, variant="b")
+    assert "| 2 | b |" in table.format_table([row])
