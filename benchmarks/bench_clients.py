@@ -176,6 +176,19 @@ def bench(num_clients: int, rounds: int, steps: int, cpus: int, client_cpus: flo
     }
 
 
+def set_pull_interval(seconds: float) -> None:
+    """Make every ``InMemoryGrid`` of this process poll for replies every ``seconds`` (the
+    public ``pull_interval`` attribute, set at construction)."""
+    from flwr.superlink.grid import InMemoryGrid
+
+    init = InMemoryGrid.__init__
+
+    def patched(self: InMemoryGrid, state_factory: Any, pull_interval: float = seconds) -> None:
+        init(self, state_factory, pull_interval=seconds)
+
+    InMemoryGrid.__init__ = patched  # type: ignore[method-assign]
+
+
 def print_figures(res: dict[str, Any]) -> None:
     gib = 1024**3
     print(f"{res['num_clients']} clients, {res['actors']} actors on {res['cpus']} CPUs: status={res['status']}, "
@@ -200,10 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance")
     parser.add_argument("--client-cpus", type=float, default=1.0, help="client_resources.num_cpus")
     parser.add_argument("--sample-rate", type=float, default=0.5, help="privacy.sample_rate")
+    parser.add_argument("--pull-interval", type=float, default=None,
+                        help="seconds between the server's reply polls (flwr InMemoryGrid.pull_interval, default 0.1)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
     args = parser.parse_args(argv)
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's RDP order warnings
+    if args.pull_interval is not None:
+        set_pull_interval(args.pull_interval)
     results = []
     for n in args.clients:
         res = bench(n, args.rounds, args.steps, args.cpus, args.client_cpus, args.sample_rate, args.overrides)

@@ -88,6 +88,10 @@ class ClientAlgorithm(ABC):
         """
         return {}
 
+    def privacy_summary(self) -> dict[str, Any]:
+        """Mechanism parameters to save in ``results.json``'s ``privacy`` block (default none)."""
+        return {}
+
     def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> ClientAlgorithm:
         """A copy whose noise meets ``target_epsilon`` after ``num_rounds`` rounds."""
         raise NotImplementedError(f"{type(self).__name__} does not support target_epsilon calibration")

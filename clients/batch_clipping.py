@@ -303,6 +303,19 @@ class GeneralizedDPSGD(ClientAlgorithm):
     def round_events(self) -> list[tuple[Any, int]]:
         return [(self._event(), self.rounds_per_server_round)]
 
+    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
+        """Each client's release carries its own noise and is private alone, so other clients'
+        dropouts weaken nothing: the full round's events (an upper bound for a dropped client)."""
+        return self.round_events()
+
+    def privacy_summary(self) -> dict[str, Any]:
+        """The accounted mechanism: sampler, sizes, rounds, noise and relation."""
+        return {"analysis": "poisson-gaussian" if self.sampler == "poisson" else "batch-clipping",
+                "sampler": self.sampler, "num_samples": self.num_samples, "num_groups": self.num_groups,
+                "group_size": self.group_size, "local_rounds_per_server_round": self.rounds_per_server_round,
+                "noise_stddev_per_unit_clipping_norm": self.noise_stddev(1.0),
+                "neighboring_relation": self.neighboring_relation, "group_sizes": list(self.group_sizes)}
+
     def privacy_report(self, rounds: int, target_delta: float) -> dict[str, float]:
         """ε for each g in ``privacy.group_sizes`` (``epsilon_g{g}``) and the paper's Table 1
         closed form (``epsilon_g{g}_closed``) after ``rounds`` server rounds.

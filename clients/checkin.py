@@ -487,7 +487,9 @@ class CheckinClient(ClientAlgorithm):
 
         The query's ConfigRecord ``checkin`` carries ``server_round`` (the pass),
         ``variant`` and ``num_slots``; they must match this client's protocol. The reply's
-        ``checkin`` record has ``slot`` (``ABSTAIN`` = -1) and nothing else.
+        ``checkin`` record has ``slot`` (``ABSTAIN`` = -1) and a random ``ticket`` from the same
+        RNG (independent of the data): the server orders a slot's check-ins by ticket before its
+        uniform pick, so seeded runs repeat exactly although Flower's node ids change per run.
         """
         q = msg.content.config_records[CHECKIN_KEY]
         server_round = int(q["server_round"])
@@ -497,8 +499,10 @@ class CheckinClient(ClientAlgorithm):
         partition_id = int(context.node_config["partition-id"])
         rng = checkin_rng(int(cfg["seed"]), server_round, partition_id, bool(cfg["privacy"].get("secure_mode")))
         slot = draw_checkin(rng, self.checkin_probability, checkin_window(self.variant, self.num_slots, partition_id))
+        ticket = int(rng.integers(2**62))
         context.state[CHECKIN_KEY] = ConfigRecord({"server_round": server_round, "slot": slot})
-        return Message(content=RecordDict({CHECKIN_KEY: ConfigRecord({"slot": slot})}), reply_to=msg)
+        return Message(content=RecordDict({CHECKIN_KEY: ConfigRecord({"slot": slot, "ticket": ticket})}),
+                       reply_to=msg)
 
     def train_message_handler(self, cfg: dict[str, Any], msg: Message, context: Context) -> Message:
         """Send the update of a slot, but only for the (pass, slot) this client checked into.

@@ -68,9 +68,10 @@ class SkellamDPSGD(LocalDPSGD):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.noise_multiplier > 0, "privacy.noise_multiplier", self.noise_multiplier,
+        calibrating = not self.noise_multiplier and self.privacy.get("target_epsilon") is not None
+        check(self.noise_multiplier > 0 or calibrating, "privacy.noise_multiplier", self.noise_multiplier,
               "must be > 0 for the Skellam mechanism")
-        if self.num_params:
+        if self.num_params and not calibrating:
             self.mechanism  # noqa: B018 - validates bits now, before training
 
     def for_run(self, cfg: dict[str, Any]) -> SkellamDPSGD:
@@ -98,6 +99,13 @@ class SkellamDPSGD(LocalDPSGD):
         mech = self.mechanism if noise_multiplier is None else replace(self, privacy={**self.privacy, "noise_multiplier": noise_multiplier}).mechanism
         return SkellamEvent(mu=mech.mu, l1_sensitivity=mech.l1_sensitivity,
                             l2_sensitivity=mech.l2_sensitivity, sample_rate=self.sample_rate)
+
+    def privacy_summary(self) -> dict[str, Any]:
+        """The mechanism's integer-unit parameters (pass ``scale``/``beta`` to ``fedpriv-account
+        secagg-dpsgd mechanism=skellam`` to recompute ε)."""
+        m = self.mechanism
+        return {"mechanism": "skellam", "bits": m.bits, "scale": m.scale, "mu": m.mu, "beta": m.beta,
+                "num_params": m.dim, "l1_sensitivity": m.l1_sensitivity, "l2_sensitivity": m.l2_sensitivity}
 
     def round_events(self) -> list[tuple[Any, int]]:
         return [(self.step_event(), self.steps)]

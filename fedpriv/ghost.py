@@ -354,14 +354,15 @@ def ghost_clipped_grad_sum(
 
     handles = [m.register_forward_hook(hook) for m in layers]
     try:
-        loss = loss_fn(model(x), y)
+        with torch.enable_grad():
+            loss = loss_fn(model(x), y)
     finally:
         for h in handles:
             h.remove()
     bsz = x.shape[0]
     if any(calls.get(id(m), 0) != 1 for m in layers) or any(
-        r.a.shape[0] != bsz or r.z.shape[0] != bsz or not r.z.requires_grad
-        or (isinstance(r.module, nn.Conv2d) and r.a.dim() != 4) for r in records
+        r.a.dim() < 2 or r.a.shape[0] != bsz or r.z.shape[0] != bsz or not r.z.requires_grad
+        or (type(r.module) is nn.Conv2d and r.a.dim() != 4) for r in records
     ):
         return None
     key = (tuple(x.shape[1:]), x.dtype, model.training)
@@ -370,7 +371,8 @@ def ghost_clipped_grad_sum(
         checked[key] = _params_used_once(loss, list(params.values()))
     if not checked[key]:
         return None
-    out_grads = torch.autograd.grad(loss, [r.z for r in records], allow_unused=True)
+    with torch.enable_grad():
+        out_grads = torch.autograd.grad(loss, [r.z for r in records], allow_unused=True)
     if any(r.a._version != r.a_version or r.z._version != r.z_version for r in records):
         return None
     rules = []

@@ -4,8 +4,8 @@ Reads every job of a sweep (``SWEEP_DIR/sweep.json`` written by the ``ray`` laun
 job directories of any Hydra multirun: ``*/results.json`` with ``*/.hydra/overrides.yaml``) and
 writes ``SWEEP_DIR/report.csv``, ``SWEEP_DIR/report.md`` (one row per job: every override,
 final accuracy, ε at δ, wall time, status) and ``SWEEP_DIR/privacy_utility.png`` (final
-accuracy against ε; one line per varied parameter, each point the mean over the jobs that
-share that parameter's value). Failed jobs stay in the table, marked ``failed``.
+accuracy against ε; one line per varied parameter except ``seed``, each point the mean over
+the jobs that share that parameter's value). Failed jobs stay in the table, marked ``failed``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from fedpriv.sweep import MANIFEST
 
 FIGURES = ("accuracy", "epsilon", "delta", "wall_time_s", "status", "message")
+REPLICATES = ("seed",)  # varied for repetition: averaged over, never a line of its own
 
 
 def _override_map(overrides: list[str]) -> dict[str, str]:
@@ -28,7 +30,7 @@ def _override_map(overrides: list[str]) -> dict[str, str]:
     out = {}
     for o in overrides:
         key, _, value = o.partition("=")
-        out[key] = value
+        out[key] = re.sub(r"\\(.)", r"\1", value)  # Hydra escapes ':' etc. in override strings
     return out
 
 
@@ -122,8 +124,9 @@ def write_tables(rows: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]
 
 
 def plot_privacy_utility(rows: list[dict[str, Any]], path: Path) -> Path:
-    """Accuracy against ε: every finished job as a grey dot, and for each varied parameter a
-    line through the (mean ε, mean accuracy) of the jobs sharing each of its values."""
+    """Accuracy against ε: every finished job as a grey dot, and for each varied parameter
+    (``seed`` excepted: repetitions are averaged over) a line through the (mean ε, mean
+    accuracy) of the jobs sharing each of its values."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,7 +135,7 @@ def plot_privacy_utility(rows: list[dict[str, Any]], path: Path) -> Path:
     ok = [r for r in rows if r["status"] != "failed" and not math.isnan(r["accuracy"])]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     ax.scatter([r["epsilon"] for r in ok], [r["accuracy"] for r in ok], color="0.7", s=14, label="jobs", zorder=1)
-    for key in varied(rows):
+    for key in [k for k in varied(rows) if k.lstrip("+~") not in REPLICATES]:
         groups: dict[str, list[dict[str, Any]]] = {}
         for r in ok:
             groups.setdefault(r["overrides"].get(key, ""), []).append(r)

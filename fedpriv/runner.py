@@ -160,6 +160,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         "epsilon": 0.0, "delta": p["target_delta"], "accountant": p["accountant"], "conversion": p["conversion"],
         "noise_multiplier": p["noise_multiplier"], "sample_rate": p["sample_rate"], "max_grad_norm": p["max_grad_norm"],
         "steps": getattr(algorithm, "steps", None), "num_rounds": run_cfg["num_rounds"], "num_clients": run_cfg["num_clients"],
+        **algorithm.privacy_summary(),
     }, extra={"config": run_cfg})
     display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
     job = Job(run_cfg, algorithm, aggregator, recorder, display)

@@ -23,6 +23,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
+from fedpriv.accounting.gdp import gdp_mu
 from fedpriv.config import conf_dir, register_schema
 from fedpriv.runner import run_experiment
 
@@ -55,17 +56,22 @@ def run_variant(overrides: list[str], out_dir: Path) -> dict[str, Any]:
     return row
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Markdown table: one line per (clients, variant)."""
+def format_table(rows: Sequence[dict[str, Any]], target_delta: float = 1e-5) -> str:
+    """Markdown table: one line per (clients, variant).
+
+    ``μ-equiv. g=8/g=1`` is the ratio of the GDP parameters with the same ε at ``target_delta``
+    (``gdp_mu``): ≈ √8 = 2.83 for a √g law, 8 for a linear one.
+    """
     head = ("| clients | variant | test acc. | " + " | ".join(f"ε g={g}" for g in GROUPS)
-            + " | ε g=8 / ε g=1 | closed form g=1/8 | wall time |")
+            + " | μ-equiv. g=8/g=1 | Table 1 closed form ε g=1 / g=8 | wall time |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         eps = [r[f"epsilon_g{g}"] for g in GROUPS]
+        ratio = gdp_mu(eps[-1], target_delta) / gdp_mu(eps[0], target_delta)
         lines.append(
             f"| {r['clients']} | {r['variant']} | {100 * r['accuracy']:.1f}% | "
             + " | ".join(f"{e:.2f}" for e in eps)
-            + f" | {eps[-1] / eps[0]:.2f} | {r['epsilon_g1_closed']:.2f} / {r['epsilon_g8_closed']:.2f}"
+            + f" | {ratio:.2f} | {r['epsilon_g1_closed']:.2f} / {r['epsilon_g8_closed']:.2f}"
             + f" | {r['wall_time_s']:.0f} s |"
         )
     return "\n".join(lines)
@@ -81,8 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=64, help="batch size s (a) = m (b)")
     ap.add_argument("--lr-a", type=float, default=0.0005)
     ap.add_argument("--lr-b", type=float, default=0.2)
+    ap.add_argument("--render", type=Path, help="only re-print the table of a saved table.json")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (after --)")
     args = ap.parse_args(argv)
+    if args.render:
+        print(format_table(json.loads(args.render.read_text())))
+        return 0
     rows = []
     for n in args.clients:
         for v, lr in (("a", args.lr_a), ("b", args.lr_b)):

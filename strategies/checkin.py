@@ -65,15 +65,18 @@ class SlotTask:
     nodes: tuple[int, ...]
 
 
-def occupancy(answers: dict[int, int], slots: Iterable[int]) -> dict[int, list[int]]:
-    """``slot -> sorted node ids`` that checked into it, for the given update ``slots``.
+def occupancy(answers: dict[int, int], slots: Iterable[int],
+              tickets: dict[int, int] | None = None) -> dict[int, list[int]]:
+    """``slot -> node ids`` that checked into it, for the given update ``slots``.
 
     ``answers`` maps a replying node id to its answer (a slot or ``ABSTAIN``); answers
     outside ``slots`` (abstentions, sliding-window check-ins before ``m`` or after ``n``) are
-    not used.
+    not used. Nodes are ordered by their random ``tickets`` (else by node id).
     """
     occ: dict[int, list[int]] = {s: [] for s in slots}
-    for node, slot in sorted(answers.items()):
+    order = sorted(answers, key=lambda node: ((tickets or {}).get(node, 0), node))
+    for node in order:
+        slot = answers[node]
         if slot != ABSTAIN and slot in occ:
             occ[slot].append(node)
     return occ
@@ -173,8 +176,8 @@ class CheckinStrategy:
                 answers, missing = {}, 0
                 occ = poisson_occupancy(node_ids, len(slots), algo.sample_rate, rng)
             else:
-                answers, missing = self.check_in(grid, node_ids, server_round, algo, job.round_timeout)
-                occ = occupancy(answers, slots)
+                answers, tickets, missing = self.check_in(grid, node_ids, server_round, algo, job.round_timeout)
+                occ = occupancy(answers, slots, tickets)
             t_checkin = time.monotonic() - t0
             tasks = plan_pass(algo.variant, occ, rng)
             state, stats = self.run_slots(grid, job, algo, tasks, state, server_round, generator)
@@ -189,8 +192,10 @@ class CheckinStrategy:
 
     # ------------------------------------------------------------------ check-in
     def check_in(self, grid: Grid, node_ids: Sequence[int], server_round: int, algo: Any,
-                 timeout: float) -> tuple[dict[int, int], int]:
-        """Send the check-in query to every node (``query_chunk`` at a time); ``({node: slot or ABSTAIN}, missing)``.
+                 timeout: float) -> tuple[dict[int, int], dict[int, int], int]:
+        """Send the check-in query to every node (``query_chunk`` at a time).
+
+        Returns ``({node: slot or ABSTAIN}, {node: ticket}, number of nodes that did not answer)``.
 
         A node that does not answer (or answers with an error) counts as abstaining.
         """
@@ -201,11 +206,13 @@ class CheckinStrategy:
         chunk = self.query_chunk or len(messages)
         replies = [r for i in range(0, len(messages), chunk)
                    for r in grid.send_and_receive(messages[i:i + chunk], timeout=timeout)]
-        answers = {}
+        answers, tickets = {}, {}
         for reply in replies:
             if not reply.has_error() and CHECKIN_KEY in reply.content.config_records:
-                answers[int(reply.metadata.src_node_id)] = int(reply.content.config_records[CHECKIN_KEY]["slot"])
-        return answers, len(node_ids) - len(answers)
+                record = reply.content.config_records[CHECKIN_KEY]
+                answers[int(reply.metadata.src_node_id)] = int(record["slot"])
+                tickets[int(reply.metadata.src_node_id)] = int(record.get("ticket", 0))
+        return answers, tickets, len(node_ids) - len(answers)
 
     # ------------------------------------------------------------------ slots
     def run_slots(self, grid: Grid, job: Any, algo: Any, tasks: list[SlotTask], state: dict[str, np.ndarray],

@@ -155,6 +155,27 @@ def test_frozen_parameters_and_eval_dropout() -> None:
     check_all_paths(model, seeded(7, 6, seed=7), targets(7, 3, 8))
 
 
+def test_under_no_grad_and_train_mode_dropout() -> None:
+    torch.manual_seed(11)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3)).double()
+    x, y = seeded(5, 6, seed=17), targets(5, 3, 18)
+    ref, _ = reference_clipped_grad_sum(model, masked_ce, x, y, 0.3)
+    with torch.no_grad():  # callers may hold no_grad; the fast path still differentiates
+        got, _ = clipped_grad_sum(model, masked_ce, x, y, 0.3)
+    assert_close(got, ref)
+    # Dropout in train mode: the fast path uses one mask per forward; every per-sample gradient
+    # is still clipped (checked one sample at a time, same mask seed each call).
+    drop = nn.Sequential(nn.Linear(6, 5), nn.Dropout(0.5), nn.Linear(5, 3)).double().train()
+    for i in range(5):
+        torch.manual_seed(i)
+        one, n = clipped_grad_sum(drop, masked_ce, x[i : i + 1], y[i : i + 1], 0.3)
+        torch.manual_seed(i)
+        g = torch.autograd.grad(masked_ce(drop(x[i : i + 1]), y[i : i + 1]), list(drop.parameters()))
+        norm = torch.sqrt(sum((gi**2).sum() for gi in g))
+        torch.testing.assert_close(n[0], norm, rtol=RTOL, atol=ATOL)
+        assert float(torch.sqrt(sum((v**2).sum() for v in one.values()))) <= 0.3 * (1 + 1e-9)
+
+
 def test_float32_paths_agree() -> None:
     torch.manual_seed(5)
     model = build_model("tanh_cnn", (1, 28, 28), 10)

@@ -9,6 +9,7 @@ import pytest
 
 from clients.skellam_dpsgd import SkellamDPSGD
 from fedpriv.accounting.ledger import PrivacyLedger
+from fedpriv.accounting.secagg import secagg_dpsgd
 from fedpriv.accounting.skellam import SkellamEvent
 from fedpriv.errors import ConfigError
 from fedpriv.runner import prepare, run_experiment
@@ -35,6 +36,10 @@ def test_secaggplus_run_equals_ideal_run_and_accountant(tmp_path: Path) -> None:
                                l2_sensitivity=mech.l2_sensitivity, sample_rate=0.1), 4)
     res = json.loads((tmp_path / "secagg" / "results.json").read_text())
     assert res["privacy"]["epsilon"] == pytest.approx(ledger.get_epsilon(1e-5), rel=1e-12)
+    # the engine's secagg-dpsgd analysis with the run's scale and rounding gives the same ε
+    engine = secagg_dpsgd("skellam", 1.2 / 3**0.5, 3, 0.1, 2, 2, 1e-5, accountant="rdp",
+                          num_params=mech.dim, scale=res["privacy"]["scale"], beta=res["privacy"]["beta"])
+    assert res["privacy"]["epsilon"] == pytest.approx(engine["epsilon"], rel=1e-9)
 
 
 def test_skellam_refuses_pld_and_secaggplus_refuses_floats() -> None:

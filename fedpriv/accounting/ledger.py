@@ -257,11 +257,10 @@ class PrivacyLedger:
 
     def _check_dp_supported(self, event: dp_event.DpEvent) -> None:
         relation = RELATIONS[self.neighboring_relation]
-        rdp_ok = rdp_privacy_accountant.RdpAccountant([2.0], relation).supports(event)
         if self.accountant == "pld":
             ok = pld_privacy_accountant.PLDAccountant(relation).supports(event)
         else:
-            ok = rdp_ok
+            ok = rdp_privacy_accountant.RdpAccountant([2.0], relation).supports(event)
         if not ok:
             raise IncompatibleEventsError(
                 f"{event} is not supported by the {self.accountant} accountant under "

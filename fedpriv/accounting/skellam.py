@@ -167,11 +167,10 @@ def rounded_sensitivities(
     check(scale > 0 and math.isfinite(scale), "scale", scale, "must be > 0")
     check(isinstance(num_params, (int, np.integer)) and num_params >= 1, "num_params", num_params, "must be an integer >= 1")
     check(0 <= beta < 1, "beta", beta, "must be in [0, 1)")
-    sc, d = scale * clipping_norm, float(num_params)
-    l2 = sc + math.sqrt(d)
-    if beta > 0:
-        l2 = min(l2, math.sqrt(sc**2 + d / 4 + math.sqrt(2 * math.log(1 / beta)) * (sc + math.sqrt(d) / 2)))
-    l1 = l2 * min(math.sqrt(d), l2)
+    from fedpriv.skellam import rounded_norm_bound  # the mechanism's own bound: one formula
+
+    l2 = rounded_norm_bound(int(num_params), scale * clipping_norm, beta)
+    l1 = l2 * min(math.sqrt(num_params), l2)
     return l1, l2
 
 

@@ -1,0 +1,104 @@
+"""Bounded-staleness FedAvg: clients get models at most max_staleness rounds old, drawn
+reproducibly; the server applies the updates to its current model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.supercore.task_identity import TaskIdentity
+
+from fedpriv.errors import ConfigError
+from strategies.aggregators import AggregateResult
+from strategies.async_fedavg import AsyncDPFedAvg
+
+
+@pytest.fixture(autouse=True)
+def task_identity():
+    """Flower needs a task identity to build messages outside an app (as test_checkin_protocol)."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+class FakeGrid:
+    def get_node_ids(self) -> list[int]:
+        return [11, 12, 13]
+
+
+class EchoAggregator:
+    """Each client's update is (its model's w) + 1, so the sum reveals which models were sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[float]] = []
+
+    def sum_updates(self, grid: Any, messages: list, *, server_round: int, timeout: float) -> AggregateResult:
+        ws = [float(m.content.array_records["arrays"].to_numpy_ndarrays()[0][0]) for m in messages]
+        self.sent.append(ws)
+        return AggregateResult(total={"w": np.array([sum(w + 1.0 for w in ws)])}, num_clients=len(ws), metrics={})
+
+
+class FakeJob:
+    num_clients, num_rounds, round_timeout = 3, 6, 5.0
+
+    def __init__(self) -> None:
+        self.aggregator = EchoAggregator()
+        self.released: list[tuple[int, float, dict]] = []
+
+    def initial_state(self) -> dict[str, np.ndarray]:
+        return {"w": np.array([0.0])}
+
+    def decode_sum(self, total: dict, server_round: int) -> dict:
+        return total
+
+    def may_start_round(self, server_round: int) -> bool:
+        return True
+
+    def round_released(self, server_round: int, state: dict, result: AggregateResult, seconds: float,
+                       extra: dict | None = None, contributors: int | None = None) -> None:
+        self.released.append((server_round, float(state["w"][0]), extra or {}))
+
+    def round_failed(self, *args: Any) -> None:
+        raise AssertionError("no round should fail")
+
+
+def _run(max_staleness: int, seed: int = 0) -> tuple[FakeJob, list[float]]:
+    job = FakeJob()
+    strategy = AsyncDPFedAvg(max_staleness=max_staleness, seed=seed)
+    strategy.run(FakeGrid(), job)  # type: ignore[arg-type]
+    return job, [w for _, w, _ in job.released]
+
+
+def test_synchronous_when_staleness_zero() -> None:
+    job, states = _run(0)
+    # every client gets the current w; w <- w + mean(w + 1) = 2 w + 1 each round
+    assert states == [1.0, 3.0, 7.0, 15.0, 31.0, 63.0]
+    assert all(len(set(ws)) == 1 for ws in job.aggregator.sent)
+
+
+def test_stale_models_within_bound_and_applied_to_current() -> None:
+    job, states = _run(2, seed=3)
+    history = [0.0, *states]
+    for r, ws in enumerate(job.aggregator.sent, start=1):
+        allowed = history[max(0, r - 1 - 2): r]  # models released at most 2 rounds before round r
+        assert all(w in allowed for w in ws), (r, ws, allowed)
+        # the server adds the mean of the updates to its CURRENT model
+        assert history[r] == pytest.approx(history[r - 1] + np.mean([w + 1 for w in ws]))
+    assert any(w != history[r - 1] for r, ws in enumerate(job.aggregator.sent, start=1) for w in ws)
+    assert [e["mean_staleness"] for _, _, e in job.released][0] == 0.0  # nothing older exists yet
+    job2, states2 = _run(2, seed=3)
+    assert states2 == states  # reproducible from the seed
+
+
+def test_staleness_draws_are_uniform() -> None:
+    strategy = AsyncDPFedAvg(max_staleness=3, seed=1)
+    draws = np.array([strategy.staleness(r, i, 10) for r in range(1, 201) for i in range(20)])
+    counts = np.bincount(draws, minlength=4)
+    assert counts.sum() == 4000 and counts.min() > 4000 / 4 * 0.85  # ~1000 each; 5 sigma is ~14%
+
+
+def test_bad_staleness() -> None:
+    with pytest.raises(ConfigError, match="strategy.max_staleness=-1 must be an integer >= 0"):
+        AsyncDPFedAvg(max_staleness=-1)

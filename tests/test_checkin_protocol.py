@@ -1,0 +1,368 @@
+"""Random check-ins end to end: client randomness, slot handling, randomizers, accounting, Flower."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import mpmath
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+from hydra import compose, initialize_config_dir
+
+from clients.checkin import (ABSTAIN, CHECKIN_KEY, CheckinClient, LocalRandomizer, PoissonLocalEvent,
+                             checkin_rng, checkin_window, draw_checkin)
+from fedpriv.accounting.checkin import CheckinEvent, expected_dummy_updates
+from fedpriv.accounting.gdp import analytic_gaussian_sigma
+from fedpriv.config import conf_dir, register_schema
+from fedpriv.errors import ConfigError
+from fedpriv.runner import prepare, run_experiment
+from strategies import checkin as server
+from strategies.aggregators import METRICS_KEY, UPDATE_KEY
+from strategies.checkin import CheckinStrategy, occupancy, plan_pass, update_slots
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = ["client=checkin", "privacy=checkin", "strategy=checkin", "model=logistic"]
+
+
+def _cfg(overrides: list[str]):
+    register_schema()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return compose(config_name="config", overrides=[*BASE, *overrides])
+
+
+@pytest.fixture()
+def task_identity():
+    """Flower needs a task identity to build messages outside an app."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+# --------------------------------------------------------------------------- client randomness
+def test_slot_choices_are_reproducible_and_uniform() -> None:
+    m, draws = 10, 20_000
+    slots = [draw_checkin(checkin_rng(0, r, pid, False), 1.0, (1, m)) for r in range(20) for pid in range(1000)]
+    again = [draw_checkin(checkin_rng(0, r, pid, False), 1.0, (1, m)) for r in range(20) for pid in range(1000)]
+    assert slots == again
+    counts = np.bincount(slots, minlength=m + 1)[1:]
+    assert counts.sum() == draws
+    # chi-square goodness of fit to uniform on 1..m; fixed seeds, so this is deterministic
+    assert scipy.stats.chisquare(counts).pvalue > 1e-3
+    other_seed = [draw_checkin(checkin_rng(1, 0, pid, False), 1.0, (1, m)) for pid in range(1000)]
+    assert other_seed != slots[:1000]
+
+
+def test_secure_mode_checkins_are_not_seeded() -> None:
+    a = [draw_checkin(checkin_rng(0, 1, pid, True), 1.0, (1, 1000)) for pid in range(50)]
+    b = [draw_checkin(checkin_rng(0, 1, pid, True), 1.0, (1, 1000)) for pid in range(50)]
+    assert a != b  # probability of equality 1000^-50
+
+
+@pytest.mark.parametrize("p0", [0.05, 0.3, 1.0])
+def test_checkin_probability_is_honoured(p0: float) -> None:
+    n = 20_000
+    answers = [draw_checkin(checkin_rng(3, 1, pid, False), p0, (1, 7)) for pid in range(n)]
+    rate = np.mean([a != ABSTAIN for a in answers])
+    # binomial standard error sqrt(p(1-p)/n) <= 0.0036; 5 standard errors
+    assert abs(rate - p0) <= 5 * math.sqrt(p0 * (1 - p0) / n) + 1e-12
+
+
+def test_sliding_window_checkins_stay_in_each_clients_window() -> None:
+    n, m = 300, 40
+    for pid in range(n):
+        first, last = checkin_window("sliding-window", m, pid)
+        assert (first, last) == (pid + 1, pid + m)
+        for r in range(5):
+            slot = draw_checkin(checkin_rng(0, r, pid, False), 1.0, (first, last))
+            assert first <= slot <= last
+    # the server uses only times m..n; check-ins outside are dropped
+    answers = {10: 5, 11: m, 12: n, 13: n + 3, 14: ABSTAIN}
+    occ = occupancy(answers, update_slots("sliding-window", m, n))
+    assert sorted(occ) == list(range(m, n + 1))
+    assert occ[m] == [11] and occ[n] == [12] and sum(map(len, occ.values())) == 2
+
+
+# --------------------------------------------------------------------------- server side
+def test_server_code_path_sees_only_replies() -> None:
+    tree = ast.parse(Path(server.__file__).read_text())
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    used |= {n.value for n in ast.walk(tree)
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings}
+    for word in ("partition-id", "node_config", "client_partition", "partitions", "Context", "run_dataset"):
+        assert word not in used, word
+    # planning is a function of (node id -> slot) replies and the server's own rng only
+    answers = {101: 1, 102: 1, 103: 3, 104: ABSTAIN}
+    occ = occupancy(answers, range(1, 5))
+    assert occ == {1: [101, 102], 2: [], 3: [103], 4: []}
+    fixed = plan_pass("fixed", occ, np.random.default_rng(0))
+    assert [len(t.nodes) for t in fixed] == [1, 0, 1, 0] and fixed[0].nodes[0] in (101, 102)
+    averaged = plan_pass("averaged", occ, np.random.default_rng(0))
+    assert [t.nodes for t in averaged] == [(101, 102), (), (103,), ()]
+    # random tickets (not node ids) order a slot's check-ins, so node ids never steer the pick
+    assert occupancy(answers, range(1, 5), {101: 9, 102: 3, 103: 1})[1] == [102, 101]
+
+
+def test_fixed_window_picks_uniformly_among_checked_in() -> None:
+    occ = {1: [7, 8, 9]}
+    picks = [plan_pass("fixed", occ, np.random.default_rng(s))[0].nodes[0] for s in range(3000)]
+    counts = np.array([picks.count(k) for k in (7, 8, 9)])
+    assert scipy.stats.chisquare(counts).pvalue > 1e-3
+
+
+class FakeGrid:
+    """Answers train messages with update = node id * ones; records (node, slot) asked."""
+
+    def __init__(self, answers: dict[int, int], shapes: dict[str, tuple[int, ...]]) -> None:
+        self.answers, self.shapes, self.asked, self.calls = answers, shapes, [], 0
+
+    def send_and_receive(self, messages: list[Message], timeout: float | None = None) -> list[Message]:
+        from flwr.app import ArrayRecord, MetricRecord
+
+        self.calls += 1
+        out = []
+        for msg in messages:
+            node, slot = msg.metadata.dst_node_id, int(msg.content.config_records["config"]["slot"])
+            assert self.answers[node] == slot  # asked only for the slot it checked into
+            self.asked.append((node, slot))
+            upd = {k: torch.full(s, float(node)) for k, s in self.shapes.items()}
+            content = RecordDict({UPDATE_KEY: ArrayRecord(upd), METRICS_KEY: MetricRecord({})})
+            out.append(Message(content=content, reply_to=msg))
+        return out
+
+
+class FakeJob:
+    round_timeout = 10.0
+
+    def evaluate_state(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
+        return 0.0, 0.0
+
+
+class MarkerRandomizer:
+    """Dummy noise = a marker value, so dummy steps are visible in the state."""
+
+    def noise(self, shapes: dict[str, Any], generator: Any, dtype: Any = None) -> dict[str, torch.Tensor]:
+        return {k: torch.full(tuple(s), 1000.0, dtype=torch.float64) for k, s in shapes.items()}
+
+
+class FakeAlgo:
+    def __init__(self, variant: str) -> None:
+        self.variant, self.local_randomizer = variant, MarkerRandomizer()
+
+
+@pytest.mark.parametrize("variant", ["fixed", "averaged"])
+def test_dummies_exactly_on_empty_slots_and_averaged_skips(task_identity: None, variant: str) -> None:
+    answers = {11: 1, 12: 1, 13: 3, 14: 3, 15: 3, 16: ABSTAIN}
+    occ = occupancy(answers, range(1, 6))
+    tasks = plan_pass(variant, occ, np.random.default_rng(0))
+    shapes = {"w": (2,)}
+    grid = FakeGrid(answers, shapes)
+    strat = CheckinStrategy(batch_size=1, lr=1.0)
+    state0 = {"w": np.zeros(2)}
+    trace, state = [], state0
+    for task in tasks:  # one slot at a time, to see each step
+        new, stats = strat.run_slots(grid, FakeJob(), FakeAlgo(variant), [task], state, 1, torch.Generator())
+        trace.append(float(state["w"][0] - new["w"][0]))
+        state = new
+    if variant == "fixed":
+        assert trace[1] == trace[3] == trace[4] == 1000.0  # dummies on the empty slots 2, 4, 5
+        assert trace[0] in (11.0, 12.0) and trace[2] in (13.0, 14.0, 15.0)
+        assert len(grid.asked) == 2
+    else:
+        assert trace == [11.5, 0.0, 14.0, 0.0, 0.0]  # slot means; empty slots skipped
+        assert sorted(grid.asked) == [(11, 1), (12, 1), (13, 3), (14, 3), (15, 3)]
+
+
+def test_minibatch_sends_one_request_per_step(task_identity: None) -> None:
+    answers = {node: 1 + node % 10 for node in range(40)}
+    tasks = plan_pass("fixed", occupancy(answers, range(1, 11)), np.random.default_rng(1))
+    grid = FakeGrid(answers, {"w": (1,)})
+    new, stats = CheckinStrategy(batch_size=5, lr=1.0).run_slots(
+        grid, FakeJob(), FakeAlgo("fixed"), tasks, {"w": np.zeros(1)}, 1, torch.Generator())
+    assert grid.calls == 2 and stats["updates"] == 10 and stats["dummies"] == 0
+    # two steps, each the mean of its 5 slot updates
+    picked = [n for n, _ in grid.asked]
+    assert new["w"][0] == pytest.approx(-(np.mean(picked[:5]) + np.mean(picked[5:])))
+
+
+def test_client_refuses_slots_it_did_not_check_into(task_identity: None) -> None:
+    algo = CheckinClient(variant="fixed", num_slots=5, privacy={"local_epsilon": 1.0}, num_clients=10)
+    cfg = {"seed": 0, "privacy": {"secure_mode": False}}
+    ctx = Context(run_id=1, node_id=3, node_config={"partition-id": 2}, state=RecordDict(), run_config={})
+    query = Message(content=RecordDict({CHECKIN_KEY: ConfigRecord({"server_round": 1, "variant": "fixed",
+                                                                   "num_slots": 5})}),
+                    dst_node_id=3, message_type=MessageType.QUERY)
+    reply = algo.query_handler(cfg, query, ctx)
+    slot = int(reply.content.config_records[CHECKIN_KEY]["slot"])
+    assert slot == draw_checkin(checkin_rng(0, 1, 2, False), 1.0, (1, 5))
+    assert set(reply.content.config_records[CHECKIN_KEY]) == {"slot", "ticket"}  # no identity, no data
+    other = slot % 5 + 1
+    train = Message(content=RecordDict({"config": ConfigRecord({"server_round": 1, "slot": other})}),
+                    dst_node_id=3, message_type=MessageType.TRAIN)
+    with pytest.raises(RuntimeError, match="checked into"):
+        algo.train_message_handler(cfg, train, ctx)
+
+
+# --------------------------------------------------------------------------- randomizers
+def _gauss_delta(sigma: float, sens: float, eps: float) -> float:
+    """Balle & Wang (2018) Theorem 8, with mpmath: delta of the Gaussian mechanism at eps."""
+    mpmath.mp.dps = 40
+    a, b = mpmath.mpf(sens) / (2 * sigma), mpmath.mpf(eps) * sigma / sens
+    return float(mpmath.ncdf(a - b) - mpmath.exp(eps) * mpmath.ncdf(-a - b))
+
+
+def test_gaussian_randomizer_noise_has_the_calibrated_std() -> None:
+    r = LocalRandomizer("gaussian", clipping_norm=0.5, local_epsilon=1.0, local_delta=1e-6)
+    sigma = analytic_gaussian_sigma(1.0, 1e-6, 1.0)
+    assert r.noise_stddev == sigma
+    # tight calibration, checked independently (mpmath, Balle & Wang Thm 8): 1e-6 relative
+    assert _gauss_delta(sigma, 1.0, 1.0) <= 1e-6 * (1 + 1e-9)
+    assert _gauss_delta(sigma * (1 - 1e-6), 1.0, 1.0) > 1e-6
+    out = r.randomize({"w": torch.zeros(400_000)}, torch.Generator().manual_seed(0))["w"].double()
+    # std error of a sample std over N = 4e5 draws: sigma / sqrt(2N) = 0.11 %; allow 0.6 %
+    assert float(out.std()) == pytest.approx(sigma, rel=6e-3)
+    assert abs(float(out.mean())) < 5 * sigma / math.sqrt(4e5)
+
+
+def test_laplace_randomizer_is_l1_clipped_with_scale_2L_over_eps0() -> None:
+    r = LocalRandomizer("laplace", clipping_norm=2.0, local_epsilon=0.5)
+    assert r.laplace_scale == 8.0
+    clipped = r.clip({"a": torch.tensor([3.0, -4.0]), "b": torch.tensor(5.0)})
+    assert sum(float(t.abs().sum()) for t in clipped.values()) == pytest.approx(2.0)
+    noise = r.noise({"w": (400_000,)}, torch.Generator().manual_seed(1))["w"].double()
+    # Laplace(b): E|X| = b, std = sqrt(2) b; standard errors about 0.16 % and 0.35 %; allow 1 %
+    assert float(noise.abs().mean()) == pytest.approx(8.0, rel=1e-2)
+    assert float(noise.std()) == pytest.approx(math.sqrt(2) * 8.0, rel=1e-2)
+
+
+def test_dummy_is_the_randomizer_on_no_data() -> None:
+    r = LocalRandomizer("laplace", clipping_norm=1.0, local_epsilon=1.0)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    zero = r.randomize({"w": torch.zeros(10)}, g1)["w"]
+    dummy = r.noise({"w": (10,)}, g2)["w"]
+    assert torch.equal(zero, dummy)
+
+
+# --------------------------------------------------------------------------- accounting
+def test_pass_event_matches_the_engine_and_theorem_3_2() -> None:
+    algo = CheckinClient(variant="fixed", num_slots=1000, privacy={"local_epsilon": 1.0, "checkin_probability": 0.5},
+                         num_clients=1000)
+    event = algo.round_events()[0][0]
+    assert event == CheckinEvent("fixed", 1.0, 1000, 1000, 0.5, 0.0)
+    # Theorem 3.2 by hand: p0 (e^e0 - 1) sqrt(2 e^e0 ln(1/delta) / m) + p0^2 e^e0 (e^e0 - 1)^2 / (2m)
+    e0, p0, m, d = 1.0, 0.5, 1000, 1e-6
+    thm = p0 * math.expm1(e0) * math.sqrt(2 * math.e * math.log(1 / d) / m) + p0**2 * math.e * math.expm1(e0)**2 / (2 * m)
+    assert thm == pytest.approx(0.2364594, abs=1e-6)  # 0.235455 + 0.001003, by hand
+    assert event.epsilon(d) <= thm * (1 + 1e-12)
+
+
+def test_poisson_baseline_event_single_step_and_composition() -> None:
+    q, e0 = 0.01, 1.0
+    step = math.log1p(q * math.expm1(e0))
+    ev = PoissonLocalEvent(e0, 0.0, q, steps=1)
+    assert ev.step_epsilon == pytest.approx(step, rel=1e-15)
+    assert ev.epsilon(1e-6) <= step * (1 + 1e-12)
+    # k pure steps: exact optimal composition (Kairouz-Oh-Viswanath) by mpmath brute force over
+    # the binomial privacy-loss of k randomized-response pairs
+    k, delta = 200, 1e-6
+    mpmath.mp.dps = 50
+    pe = mpmath.exp(step) / (1 + mpmath.exp(step))
+
+    def kov_delta(eps_g: float) -> float:
+        return float(sum(mpmath.binomial(k, j) * pe**(k - j) * (1 - pe)**j
+                         * max(mpmath.mpf(0), 1 - mpmath.exp(eps_g - (k - 2 * j) * step)) for j in range(k + 1)))
+
+    lo, hi = 0.0, k * step
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if kov_delta(mid) <= delta else (mid, hi)
+    got = PoissonLocalEvent(e0, 0.0, q, steps=k).epsilon(delta)
+    # the engine tries several delta splits: never below the exact optimum, within 2 % of it
+    assert hi * (1 - 1e-6) <= got <= hi * 1.02
+
+
+def test_local_epsilon_is_the_randomizers_own() -> None:
+    algo = CheckinClient(variant="fixed", num_slots=10, privacy={"local_epsilon": 2.0}, num_clients=10)
+    (ev, count), = algo.local_events()
+    # pure Laplace: eps at any delta <= eps0, and > eps0 - 0.05 at delta = 1e-6 (PLD grid)
+    assert 1.95 < ev.epsilon(1e-6, count) <= 2.0 + 1e-6
+    assert algo.privacy_report(1, 1e-6) == {"local_epsilon0": 2.0}
+
+
+# --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["privacy.checkin_probability=0"], "privacy.checkin_probability=0.0 must be in (0, 1]"),
+        (["privacy.checkin_probability=1.5"], "privacy.checkin_probability=1.5 must be in (0, 1]"),
+        (["client.variant=averaged", "privacy.checkin_probability=0.5"],
+         "privacy.checkin_probability=0.5 must be 1: Theorem 4.1"),
+        (["client.num_slots=0"], "client.num_slots=0 must be an integer >= 1"),
+        (["num_clients=5", "client.variant=sliding-window", "client.num_slots=6"],
+         "client.num_slots=6 must be <= num_clients=5"),
+        (["privacy.local_epsilon=0"], "privacy.local_epsilon=0.0 must be > 0"),
+        (["privacy.local_epsilon=-1"], "privacy.local_epsilon=-1.0 must be > 0"),
+        (["client.randomizer=gaussian", "privacy.local_delta=0.01"], "privacy.local_delta=0.01 violates"),
+        (["client.randomizer=laplace", "privacy.local_delta=1e-9"], "privacy.local_delta=1e-09 must be 0"),
+        (["+client.window=[0,200]", "client.num_slots=100"], "client.window=[0, 200] lies outside the run's slots"),
+        (["+client.window=[1,50]", "client.num_slots=100"], "cover only R_j = [m]"),
+        (["privacy.noise_multiplier=1.0"], "privacy.noise_multiplier=1.0 must be null"),
+    ],
+)
+def test_bad_input_is_one_clear_line(overrides: list[str], message: str) -> None:
+    fixed = [o.replace("+client.window", "client.window") for o in overrides]
+    with pytest.raises(ConfigError) as info:
+        prepare(_cfg(fixed))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_calibrating_eps0_to_a_central_target() -> None:
+    cfg, algo = prepare(_cfg(["num_clients=100", "client.num_slots=100", "privacy.target_epsilon=1.0"]))
+    eps = algo.event.epsilon(1e-6, 20)  # num_rounds=20 passes (conf/config.yaml)
+    assert eps <= 1.0 and eps > 0.98  # the largest eps0 meeting the target, to the bisection's precision
+    assert cfg["privacy"]["local_epsilon"] == algo.local_epsilon
+
+
+# --------------------------------------------------------------------------- Flower runs
+SMALL = ["num_clients=5", "num_rounds=2", "client.num_slots=4", "progress=false", "plot=false",
+         "save_model=false", "ray_init_args.num_cpus=2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("variant", "extra"),
+    [("fixed", ["privacy.checkin_probability=0.8", "strategy.batch_size=2"]),
+     ("averaged", []),
+     ("sliding-window", ["client.num_slots=3"]),
+     ("poisson", [])],
+)
+def test_short_flower_run(tmp_path: Path, variant: str, extra: list[str]) -> None:
+    summary = run_experiment(_cfg([*SMALL, f"client.variant={variant}", *extra]), tmp_path)
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert summary["status"] == res["status"] == "complete"
+    rounds = res["rounds"]
+    assert [r["server_round"] for r in rounds] == [1, 2]
+    _, algo = prepare(_cfg([*SMALL, f"client.variant={variant}", *extra]))
+    # the reported epsilon is the engine's value for 2 passes of the run's parameters
+    assert res["privacy"]["epsilon"] == pytest.approx(algo.event.epsilon(1e-6, 2), rel=1e-12)
+    assert rounds[0]["epsilon"] == pytest.approx(algo.event.epsilon(1e-6, 1), rel=1e-12)
+    n, m = 5, algo.num_slots
+    for r in rounds:
+        assert r["slots"] == len(update_slots(variant, m, n))
+        empty = r.get("dummies", r.get("skipped"))
+        assert 0 <= empty <= r["slots"] and len(r["block_accuracy"]) >= 1
+        if variant != "poisson":
+            exp = expected_dummy_updates(variant, n, m, algo.checkin_probability)["expected"]
+            assert r.get("expected_dummies", r.get("expected_skipped")) == pytest.approx(exp)
+        if variant in ("fixed", "sliding-window"):  # one update per occupied slot
+            assert r["updates_used"] + r["dummies"] == r["slots"]
