@@ -26,6 +26,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_steps.py
+	$(PY) benchmarks/bench_secagg.py --num-clients 10
 
 bench-accounting: $(STAMP)
 	$(PY) benchmarks/bench_accounting.py

@@ -189,6 +189,54 @@ def set_pull_interval(seconds: float) -> None:
     InMemoryGrid.__init__ = patched  # type: ignore[method-assign]
 
 
+def index_linkstate_by_node() -> None:
+    """EXPERIMENT (``--indexed-linkstate``; no fedpriv run uses it): give flwr 1.42's
+    ``InMemoryLinkState.get_message_ins`` a per-node index of message ids.
+
+    Flower's simulation engine polls ``get_message_ins(node_id, limit=1)`` for every node
+    every 0.1 s (``vce_api.add_messages_to_queue``) and each call scans every stored message
+    with ``_check_stored_messages``: O(nodes × messages) per poll. With the index a call only
+    looks at its own node's messages; what it returns is unchanged (same checks, same order).
+    """
+    from collections import defaultdict
+
+    from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState, now
+
+    store = InMemoryLinkState.store_message_ins
+
+    def store_indexed(self: Any, message: Any) -> Any:
+        msg_id = store(self, message)
+        if msg_id:
+            with self.lock:
+                self.__dict__.setdefault("_by_node", defaultdict(list))[message.metadata.dst_node_id].append(msg_id)
+        return msg_id
+
+    def get_indexed(self: Any, node_id: int, limit: int | None, *, run_id: int | None = None) -> list[Any]:
+        if limit is not None and limit < 1:
+            raise AssertionError("`limit` must be >= 1")
+        found: list[Any] = []
+        with self.lock:
+            index = self.__dict__.setdefault("_by_node", defaultdict(list))
+            alive = []
+            for msg_id in index.get(node_id, []):
+                self._check_stored_messages({msg_id})
+                msg = self.message_ins_store.get(msg_id)
+                if msg is None:
+                    continue
+                alive.append(msg_id)
+                if (not limit or len(found) < limit) and msg.metadata.dst_node_id == node_id \
+                        and (run_id is None or msg.metadata.run_id == run_id) and msg.metadata.delivered_at == "":
+                    found.append(msg)
+            index[node_id] = alive
+        delivered_at = now().isoformat()
+        for msg in found:
+            msg.metadata.delivered_at = delivered_at
+        return found
+
+    InMemoryLinkState.store_message_ins = store_indexed  # type: ignore[method-assign]
+    InMemoryLinkState.get_message_ins = get_indexed  # type: ignore[method-assign]
+
+
 def print_figures(res: dict[str, Any]) -> None:
     gib = 1024**3
     print(f"{res['num_clients']} clients, {res['actors']} actors on {res['cpus']} CPUs: status={res['status']}, "
@@ -215,12 +263,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample-rate", type=float, default=0.5, help="privacy.sample_rate")
     parser.add_argument("--pull-interval", type=float, default=None,
                         help="seconds between the server's reply polls (flwr InMemoryGrid.pull_interval, default 0.1)")
+    parser.add_argument("--indexed-linkstate", action="store_true",
+                        help="EXPERIMENT: index flwr's in-memory message store by node (see index_linkstate_by_node)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
     args = parser.parse_args(argv)
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's RDP order warnings
     if args.pull_interval is not None:
         set_pull_interval(args.pull_interval)
+    if args.indexed_linkstate:
+        index_linkstate_by_node()
     results = []
     for n in args.clients:
         res = bench(n, args.rounds, args.steps, args.cpus, args.client_cpus, args.sample_rate, args.overrides)

@@ -22,7 +22,7 @@ Variants (``client.variant``; the privacy event follows it): ``fixed`` (Algorith
 Theorem 3.2), ``averaged`` (Algorithm 2, Theorem 4.1, ``p0 = 1``), ``sliding-window``
 (Section 4.2, Theorem 4.3, client ``j`` checks into ``{j, ..., j+m-1}``, ``p0 = 1``), and the
 baseline ``poisson``: server-side Poisson subsampling of clients at ``client_sample_rate``
-(not possible in real FL; accounted by amplification by subsampling of the local randomizer,
+(not possible in real FL; accounted as a mixture over how often the target reports,
 :class:`PoissonLocalEvent`). A client is one Flower node; its privacy unit is all its rows
 (neighbouring data sets differ in one client's data).
 """
@@ -34,14 +34,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.stats
 import torch
 from dp_accounting import dp_event
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from torch import nn
 
 from clients.base import ClientAlgorithm, ClientData, TrainContext
-from fedpriv.accounting.checkin import CheckinEvent, compose_repetitions
-from fedpriv.accounting.gdp import analytic_gaussian_sigma
+from fedpriv.accounting.checkin import CheckinEvent, optimal_composition_delta
+from fedpriv.accounting.gdp import analytic_gaussian_sigma, gdp_delta
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.clipping import clip_tensors
 from fedpriv.errors import ConfigError, check
@@ -236,13 +237,20 @@ class LocalReleaseEvent(FedprivEvent):
 # --------------------------------------------------------------------------- poisson baseline event
 @dataclass(frozen=True)
 class PoissonLocalEvent(FedprivEvent):
-    """``steps`` model steps, each using the (eps0, delta0)-DP randomizer of Poisson-sampled clients.
+    """``steps`` model steps, each averaging the local reports of Poisson-sampled clients.
 
-    One step: the target client is included with probability ``q = sample_rate``
-    independently of its data, so by advanced joint convexity (Balle, Barthe, Gaboardi 2018,
-    Theorem 2; replace-one relation) the step is ``(ln(1 + q (e^eps0 - 1)), q delta0)``-DP.
-    ``count`` repetitions compose ``count * steps`` such steps with the best of basic,
-    advanced and optimal composition (:func:`fedpriv.accounting.checkin.compose_repetitions`).
+    The server samples each client at rate ``q = sample_rate`` per step and releases the mean
+    of the sampled clients' randomized reports. Unlike a check-in slot (which always carries
+    exactly one report, a dummy when empty), the number of reports is not fixed, so the
+    target's participation may be visible: the worst case reveals it. Over ``T = count *
+    steps`` steps the target reports ``K ~ Binomial(T, q)`` times (independently of its
+    data) and, given ``K = k``, the release is the ``k``-fold composition of the randomizer:
+
+    ``delta(eps) = sum_k P(K = k) delta_k(eps)`` (PRIVACY-SPEC section 0, mixture with the
+    component revealed), with ``delta_k`` the optimal composition of ``k`` pure ``eps0``-DP
+    mechanisms (Kairouz, Oh, Viswanath 2015, Theorem 3.3; ``mu is None``) or exactly
+    ``delta_{G_{sqrt(k) mu}}(eps)`` for the Gaussian randomizer with ``mu = 2L / sigma``.
+    The Binomial tail beyond ``k_max`` (at most ``1e-3 target_delta``) is charged to delta.
 
     Raises
     ------
@@ -251,46 +259,56 @@ class PoissonLocalEvent(FedprivEvent):
     """
 
     local_epsilon: float
-    local_delta: float
     sample_rate: float
     steps: int
+    mu: float | None = None
 
     supported_relations: ClassVar[frozenset[str]] = frozenset({"replace_one"})
 
     def __post_init__(self) -> None:
         check(self.local_epsilon > 0, "privacy.local_epsilon", self.local_epsilon, "must be > 0")
-        check(0 <= self.local_delta < 1, "privacy.local_delta", self.local_delta, "must be in [0, 1)")
         check(0 < self.sample_rate <= 1, "client.client_sample_rate", self.sample_rate, "must be in (0, 1]")
         check(int(self.steps) == self.steps and self.steps >= 1, "steps", self.steps, "must be an integer >= 1")
+        check(self.mu is None or self.mu > 0, "mu", self.mu, "must be > 0 or None")
 
-    @property
-    def step_epsilon(self) -> float:
-        """``ln(1 + q (e^eps0 - 1))``."""
-        return math.log1p(self.sample_rate * math.expm1(self.local_epsilon))
+    def _delta_k(self, k: int, eps: float) -> float:
+        if self.mu is not None:
+            return float(gdp_delta(eps, math.sqrt(k) * self.mu))
+        return optimal_composition_delta(self.local_epsilon, 0.0, k, eps)
+
+    def _mixture(self, count: int, target_delta: float) -> tuple[np.ndarray, np.ndarray, float]:
+        total = int(count) * int(self.steps)
+        kmax = min(total, int(scipy.stats.binom.isf(1e-3 * target_delta, total, self.sample_rate)) + 1)
+        ks = np.arange(1, kmax + 1)
+        return ks, scipy.stats.binom.pmf(ks, total, self.sample_rate), float(scipy.stats.binom.sf(kmax, total, self.sample_rate))
+
+    def _delta_at(self, eps: float, ks: np.ndarray, w: np.ndarray, tail: float) -> float:
+        return tail + float(sum(wk * self._delta_k(int(k), eps) for k, wk in zip(ks, w, strict=True) if wk > 0))
 
     def epsilon(self, target_delta: float, count: int = 1) -> float:
         check(0 < target_delta < 1, "target_delta", target_delta, "must be in (0, 1)")
         if count == 0:
             return 0.0
-        eps, step_delta = self.step_epsilon, self.sample_rate * self.local_delta
-
-        def per_step(d: float) -> float:
-            return eps if d >= step_delta else math.inf
-
-        return compose_repetitions(per_step, int(count) * int(self.steps), target_delta)[0]
+        ks, w, tail = self._mixture(count, target_delta)
+        if self._delta_at(0.0, ks, w, tail) <= target_delta:
+            return 0.0
+        hi = 1.0
+        while self._delta_at(hi, ks, w, tail) > target_delta:
+            hi *= 2.0
+            if hi > 1e4:
+                return math.inf
+        lo = 0.0
+        while hi - lo > 1e-9 * max(hi, 1.0):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if self._delta_at(mid, ks, w, tail) <= target_delta else (mid, hi)
+        return hi
 
     def delta(self, target_epsilon: float, count: int = 1) -> float:
         check(target_epsilon >= 0, "target_epsilon", target_epsilon, "must be >= 0")
-        lo, hi = math.log(1e-300), math.log(0.999999)
-        if self.epsilon(math.exp(hi), count) > target_epsilon:
-            return 1.0
-        while hi - lo > 1e-3:
-            mid = 0.5 * (lo + hi)
-            if self.epsilon(math.exp(mid), count) <= target_epsilon:
-                hi = mid
-            else:
-                lo = mid
-        return math.exp(hi)
+        if count == 0:
+            return 0.0
+        ks, w, tail = self._mixture(count, 1e-12)
+        return min(1.0, self._delta_at(target_epsilon, ks, w, tail))
 
 
 # --------------------------------------------------------------------------- algorithm
@@ -421,7 +439,9 @@ class CheckinClient(ClientAlgorithm):
     def event(self) -> FedprivEvent:
         """The central privacy event of one pass (CheckinEvent of H2's engine, or the baseline's)."""
         if self.variant == "poisson":
-            return PoissonLocalEvent(self.local_epsilon, self.local_delta, self.sample_rate, int(self.num_slots))
+            r = self.local_randomizer
+            mu = r.sensitivity / r.noise_stddev if r.kind == "gaussian" else None
+            return PoissonLocalEvent(self.local_epsilon, self.sample_rate, int(self.num_slots), mu)
         return CheckinEvent(self.variant, self.local_epsilon, int(self.num_clients), int(self.num_slots),
                             self.checkin_probability, self.local_delta)
 
@@ -468,8 +488,7 @@ class CheckinClient(ClientAlgorithm):
         for _ in range(40):
             mid = math.sqrt(lo * hi)
             lo, hi = (mid, hi) if eps_at(mid) <= target_epsilon else (lo, mid)
-        return replace(self, privacy={**self.privacy, "local_epsilon": lo, "target_epsilon": None,
-                                      "calibrated_local_epsilon": lo})
+        return replace(self, privacy={**self.privacy, "local_epsilon": lo, "target_epsilon": None})
 
     # -- client computation -----------------------------------------------------------
     def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -510,15 +529,53 @@ class CheckinClient(ClientAlgorithm):
         The train message's ``config`` record carries ``server_round`` and ``slot``; a request
         for any other slot is refused (the server cannot pick clients). ``poisson`` (the
         server-sampled baseline) has no check-in to verify.
-        """
-        from clients.app import CONFIG_KEY, train_handler
 
+        Raises
+        ------
+        RuntimeError
+            If the (pass, slot) is not the one this client checked into.
+        """
+        from clients.app import CONFIG_KEY
+
+        conf = msg.content.config_records[CONFIG_KEY]
+        want = (int(conf["server_round"]), int(conf["slot"]))
         if self.variant != "poisson":
-            conf = msg.content.config_records[CONFIG_KEY]
             mine = context.state.config_records.get(CHECKIN_KEY)
-            want = (int(conf["server_round"]), int(conf["slot"]))
             have = None if mine is None else (int(mine["server_round"]), int(mine["slot"]))
             if have != want or want[1] == ABSTAIN:
                 raise RuntimeError(f"asked for the update of (pass, slot)={want} but checked into {have}")
-        return train_handler(cfg, msg, context)
+        return slot_update(self, cfg, msg, int(context.node_config["partition-id"]), *want)
+
+
+def slot_update(algorithm: CheckinClient, cfg: dict[str, Any], msg: Message, partition_id: int,
+                server_round: int, slot: int) -> Message:
+    """Reply to a slot's train message with ``A_ldp`` at the received model.
+
+    The noise is seeded from ``(seed, pass, slot, partition_id)`` (OS entropy in
+    ``secure_mode``), so two reports of one client (the Poisson baseline may sample it in
+    several slots of a pass) never share noise.
+    """
+    import json
+
+    from flwr.app import ArrayRecord, MetricRecord
+
+    from clients.app import MODEL_KEY, _client_data
+    from fedpriv.noise import make_generator
+    from fedpriv.setup import build_model_for, resolve_device
+    from strategies.aggregators import METRICS_KEY, UPDATE_KEY
+
+    torch.set_num_threads(1)
+    device = resolve_device(cfg)
+    data = _client_data(json.dumps(cfg, sort_keys=True), partition_id)
+    model = build_model_for(cfg).to(device)
+    model.load_state_dict(msg.content.array_records[MODEL_KEY].to_torch_state_dict())
+    secure = bool(cfg["privacy"].get("secure_mode"))
+    rng = np.random.default_rng(None if secure else [int(cfg["seed"]), server_round, slot, partition_id])
+    generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
+    update, metrics = algorithm.train(model, data, TrainContext(server_round, rng, generator, device))
+    content = RecordDict({
+        UPDATE_KEY: ArrayRecord({k: v.detach().cpu().contiguous() for k, v in update.items()}),
+        METRICS_KEY: MetricRecord({k: float(v) for k, v in metrics.items()}),
+    })
+    return Message(content=content, reply_to=msg)
 

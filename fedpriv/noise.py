@@ -35,7 +35,7 @@ def add_gaussian_noise(
     check(noise_stddev >= 0, "noise_stddev", noise_stddev, "must be >= 0")
     if noise_stddev == 0:
         return dict(tensors)
-    return {
-        k: t + noise_stddev * torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype)
+    return {  # one allocation per tensor: the noise buffer becomes the result
+        k: torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype).mul_(noise_stddev).add_(t)
         for k, t in tensors.items()
     }

@@ -114,6 +114,23 @@ def _slot_message(node: int, arrays: ArrayRecord, server_round: int, slot: int) 
                    group_id=f"{server_round}:{slot}")
 
 
+def _waves(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Split ``(node, slot)`` requests so that a node appears at most once per wave.
+
+    A check-in node has one slot per pass (one wave); the Poisson baseline may sample a node
+    in several slots of one block, and replies are matched to slots by their sender.
+    """
+    waves: list[list[tuple[int, int]]] = []
+    seen: dict[int, int] = {}
+    for node, slot in pairs:
+        i = seen.get(node, 0)
+        seen[node] = i + 1
+        if i == len(waves):
+            waves.append([])
+        waves[i].append((node, slot))
+    return waves
+
+
 @dataclass
 class CheckinStrategy:
     """The check-in server: one protocol pass per server round (variant from the client config).
@@ -252,19 +269,18 @@ class CheckinStrategy:
             If a client fails or does not answer in ``timeout`` seconds (the pass is then not
             released).
         """
-        asked = {node: t.slot for t in chunk for node in t.nodes}
-        if not asked:
-            return {}
-        arrays = ArrayRecord(numpy_state(state))
-        replies = list(grid.send_and_receive(
-            [_slot_message(node, arrays, server_round, slot) for node, slot in asked.items()], timeout=timeout))
-        bad = [error_reason(r) for r in replies if r.has_error()]
-        if bad or len(replies) != len(asked):
-            raise RuntimeError(f"pass {server_round}: {len(replies) - len(bad)}/{len(asked)} slot updates arrived; "
-                               f"errors: {bad[:2]}")
         by_slot: dict[int, list[Message]] = {}
-        for r in replies:
-            by_slot.setdefault(asked[int(r.metadata.src_node_id)], []).append(r)
+        arrays = ArrayRecord(numpy_state(state)) if any(t.nodes for t in chunk) else None
+        for wave in _waves([(node, t.slot) for t in chunk for node in t.nodes]):
+            asked = dict(wave)
+            replies = list(grid.send_and_receive(
+                [_slot_message(node, arrays, server_round, slot) for node, slot in wave], timeout=timeout))
+            bad = [error_reason(r) for r in replies if r.has_error()]
+            if bad or len(replies) != len(asked):
+                raise RuntimeError(f"pass {server_round}: {len(replies) - len(bad)}/{len(asked)} slot updates "
+                                   f"arrived; errors: {bad[:2]}")
+            for r in replies:
+                by_slot.setdefault(asked[int(r.metadata.src_node_id)], []).append(r)
         return {slot: sum_replies(rs) for slot, rs in by_slot.items()}
 
     def step(self, state: dict[str, np.ndarray], updates: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

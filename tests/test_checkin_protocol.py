@@ -195,6 +195,28 @@ def test_minibatch_sends_one_request_per_step(task_identity: None) -> None:
     assert new["w"][0] == pytest.approx(-(np.mean(picked[:5]) + np.mean(picked[5:])))
 
 
+def test_poisson_node_in_several_slots_of_a_block_reports_once_per_slot(task_identity: None) -> None:
+    occ = {1: [5, 6], 2: [5], 3: [], 4: [5, 7]}
+    tasks = plan_pass("poisson", occ, np.random.default_rng(0))
+    grid = FakeGrid({5: None, 6: None, 7: None}, {"w": (1,)})
+    grid.answers = {}  # the baseline has no check-ins to verify
+
+    def send(messages, timeout=None, _orig=FakeGrid.send_and_receive):
+        nodes = [m.metadata.dst_node_id for m in messages]
+        assert len(nodes) == len(set(nodes))  # one request per node per send
+        for m in messages:
+            grid.answers[m.metadata.dst_node_id] = int(m.content.config_records["config"]["slot"])
+        return _orig(grid, messages, timeout)
+
+    grid.send_and_receive = send
+    new, stats = CheckinStrategy(batch_size=4, lr=1.0).run_slots(
+        grid, FakeJob(), FakeAlgo("poisson"), tasks, {"w": np.zeros(1)}, 1, torch.Generator())
+    assert sorted(grid.asked) == [(5, 1), (5, 2), (5, 4), (6, 1), (7, 4)]
+    assert stats["updates"] == 5 and stats["skipped"] == 1 and grid.calls == 3
+    # one step: mean of the slot means (5.5, 5, 6) over the 3 non-empty slots
+    assert new["w"][0] == pytest.approx(-(5.5 + 5 + 6) / 3)
+
+
 def test_client_refuses_slots_it_did_not_check_into(task_identity: None) -> None:
     algo = CheckinClient(variant="fixed", num_slots=5, privacy={"local_epsilon": 1.0}, num_clients=10)
     cfg = {"seed": 0, "privacy": {"secure_mode": False}}
@@ -266,29 +288,29 @@ def test_pass_event_matches_the_engine_and_theorem_3_2() -> None:
     assert event.epsilon(d) <= thm * (1 + 1e-12)
 
 
-def test_poisson_baseline_event_single_step_and_composition() -> None:
-    q, e0 = 0.01, 1.0
-    step = math.log1p(q * math.expm1(e0))
-    ev = PoissonLocalEvent(e0, 0.0, q, steps=1)
-    assert ev.step_epsilon == pytest.approx(step, rel=1e-15)
-    assert ev.epsilon(1e-6) <= step * (1 + 1e-12)
-    # k pure steps: exact optimal composition (Kairouz-Oh-Viswanath) by mpmath brute force over
-    # the binomial privacy-loss of k randomized-response pairs
-    k, delta = 200, 1e-6
-    mpmath.mp.dps = 50
-    pe = mpmath.exp(step) / (1 + mpmath.exp(step))
+def test_poisson_baseline_single_step_closed_form() -> None:
+    # one step, pure eps0: delta(eps) = q (e^e0 - e^eps) / (1 + e^e0)  =>  eps = ln(e^e0 - delta (1 + e^e0) / q)
+    q, e0, delta = 0.01, 1.0, 1e-6
+    expected = math.log(math.exp(e0) - delta * (1 + math.exp(e0)) / q)
+    assert PoissonLocalEvent(e0, q, steps=1).epsilon(delta) == pytest.approx(expected, rel=1e-8)
 
-    def kov_delta(eps_g: float) -> float:
-        return float(sum(mpmath.binomial(k, j) * pe**(k - j) * (1 - pe)**j
-                         * max(mpmath.mpf(0), 1 - mpmath.exp(eps_g - (k - 2 * j) * step)) for j in range(k + 1)))
 
-    lo, hi = 0.0, k * step
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if kov_delta(mid) <= delta else (mid, hi)
-    got = PoissonLocalEvent(e0, 0.0, q, steps=k).epsilon(delta)
-    # the engine tries several delta splits: never below the exact optimum, within 2 % of it
-    assert hi * (1 - 1e-6) <= got <= hi * 1.02
+def test_poisson_baseline_gaussian_mixture_matches_mpmath() -> None:
+    # T = 20 steps at q = 0.1 of a Gaussian randomizer with mu = 2L/sigma = 0.8: the target's
+    # reports K ~ Binomial(20, 0.1) and given K = k the release is G_{sqrt(k) mu}
+    q, steps, mu, delta = 0.1, 20, 0.8, 1e-5
+    eps = PoissonLocalEvent(1.0, q, steps=steps, mu=mu).epsilon(delta)
+    mpmath.mp.dps = 40
+
+    def gdp(e: float, m: float) -> mpmath.mpf:
+        return mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
+
+    def mix(e: float) -> float:
+        return float(sum(mpmath.binomial(steps, k) * mpmath.mpf(q)**k * (1 - mpmath.mpf(q))**(steps - k)
+                         * gdp(e, math.sqrt(k) * mu) for k in range(1, steps + 1)))
+
+    # the engine charges the Binomial tail beyond k_max (<= 1e-3 delta): exact delta within that
+    assert delta * (1 - 2e-3) <= mix(eps) <= delta * (1 + 1e-6)
 
 
 def test_local_epsilon_is_the_randomizers_own() -> None:
