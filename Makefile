@@ -27,6 +27,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_steps.py
 	$(PY) benchmarks/bench_secagg.py --num-clients 10
+	$(PY) benchmarks/bench_clients.py --clients 1000
 
 bench-accounting: $(STAMP)
 	$(PY) benchmarks/bench_accounting.py

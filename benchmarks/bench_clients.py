@@ -10,7 +10,7 @@ process, Ray's GCS/raylet and every worker/actor), sampled every 0.25 s.
 Definitions
 -----------
 compute per round
-    ``num_clients × c / actors``, with ``c`` the mean time of one client's
+    ``num_clients × c / actors``, with ``c`` the median time of one client's
     ``algorithm.train`` (model build and state load included) measured in this process on
     a sample of clients with one thread, and ``actors = cpus / client_resources.num_cpus``:
     the round time a perfect engine would need.
@@ -142,7 +142,7 @@ def client_compute_seconds(cfg: Any, sample: int) -> float:
         algorithm.train(model, data, ctx)
         times.append(time.perf_counter() - t0)
     torch.set_num_threads(os.cpu_count() or 1)
-    return statistics.mean(times)
+    return statistics.median(times)  # robust to load spikes of a shared machine
 
 
 def bench(num_clients: int, rounds: int, steps: int, cpus: int, client_cpus: float, sample_rate: float,

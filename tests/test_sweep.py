@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -97,6 +98,7 @@ def cluster() -> Iterator[str]:
         yield address
     finally:
         _stop(_pids_with(temp_dir))
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _fedpriv(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:

@@ -8,7 +8,6 @@ in-process inside a Ray worker (so Flower's simulation would size its actor pool
 cluster) and stops the sweep at the first failed job.
 """
 
-import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,6 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from fedpriv.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
