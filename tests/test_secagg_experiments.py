@@ -100,10 +100,11 @@ def _exp(name: str, extra: list[str]) -> list[str]:
 def test_fmnist_config_calibrates_both_variants_to_epsilon_1() -> None:
     # Small data so that prepare() is quick; q and steps are the experiment's own.
     small = ["dataset=fashion_mnist_embedded"]
-    for variant, steps, q in (("1 epoch", 12, 512 / 6000), ("1 step", 1, 128 / 6000)):
+    for variant, steps, q, lr in (("1 epoch", 12, 512 / 6000, 0.5), ("1 step", 1, 128 / 6000, 2.0)):
         run_cfg, algo = prepare(_cfg(_exp("secagg_fmnist_local_steps", [*small, *sls.variant_overrides(
             "secagg_fmnist_local_steps", variant)])))
-        assert (algo.steps, algo.sample_rate, algo.bits, run_cfg["num_rounds"]) == (steps, pytest.approx(q), 32, 20)
+        assert (algo.steps, algo.sample_rate, algo.lr, algo.bits, run_cfg["num_rounds"]) == (
+            steps, pytest.approx(q), lr, 32, 20)
         assert run_cfg["model"]["name"] == "tanh_cnn" and run_cfg["aggregator"]["_target_"].endswith("IdealAggregator")
         ledger = PrivacyLedger(accountant="rdp")
         for event, count in algo.round_events():
@@ -131,5 +132,5 @@ def test_ci_sized_fmnist_run_through_the_driver(tmp_path: Path) -> None:
     assert row["status"] == "complete" and row["rounds"] == 1
     assert 0.99 <= row["epsilon"] <= 1.0
     assert row["local_epsilon"] > row["epsilon"]  # one client's own noise share is 1/2 of the sum's
-    assert row["accuracy"] > 0.2  # 10 classes: better than chance after one round
+    assert row["accuracy"] > 0.15  # 10 classes: better than chance (0.10) after 2 steps at lr 0.5
     assert (tmp_path / "metrics.csv").exists()
