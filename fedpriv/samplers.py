@@ -43,7 +43,22 @@ class PoissonSampler:
 
 
 @dataclass(frozen=True)
-class ShuffleSampler:
+class _GroupedSampler:
+    """``Sample_{s,m}``: rounds of ``m`` groups of ``s`` records (first paper, Sec. 3)."""
+
+    num_groups: int
+    group_size: int
+
+    def __post_init__(self) -> None:
+        _check_sizes(self.num_groups, self.group_size)
+
+    def rounds_per_epoch(self, num_samples: int) -> int:
+        """``N // (m s)`` (the rounds counted as one epoch); raises :class:`ConfigError` if ``m s > N``."""
+        return _rounds_per_epoch(num_samples, self.num_groups, self.group_size)
+
+
+@dataclass(frozen=True)
+class ShuffleSampler(_GroupedSampler):
     """Shuffling (the first paper's SH): one random permutation per epoch cut into disjoint S_b.
 
     An epoch over ``N`` records has ``R = N // (m s)`` rounds; round ``b`` takes positions
@@ -64,16 +79,6 @@ class ShuffleSampler:
     (Sample_{s,m}, shuffling); PRIVACY-SPEC Sec. 1.
     """
 
-    num_groups: int
-    group_size: int
-
-    def __post_init__(self) -> None:
-        _check_sizes(self.num_groups, self.group_size)
-
-    def rounds_per_epoch(self, num_samples: int) -> int:
-        """``N // (m s)``; raises :class:`ConfigError` if ``m s > N``."""
-        return _rounds_per_epoch(num_samples, self.num_groups, self.group_size)
-
     def epoch(self, num_samples: int, rng: np.random.Generator | int | None) -> np.ndarray:
         """All rounds of one epoch: int64 indices of shape ``(R, m, s)``, pairwise distinct."""
         r = self.rounds_per_epoch(num_samples)
@@ -82,7 +87,7 @@ class ShuffleSampler:
 
 
 @dataclass(frozen=True)
-class SubsampleSampler:
+class SubsampleSampler(_GroupedSampler):
     """Subsampling (the first paper's SS): each S_b uniform without replacement, size ``m s``.
 
     Rounds are independent; ``S_b`` is split into ``m`` groups of ``s`` at random.
@@ -98,16 +103,6 @@ class SubsampleSampler:
     ----------
     van Dijk et al., Sec. 3 (Sample_{s,m}, subsampling); PRIVACY-SPEC Sec. 1.
     """
-
-    num_groups: int
-    group_size: int
-
-    def __post_init__(self) -> None:
-        _check_sizes(self.num_groups, self.group_size)
-
-    def rounds_per_epoch(self, num_samples: int) -> int:
-        """``N // (m s)`` (the rounds counted as one epoch); raises if ``m s > N``."""
-        return _rounds_per_epoch(num_samples, self.num_groups, self.group_size)
 
     def sample(self, num_samples: int, rng: np.random.Generator | int | None) -> np.ndarray:
         """One round: int64 indices of shape ``(m, s)``, all distinct, uniformly random."""
