@@ -46,7 +46,7 @@ def _one_line(exc: BaseException) -> str:
     if "Available options" in text:
         options = []
         for line in text.split("Available options", 1)[1].splitlines()[1:]:
-            if not line.strip():
+            if not line.strip() or line.strip().startswith("Config search path"):
                 break
             options.append(line.strip())
         reason += "; available: " + ", ".join(options)

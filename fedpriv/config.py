@@ -120,7 +120,9 @@ def validate_privacy(p: DictConfig | PrivacyConfig) -> None:
         check(sigma is None, "privacy.noise_multiplier", sigma,
               "must be null when privacy.local_epsilon is set (the local randomizer sets the noise)")
     else:
-        check((sigma is None) != (target is None), "privacy.noise_multiplier", sigma,
+        check(sigma is not None or target is not None, "privacy.noise_multiplier", sigma,
+              "and privacy.target_epsilon=None: give one of them")
+        check(sigma is None or target is None, "privacy.noise_multiplier", sigma,
               f"and privacy.target_epsilon={target!r}: give exactly one "
               "(set privacy.noise_multiplier=null to calibrate to privacy.target_epsilon)")
     if sigma is not None:
@@ -146,6 +148,7 @@ def validate(cfg: DictConfig) -> None:
     ConfigError
         Naming the first offending field, its value and the allowed range.
     """
+    check(cfg.seed >= 0, "seed", cfg.seed, "must be >= 0")
     check(cfg.num_clients >= 1, "num_clients", cfg.num_clients, "must be >= 1")
     check(cfg.num_rounds >= 1, "num_rounds", cfg.num_rounds, "must be >= 1")
     check(cfg.device in DEVICES, "device", cfg.device, f"must be one of {DEVICES}")

@@ -28,7 +28,7 @@ class RoundDisplay:
     """Progress bar over rounds with the per-round table printed above it."""
 
     def __init__(self, num_rounds: int, enabled: bool = True) -> None:
-        self.console = Console(highlight=False)
+        self.console = Console(highlight=False, markup=False)
         self.progress = Progress(
             TextColumn("[bold]rounds"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=True,

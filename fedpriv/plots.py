@@ -27,6 +27,10 @@ def plot_curves(rounds: Sequence[dict[str, Any]], path: Path) -> None:
     ax2.set(xlabel="server round", ylabel="ε", title="Privacy spent")
     ax2.legend()
     ax2.grid(alpha=0.3)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -4,9 +4,13 @@ Flower's simulation engine (Ray backend), recording accuracy and ε every round.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +51,15 @@ class Job:
         self.x_test, self.y_test = ds.x_test, ds.y_test
         self.state: dict[str, np.ndarray] = {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
         self.stop_reason = ""
+        self.interrupted = ""  # set by SIGINT/SIGTERM: finish the round in progress, then stop
 
     def initial_state(self) -> dict[str, np.ndarray]:
         return dict(self.state)
 
     def may_start_round(self, server_round: int) -> bool:
+        if self.interrupted:
+            self.stop_reason = f"stopped before round {server_round}: {self.interrupted} received"
+            return False
         if self.privacy.next_round_exceeds_budget():
             self.stop_reason = (f"stopped before round {server_round}: it would exceed "
                                 f"privacy.stop_at_epsilon={self.privacy.stop_at_epsilon}")
@@ -122,7 +130,11 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     if p.get("target_epsilon") is not None:
         algorithm = algorithm.calibrated(float(p["target_epsilon"]), float(p["target_delta"]), int(run_cfg["num_rounds"]))
         run_cfg["privacy"] = {**p, **dict(algorithm.privacy), "calibrated_from_target_epsilon": p["target_epsilon"]}
-    RunPrivacy(algorithm, run_cfg["privacy"]).check()
+    privacy = RunPrivacy(algorithm, run_cfg["privacy"])
+    privacy.check()
+    stop = run_cfg["privacy"].get("stop_at_epsilon")
+    check(stop is None or not privacy.next_round_exceeds_budget(), "privacy.stop_at_epsilon", stop,
+          "is below the epsilon of a single round: nothing could be trained")
     if "secaggplus" in str(run_cfg["aggregator"].get("_target_", "")).lower():
         check(algorithm.integer_updates, "aggregator", "secaggplus",
               f"needs a client algorithm that sends integers ({type(algorithm).__name__} sends floats): use client=skellam_dpsgd")
@@ -152,6 +164,8 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     run_cfg, algorithm = prepare(cfg)
     aggregator = _instantiate(cfg.aggregator, "aggregator")
     strategy = _instantiate(cfg.strategy, "strategy")
+    if hasattr(strategy, "check_algorithm"):
+        strategy.check_algorithm(algorithm)
     p = run_cfg["privacy"]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -176,7 +190,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     status, message = "failed", ""
     try:
-        with display:
+        with display, _graceful_stop(job):
             _run_simulation(server_app, make_client_app(run_cfg), int(run_cfg["num_clients"]), backend)
         failed = sum(r.get("status") == "failed" for r in recorder.rounds)
         status = "stopped" if job.stop_reason else "complete"
@@ -208,6 +222,28 @@ def ray_init_args(given: dict[str, Any] | None) -> dict[str, Any]:
     if (args.get("address") or os.environ.get("RAY_ADDRESS") or "local") != "local":
         args = {k: v for k, v in args.items() if k not in RAY_RESOURCE_ARGS}
     return args
+
+
+@contextlib.contextmanager
+def _graceful_stop(job: Job) -> Iterator[None]:
+    """First SIGINT/SIGTERM: finish the round in progress, save everything, stop (status
+    ``stopped``). A second one interrupts at once (the run is then saved as ``failed``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if job.interrupted:
+            raise KeyboardInterrupt
+        job.interrupted = signal.Signals(signum).name
+        job.display.note(f"{job.interrupted}: stopping after this round (again to abort now)")
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _run_simulation(server_app: ServerApp, client_app: Any, num_clients: int, backend: dict[str, Any]) -> None:

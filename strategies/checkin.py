@@ -173,6 +173,13 @@ class CheckinStrategy:
               "must be >= 1 or null")
 
     # ------------------------------------------------------------------ main loop
+    def check_algorithm(self, algorithm: Any) -> None:
+        """Refuse, before training, a client algorithm that does not check in."""
+        if not hasattr(algorithm, "query_handler"):
+            from fedpriv.errors import ConfigError
+
+            raise ConfigError("strategy", "checkin", f"needs client=checkin (got {type(algorithm).__name__})")
+
     def run(self, grid: Grid, job: Any) -> dict[str, np.ndarray]:
         """The server's main loop; returns the final global state."""
         algo = job.privacy.algorithm

@@ -86,6 +86,13 @@ class DPFedAvg:
 
             raise ConfigError("strategy.server_lr", self.server_lr, "must be > 0")
 
+    def check_algorithm(self, algorithm: object) -> None:
+        """Refuse, before training, a client algorithm that needs its own server (check-ins)."""
+        if hasattr(algorithm, "query_handler"):
+            from fedpriv.errors import ConfigError
+
+            raise ConfigError("client", type(algorithm).__name__, "needs strategy=checkin")
+
     def run(self, grid: Grid, job: ServerJob) -> dict[str, np.ndarray]:
         """The server's main loop; returns the final global state."""
         node_ids = wait_for_nodes(grid, job.num_clients, job.round_timeout)

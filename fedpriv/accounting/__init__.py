@@ -24,3 +24,18 @@ __all__ = [
     "poisson_gaussian_event",
     "secagg_dpsgd",
 ]
+
+
+def _quiet_rdp_order_warnings() -> None:
+    """dp-accounting logs a warning each time a fractional RDP order fails to converge and is
+    excluded; excluding it is correct (the bound uses the other orders), so it is not shown."""
+    import logging
+
+    class _Filter(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "failed to converge" not in record.getMessage()
+
+    logging.getLogger("absl").addFilter(_Filter())
+
+
+_quiet_rdp_order_warnings()

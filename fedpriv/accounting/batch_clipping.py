@@ -557,7 +557,7 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     n = p.int("num_samples", ge=1)
     m = p.int("num_groups", ge=1)
     s = p.int("group_size", ge=1)
-    epochs = p.int("epochs", ge=1)
+    epochs = p.int("epochs", ge=1, le=100_000)  # beyond: minutes of exact convolution, and ε is meaningless
     g = p.int("group_privacy", 1, ge=1)
     sigma = p.float("noise_multiplier", None, ge=0.0)
     eps_t, delta_t = gdp.cli_targets(p)

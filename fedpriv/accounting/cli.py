@@ -115,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else 2
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
+    if not args:
+        print("fedpriv-account: error: no ANALYSIS given (see fedpriv-account --help)", file=sys.stderr)
+        return 2
     try:
         import absl.logging
 

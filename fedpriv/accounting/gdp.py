@@ -255,6 +255,11 @@ def gdp_epsilon(target_delta: float, mu: float) -> float:
         return 0.0
     if math.isinf(mu):
         return math.inf
+    if mu > 1e6:
+        # δ(ε) ≤ Φ(−ε/μ + μ/2), so ε = μ²/2 + μ Φ⁻¹(1−δ) is a valid (tight as μ → ∞) upper
+        # bound; it overflows to inf only where no double can hold the answer.
+        with np.errstate(over="ignore"):
+            return float(mu * mu / 2.0 + mu * float(scipy.special.ndtri(1.0 - target_delta)))
     log_t = math.log(target_delta)
     return _solve_decreasing(lambda e: float(gdp_log_delta(e, mu)), log_t,
                              hi_start=max(1.0, mu * mu / 2.0 + mu))

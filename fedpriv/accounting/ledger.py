@@ -75,6 +75,9 @@ DEFAULT_ORDERS = np.array(rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=float
 PLD_GRIDS = (1e-4, 2e-4, 5e-4, 1e-3)
 #: ε (RDP, at δ = 1e-5) up to which the finest grid is used; above it the grid grows with ε.
 PLD_FINE_UP_TO = 5.0
+#: Above this RDP ε (at δ = 1e-5) the PLD is skipped: RDP is a valid bound, and the PLD of such
+#: a weak mechanism (tiny σ, ~1e8 steps) needs more memory than any machine has.
+PLD_MAX_RDP_EPSILON = 100.0
 
 
 class IncompatibleEventsError(NotImplementedError):
@@ -322,6 +325,13 @@ class PrivacyLedger:
             self._cache["pld"] = acc
         return self._cache["pld"]
 
+    def _pld_feasible(self) -> bool:
+        """Whether to build the PLD: not when the RDP bound is already beyond any use."""
+        if not self._rdp_supported():
+            return True
+        orders, rdp = self._rdp_curve()
+        return rdp_to_epsilon(orders, rdp, 1e-5, "default") <= PLD_MAX_RDP_EPSILON
+
     def get_epsilon(self, target_delta: float) -> float:
         """ε of everything recorded, at ``target_delta`` (0 for an empty ledger).
 
@@ -338,7 +348,7 @@ class PrivacyLedger:
             event, count = self._runs[0]
             return _checked(float(event.epsilon(target_delta, count)), "epsilon")
         eps = math.inf
-        if plan == "dp" and self.accountant == "pld":
+        if plan == "dp" and self.accountant == "pld" and self._pld_feasible():
             eps = float(self._pld().get_epsilon(target_delta))
         if self._rdp_supported():
             orders, rdp = self._rdp_curve()
@@ -361,7 +371,7 @@ class PrivacyLedger:
             event, count = self._runs[0]
             return _checked(float(event.delta(target_epsilon, count)), "delta")
         delta = 1.0
-        if plan == "dp" and self.accountant == "pld":
+        if plan == "dp" and self.accountant == "pld" and self._pld_feasible():
             delta = float(self._pld().get_delta(target_epsilon))
         if self._rdp_supported():
             orders, rdp = self._rdp_curve()
