@@ -77,7 +77,7 @@ PLD_GRIDS = (1e-4, 2e-4, 5e-4, 1e-3)
 PLD_FINE_UP_TO = 5.0
 #: Above this RDP ε (at δ = 1e-5) the PLD is skipped: RDP is a valid bound, and the PLD of such
 #: a weak mechanism (tiny σ, ~1e8 steps) needs more memory than any machine has.
-PLD_MAX_RDP_EPSILON = 100.0
+PLD_MAX_RDP_EPSILON = 1000.0
 
 
 class IncompatibleEventsError(NotImplementedError):
