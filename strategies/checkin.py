@@ -204,7 +204,11 @@ class CheckinStrategy:
                 occ = occupancy(answers, slots, tickets)
             t_checkin = time.monotonic() - t0
             tasks = plan_pass(algo.variant, occ, rng)
-            state, stats = self.run_slots(grid, job, algo, tasks, state, server_round, generator)
+            try:
+                state, stats = self.run_slots(grid, job, algo, tasks, state, server_round, generator)
+            except Exception:
+                self.account_aborted_pass(job)
+                raise
             seconds = time.monotonic() - t0
             extra = self.pass_report(algo, job.num_clients, answers, occ, missing, stats)
             extra.update(checkin_s=t_checkin, slot_ms=1000.0 * (seconds - t_checkin) / max(len(tasks), 1))
@@ -213,6 +217,14 @@ class CheckinStrategy:
                 blocks = " ".join(f"{a:.3f}" for a in stats["block_accuracy"])
                 job.note(f"pass {server_round}: accuracy after each block of {stats['block']} slots: {blocks}")
         return state
+
+    @staticmethod
+    def account_aborted_pass(job: Any) -> None:
+        """The server saw part of a pass that then failed: account the whole pass (a prefix of
+        the pass's transcript is post-processing of it), so ε is never under-reported."""
+        job.privacy.record_round()
+        job.recorder.update_privacy(epsilon=job.privacy.epsilon(), ledger=job.privacy.central.to_dict(),
+                                    note="the last pass aborted midway and is accounted in full")
 
     # ------------------------------------------------------------------ check-in
     def check_in(self, grid: Grid, node_ids: Sequence[int], server_round: int, algo: Any,
