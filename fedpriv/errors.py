@@ -31,3 +31,9 @@ def check(condition: bool, field: str, value: Any, allowed: str) -> None:
     """Raise :class:`ConfigError` naming ``field`` and ``value`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(field, value, allowed)
+
+
+def build_error(field: str, target: object, exc: BaseException) -> ConfigError:
+    """One-line :class:`ConfigError` for a ``_target_`` that Hydra could not import or build."""
+    text = str(exc).replace("set env var HYDRA_FULL_ERROR=1 to see chained exception.", "")
+    return ConfigError(field, target, "could not be built: " + " ".join(text.split()).rstrip(" ,"))

@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from clients.app import make_client_app
 from fedpriv.config import to_container, validate
 from fedpriv.display import RoundDisplay
-from fedpriv.errors import ConfigError, check
+from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.evaluate import evaluate
 from fedpriv.privacy import RunPrivacy
 from fedpriv.results import RunRecorder
@@ -150,7 +150,7 @@ def _instantiate(node: Any, group: str) -> Any:
         cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
         if cause is not None:
             raise cause from None
-        raise ConfigError(f"{group}._target_", node.get("_target_"), f"could not be built: {exc}") from None
+        raise build_error(f"{group}._target_", node.get("_target_"), exc) from None
 
 
 def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:

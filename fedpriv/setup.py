@@ -15,7 +15,7 @@ import torch
 from hydra.utils import instantiate
 
 from fedpriv.data import ArrayDataset, load_dataset, partition_dirichlet, partition_iid, partition_natural
-from fedpriv.errors import ConfigError, check
+from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.models import build_model
 
 
@@ -89,7 +89,7 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
         cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
         if cause is not None:
             raise cause from None
-        raise ConfigError("client._target_", target, f"could not be built: {exc}") from None
+        raise build_error("client._target_", target, exc) from None
     check(isinstance(algo, ClientAlgorithm), "client._target_", target, "must be a clients.base.ClientAlgorithm subclass")
     return algo.for_run(cfg)
 
