@@ -44,7 +44,15 @@ class PoissonSampler:
 
 @dataclass(frozen=True)
 class _GroupedSampler:
-    """``Sample_{s,m}``: rounds of ``m`` groups of ``s`` records (first paper, Sec. 3)."""
+    """``Sample_{s,m}``: rounds of ``m`` groups of ``s`` records (first paper, Sec. 3).
+
+    Parameters
+    ----------
+    num_groups : int
+        m >= 1, groups per round.
+    group_size : int
+        s >= 1, records per group.
+    """
 
     num_groups: int
     group_size: int
@@ -66,13 +74,6 @@ class ShuffleSampler(_GroupedSampler):
     of ``s`` (a uniformly random partition, since the permutation is uniform). The
     ``N - R m s`` records at the end of the permutation are not used in that epoch.
 
-    Parameters
-    ----------
-    num_groups : int
-        m >= 1, groups per round.
-    group_size : int
-        s >= 1, records per group.
-
     References
     ----------
     van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping", Sec. 3
@@ -91,13 +92,6 @@ class SubsampleSampler(_GroupedSampler):
     """Subsampling (the first paper's SS): each S_b uniform without replacement, size ``m s``.
 
     Rounds are independent; ``S_b`` is split into ``m`` groups of ``s`` at random.
-
-    Parameters
-    ----------
-    num_groups : int
-        m >= 1, groups per round.
-    group_size : int
-        s >= 1, records per group.
 
     References
     ----------
