@@ -26,6 +26,7 @@ from fedpriv.config import to_container, validate
 from fedpriv.display import RoundDisplay
 from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.evaluate import evaluate
+from fedpriv.notices import quiet_known_notices
 from fedpriv.privacy import RunPrivacy
 from fedpriv.results import RunRecorder
 from fedpriv.setup import build_algorithm, build_model_for, partitions, resolve_device, run_dataset
@@ -250,4 +251,5 @@ def _run_simulation(server_app: ServerApp, client_app: Any, num_clients: int, ba
     from flwr.simulation import run_simulation
 
     logging.getLogger("flwr").setLevel(logging.WARNING)
+    quiet_known_notices()
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_clients, backend_config=backend)

@@ -9,7 +9,9 @@ exact f-DP mixture, with the paper's Table 1 closed form), and wall time.
 Usage::
 
     .venv/bin/python scripts/batch_clipping_table.py --out outputs/batch_clipping_table \
-        [--clients 1 10] [--batch 64] [--lr-a 0.0005] [--lr-b 0.2] [-- extra hydra overrides]
+        [--clients 1 10] [--batch 64] [--lr-a 0.0003 0.005] [--lr-b 0.03 0.5] [-- extra hydra overrides]
+
+``--lr-a`` / ``--lr-b`` give one step size per ``--clients`` entry (or one for all).
 """
 
 from __future__ import annotations
@@ -80,22 +82,33 @@ def format_table(rows: Sequence[dict[str, Any]], target_delta: float = 1e-5) -> 
 NAMES = {"a": "(a) batch clipping + shuffling", "b": "(b) individual clipping + subsampling"}
 
 
+def per_clients(values: list[float], clients: list[int], flag: str) -> list[float]:
+    """One value per ``--clients`` entry: ``values`` itself, or its single value repeated."""
+    if len(values) == 1:
+        return values * len(clients)
+    if len(values) != len(clients):
+        raise SystemExit(f"{flag}: give one value or one per --clients entry ({len(clients)}), not {values}")
+    return values
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("outputs/batch_clipping_table"))
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 10])
     ap.add_argument("--batch", type=int, default=64, help="batch size s (a) = m (b)")
-    ap.add_argument("--lr-a", type=float, default=0.0005)
-    ap.add_argument("--lr-b", type=float, default=0.2)
+    ap.add_argument("--lr-a", type=float, nargs="+", default=[0.0003, 0.005], help="per --clients entry")
+    ap.add_argument("--lr-b", type=float, nargs="+", default=[0.03, 0.5], help="per --clients entry")
     ap.add_argument("--render", type=Path, help="only re-print the table of a saved table.json")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (after --)")
     args = ap.parse_args(argv)
     if args.render:
         print(format_table(json.loads(args.render.read_text())))
         return 0
+    lrs = {v: per_clients(getattr(args, f"lr_{v}"), args.clients, f"--lr-{v}") for v in ("a", "b")}
     rows = []
-    for n in args.clients:
-        for v, lr in (("a", args.lr_a), ("b", args.lr_b)):
+    for i, n in enumerate(args.clients):
+        for v in ("a", "b"):
+            lr = lrs[v][i]
             ov = [f"num_clients={n}", "progress=false", *variant_overrides(v, args.batch, lr), *args.overrides]
             row = run_variant(ov, args.out / f"clients{n}_{v}")
             row.update(clients=n, variant=NAMES[v], overrides=ov)

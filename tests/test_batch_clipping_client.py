@@ -240,3 +240,44 @@ def test_experiment_config_runs_on_small_slice(tmp_path: Path, shared_data: Path
     assert row["epsilon_g8"] > row["epsilon_g4"] > row["epsilon_g2"] > row["epsilon_g1"]
     row.update(clients=2, variant="b")
     assert "| 2 | b |" in table.format_table([row])
+
+
+def _diagnosis_script():
+    path = REPO / "scripts" / "batch_clipping_noise_diagnosis.py"
+    spec = importlib.util.spec_from_file_location("batch_clipping_noise_diagnosis", path)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_diagnosis_noises_have_the_stated_law() -> None:
+    diag = _diagnosis_script()
+    upd = [torch.zeros(400, 50), torch.zeros(10)]
+    gen = torch.Generator().manual_seed(0)
+    # accounted: i.i.d. N(0, (2 C sigma)^2) per coordinate for (a), divided by B for (b); 20,010
+    # draws estimate the std to ~0.5% (1 sd), tolerance 3%
+    for variant, std in (("a", 2 * 0.5 * 2.0), ("b", 2 * 0.5 * 2.0 / 64)):
+        z = torch.cat([t.reshape(-1) for t in diag.noise_like(upd, "accounted", variant, 2.0, 0.5, 64, gen)])
+        assert z.std().item() == pytest.approx(std, rel=0.03)
+    # paper-code: one scalar per tensor (constant over its coordinates), std sigma C / B
+    draws = [diag.noise_like(upd, "paper-code", "a", 2.0, 0.5, 64, gen) for _ in range(4000)]
+    assert all(bool((t == t.reshape(-1)[0]).all()) for d in draws[:5] for t in d)
+    first = torch.tensor([d[0].reshape(-1)[0].item() for d in draws])
+    assert first.std().item() == pytest.approx(2.0 * 0.5 / 64, rel=0.05)  # 4000 draws: ~1.1% sd
+
+
+def test_diagnosis_paper_code_noise_is_inert_for_logistic(shared_data: Path) -> None:
+    """A per-tensor constant shifts every logit equally: same accuracy as no noise (to float
+    rounding), while the accounted noise of batch clipping costs tens of points."""
+    diag = _diagnosis_script()
+    from fedpriv.data.images import load_mnist
+
+    data = load_mnist(shared_data / "mnist", train_limit=2000)
+
+    class Args:
+        epochs, batch, sigma, clip = 2, 32, 2.0, 1.0
+
+    acc = {n: diag.train(data, "a", n, 0.03, 0, Args) for n in diag.NOISES}
+    assert acc["paper-code"] == pytest.approx(acc["none"], abs=0.002)
+    assert acc["none"] > 0.8 and acc["accounted"] < acc["none"] - 0.3
