@@ -115,8 +115,9 @@ def test_fmnist_config_calibrates_both_variants_to_epsilon_1() -> None:
 
 
 @pytest.mark.slow
-def test_acs_income_config_has_one_client_per_state() -> None:
-    run_cfg, algo = prepare(_cfg(_exp("secagg_acs_income", [])))
+def test_acs_income_config_has_one_client_per_state(shared_data: Path) -> None:
+    acs = shared_data / "acs-income" / "feda4fair_cross_silo_value_2018"
+    run_cfg, algo = prepare(_cfg(_exp("secagg_acs_income", [f"dataset.data_dir={acs}"])))
     assert run_cfg["num_clients"] == 47 and run_cfg["partition"]["name"] == "natural"
     assert (algo.steps, algo.sample_rate) == (20, 0.05)  # 1 epoch = 1/q steps
     assert algo.num_params == 206  # logistic regression on the 102 encoded features, 2 classes
