@@ -190,6 +190,17 @@ def test_bad_input_refused_before_training(overrides: list[str], message: str) -
     assert "\n" not in str(info.value)
 
 
+def test_sampler_shorthand_sets_the_client_sampler() -> None:
+    # `fedpriv client=batch_clipping sampler=shuffle` (the spelling) == client.sampler=...
+    for name in ("shuffle", "subsample"):
+        _, algo = prepare(_cfg(["client=batch_clipping", f"sampler={name}"]))
+        assert algo.sampler == name
+    _, algo = prepare(_cfg(["client=individual_clipping", "sampler=poisson", "privacy.sample_rate=0.1"]))
+    assert algo.sampler == "poisson"
+    with pytest.raises(ConfigError, match="unexpected keyword argument 'sampler'"):
+        prepare(_cfg(["sampler=shuffle"]))  # the default client (LocalDPSGD) has no sampler
+
+
 def test_calibration_meets_target() -> None:
     _, algo = prepare(_cfg(["client=batch_clipping", "privacy.noise_multiplier=null", "privacy.target_epsilon=3",
                             "num_rounds=4", "client.group_size=100"]))
