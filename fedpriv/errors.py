@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -33,7 +35,17 @@ def check(condition: bool, field: str, value: Any, allowed: str) -> None:
         raise ConfigError(field, value, allowed)
 
 
-def build_error(field: str, target: object, exc: BaseException) -> ConfigError:
-    """One-line :class:`ConfigError` for a ``_target_`` that Hydra could not import or build."""
-    text = str(exc).replace("set env var HYDRA_FULL_ERROR=1 to see chained exception.", "")
-    return ConfigError(field, target, "could not be built: " + " ".join(text.split()).rstrip(" ,"))
+def build_error(group: str, node: Mapping[str, Any], exc: BaseException) -> ConfigError:
+    """One-line :class:`ConfigError` for a config ``node`` (with ``_target_``) of config group
+    ``group`` that Hydra could not import or build.
+
+    A key the target does not take is named as the field (``client.sampler='shuffle' is not a
+    parameter of clients.dpsgd.LocalDPSGD``); any other failure names ``group._target_``.
+    """
+    target = node.get("_target_")
+    text = " ".join(str(exc).replace("set env var HYDRA_FULL_ERROR=1 to see chained exception.", "").split())
+    unknown = re.search(r"unexpected keyword argument '(\w+)'", text)
+    if unknown and unknown.group(1) in node:
+        key = unknown.group(1)
+        return ConfigError(f"{group}.{key}", node[key], f"is not a parameter of {target}")
+    return ConfigError(f"{group}._target_", target, "could not be built: " + text.rstrip(" ,"))

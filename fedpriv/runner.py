@@ -151,7 +151,7 @@ def _instantiate(node: Any, group: str) -> Any:
         cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
         if cause is not None:
             raise cause from None
-        raise build_error(f"{group}._target_", node.get("_target_"), exc) from None
+        raise build_error(group, node, exc) from None
 
 
 def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
         cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
         if cause is not None:
             raise cause from None
-        raise build_error("client._target_", target, exc) from None
+        raise build_error("client", cfg["client"], exc) from None
     check(isinstance(algo, ClientAlgorithm), "client._target_", target, "must be a clients.base.ClientAlgorithm subclass")
     return algo.for_run(cfg)
 

@@ -82,6 +82,8 @@ def test_plugin_example_runs(tmp_path: Path) -> None:
         ("privacy.target_epsilon=3", "give exactly one"),
         ("dataset.name=nope", "dataset.name='nope'"),
         ("partition=dirichlet,partition.alpha=0", "partition.alpha=0.0 must be > 0"),
+        ("+client.stpes=3", "client.stpes=3 is not a parameter of clients.dpsgd.LocalDPSGD"),
+        ("client._target_=nope.Nope", "client._target_='nope.Nope' could not be built: Error locating target"),
         ("device=cuda", "no GPU is visible") if not __import__("torch").cuda.is_available() else ("device=gpu", "device='gpu'"),
     ],
 )
@@ -98,6 +100,7 @@ def test_bad_config_is_refused_before_training(override: str, message: str) -> N
         ("dataset=fashion_mnist,dataset.data_dir=/nonexistent", "/nonexistent"),
         ("privacy.noise_multiplier=abc", "privacy.noise_multiplier: Value 'abc'"),
         ("partition=foo", "available: dirichlet, iid"),
+        ("+strategy.fraction=0.5", "strategy.fraction=0.5 is not a parameter of strategies.fedavg.DPFedAvg"),
     ],
 )
 def test_cli_bad_config_exits_with_one_line(tmp_path: Path, override: str, message: str) -> None:
