@@ -23,7 +23,9 @@ PRIVACY-SPEC Sec. 1. Abadi et al. 2016 (DP-SGD).
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -81,6 +83,40 @@ def optimizer_class(target: Any) -> type[torch.optim.Optimizer]:
     check(isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer), "client.optimizer._target_",
           target, "must name a torch.optim.Optimizer class (e.g. torch.optim.SGD, torch.optim.Adam)")
     return cls  # type: ignore[return-value]
+
+
+def check_optimizer(spec: dict[str, Any], lr: float) -> None:
+    """Build ``spec``'s optimizer on one parameter and take one step, before any training.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``client.optimizer.KEY`` for a keyword the optimizer does not take, else
+        ``client.optimizer`` with the optimizer's own message (a bad value, or a ``step`` that
+        needs a closure, like L-BFGS).
+    """
+    cls = optimizer_class(spec.get("_target_"))
+    kwargs = {k: v for k, v in spec.items() if k != "_target_"}
+    p = torch.zeros(2, requires_grad=True)
+    try:
+        opt = cls([p], **{**kwargs, "lr": lr})
+        p.grad = torch.ones(2)
+        opt.step()
+    except Exception as exc:  # noqa: BLE001 - the optimizer's own message is the clearest
+        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+        if unknown and unknown.group(1) in kwargs:
+            key = unknown.group(1)
+            raise ConfigError(f"client.optimizer.{key}", kwargs[key], f"is not a parameter of {spec['_target_']}") from None
+        raise ConfigError("client.optimizer", spec, f"cannot run as the local optimizer A: {exc}") from None
+
+
+def is_plain_sgd(spec: dict[str, Any]) -> bool:
+    """True if ``spec`` is ``torch.optim.SGD`` with every given keyword at SGD's default (the
+    fast paths compute exactly this update); any other setting takes the general path."""
+    if optimizer_class(spec.get("_target_")) is not torch.optim.SGD:
+        return False
+    defaults = {k: v.default for k, v in inspect.signature(torch.optim.SGD).parameters.items()}
+    return all(k == "lr" or (k in defaults and v == defaults[k]) for k, v in spec.items() if k != "_target_")
 
 
 def _plain(node: Any) -> dict[str, Any]:
@@ -153,6 +189,8 @@ class GeneralizedDPSGD(ClientAlgorithm):
     num_clients: int = 1
 
     def __post_init__(self) -> None:
+        check(hasattr(self.optimizer, "get") and self.optimizer.get("_target_") is not None, "client.optimizer",
+              self.optimizer, "must be a mapping with _target_ (e.g. {_target_: torch.optim.SGD})")
         if not isinstance(self.optimizer, dict):  # a DictConfig when Hydra runs non-recursively
             object.__setattr__(self, "optimizer", _plain(self.optimizer))
         if self.clipping_norms is not None and not isinstance(self.clipping_norms, list):
@@ -172,8 +210,8 @@ class GeneralizedDPSGD(ClientAlgorithm):
                   self.local_rounds, "must be an integer >= 1")
         check(self.group_update in GROUP_UPDATES, "client.group_update", self.group_update,
               f"must be one of {GROUP_UPDATES}")
-        optimizer_class(self.optimizer.get("_target_"))
         check(self.lr > 0, "client.lr", self.lr, "must be > 0")
+        check_optimizer(self.optimizer, self.lr)
         check(self.lr_schedule in LR_SCHEDULES, "client.lr_schedule", self.lr_schedule, f"must be one of {LR_SCHEDULES}")
         check(self.lr_tau > 0, "client.lr_tau", self.lr_tau, "must be > 0")
         if self.lr_schedule == "cosine":
@@ -238,9 +276,7 @@ class GeneralizedDPSGD(ClientAlgorithm):
 
     @property
     def _plain_sgd(self) -> bool:
-        opt = self.optimizer
-        return (opt.get("_target_") == "torch.optim.SGD" and not opt.get("momentum")
-                and not opt.get("weight_decay"))
+        return is_plain_sgd(self.optimizer)
 
     def _n(self) -> int:
         if self.num_samples is None:

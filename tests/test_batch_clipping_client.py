@@ -84,6 +84,23 @@ def test_individual_clipping_sum_equals_per_sample_loop() -> None:
     torch.testing.assert_close(_flat(u).float(), expected, rtol=1e-5, atol=1e-6)
 
 
+def test_sgd_settings_are_honoured_not_dropped_by_the_fast_path() -> None:
+    # maximize=True runs the general path: w_end = w + eta g, so U = -(the plain fast path's U)
+    model = _mlp(1)
+    torch.manual_seed(3)
+    x, y = torch.randn(2, 4, 5) * 3, torch.randint(0, 3, (2, 4))
+    plain = GeneralizedDPSGD(num_groups=2, group_size=4, privacy={"noise_multiplier": 1.0})
+    maxim = GeneralizedDPSGD(num_groups=2, group_size=4, privacy={"noise_multiplier": 1.0},
+                             optimizer={"_target_": "torch.optim.SGD", "maximize": True})
+    assert plain._plain_sgd and not maxim._plain_sgd
+    u, v = _flat(plain.clipped_sum(model, x, y, 0.1, 0.5)), _flat(maxim.clipped_sum(model, x, y, 0.1, 0.5))
+    torch.testing.assert_close(v.float(), -u.float(), rtol=1e-5, atol=1e-6)
+    for spec, plain_ in (({"_target_": "torch.optim.sgd.SGD"}, True), ({"_target_": "torch.optim.SGD", "momentum": 0.0}, True),
+                         ({"_target_": "torch.optim.SGD", "momentum": 0.9}, False),
+                         ({"_target_": "torch.optim.Adam"}, False)):
+        assert GeneralizedDPSGD(optimizer=spec, privacy={"noise_multiplier": 1.0})._plain_sgd is plain_
+
+
 def test_sequential_sgd_group_update_is_sum_of_trajectory_gradients() -> None:
     # A = classical SGD over the group's s records: a_h = (w - w_end)/eta = sum of the gradients
     # along the trajectory (the paper's recursion (2)); C large so nothing is clipped.
@@ -181,6 +198,10 @@ def test_step_size_schedules() -> None:
         (["client=individual_clipping", "client.sampler=poisson", "client.analysis=batch-clipping"],
          "client.analysis='batch-clipping' does not cover sampler='poisson'"),
         (["client.sampler=nope"], "client.sampler='nope' must be one of"),
+        (["+client.optimizer.momentun=0.9"], "client.optimizer.momentun=0.9 is not a parameter of torch.optim.SGD"),
+        (["+client.optimizer.momentum=-1"], "cannot run as the local optimizer A: Invalid momentum value: -1"),
+        (["client.optimizer._target_=torch.optim.LBFGS"], "missing 1 required positional argument: 'closure'"),
+        (["client.optimizer=null"], "client.optimizer=None must be a mapping with _target_"),
     ],
 )
 def test_bad_input_refused_before_training(overrides: list[str], message: str) -> None:
