@@ -34,6 +34,7 @@ class RunPrivacy:
         self.central = PrivacyLedger(**kw)
         self.local = PrivacyLedger(**kw) if algorithm.local_events() else None
         self.rounds = 0
+        self.analysis = ""  # what answers for the central ε (PrivacyLedger.analysis), set by check()
 
     def record_round(self, contributors: int | None = None) -> None:
         """Compose one round's events into both ledgers.
@@ -50,9 +51,10 @@ class RunPrivacy:
                 self.local.record(event, count)
         self.rounds += 1
 
-    def check(self) -> None:
+    def check(self) -> RunPrivacy:
         """Compose one round into scratch ledgers, so an accountant that cannot account the
-        algorithm's events is refused before training (ConfigError naming the field)."""
+        algorithm's events is refused before training (ConfigError naming the field); sets
+        :attr:`analysis` and returns ``self``."""
         from fedpriv.accounting.ledger import IncompatibleEventsError
         from fedpriv.errors import ConfigError
 
@@ -62,6 +64,8 @@ class RunPrivacy:
             trial.epsilon()
         except IncompatibleEventsError as exc:
             raise ConfigError("privacy.accountant", self._kw["accountant"], f"cannot account this client algorithm: {exc}") from None
+        self.analysis = trial.central.analysis()
+        return self
 
     def epsilon(self) -> float:
         """Central ε at ``target_delta`` (0 before any release)."""

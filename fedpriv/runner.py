@@ -168,19 +168,20 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if hasattr(strategy, "check_algorithm"):
         strategy.check_algorithm(algorithm)
     p = run_cfg["privacy"]
+    analysis = RunPrivacy(algorithm, p).check().analysis
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(run_cfg)))
     recorder = RunRecorder(out_dir, privacy={
-        "epsilon": 0.0, "delta": p["target_delta"], "accountant": p["accountant"], "conversion": p["conversion"],
-        "noise_multiplier": p["noise_multiplier"], "sample_rate": p["sample_rate"], "max_grad_norm": p["max_grad_norm"],
+        "epsilon": 0.0, "delta": p["target_delta"], "accounting": analysis, "accountant": p["accountant"],
+        "conversion": p["conversion"], "noise_multiplier": p["noise_multiplier"], "sample_rate": p["sample_rate"], "max_grad_norm": p["max_grad_norm"],
         "steps": getattr(algorithm, "steps", None), "num_rounds": run_cfg["num_rounds"], "num_clients": run_cfg["num_clients"],
         **algorithm.privacy_summary(),
     }, extra={"config": run_cfg})
     display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
     job = Job(run_cfg, algorithm, aggregator, recorder, display)
     display.note(f"fedpriv: {run_cfg['num_clients']} clients, {run_cfg['num_rounds']} rounds, "
-                 f"σ={p['noise_multiplier'] if p['noise_multiplier'] is None else format(p['noise_multiplier'], '.4g')}, δ={p['target_delta']:g}, accountant={p['accountant']}; outputs in {out_dir}")
+                 f"σ={p['noise_multiplier'] if p['noise_multiplier'] is None else format(p['noise_multiplier'], '.4g')}, δ={p['target_delta']:g}, accounting={analysis}; outputs in {out_dir}")
     server_app = ServerApp()
 
     @server_app.main()

@@ -190,3 +190,23 @@ def test_event_from_dict_only_loads_event_classes():
         event_from_dict({"dp_event": "compute_epsilon"})
     nested = dp_event.ComposedDpEvent([poisson_gaussian_event(1.0, 0.5), dp_event.GaussianDpEvent(2.0)])
     assert event_from_dict(json.loads(json.dumps(event_to_dict(nested)))) == nested
+
+
+def test_analysis_names_what_answers_for_epsilon():
+    from fedpriv.accounting.batch_clipping import BatchClippingEvent
+    from fedpriv.accounting.skellam import SkellamEvent
+
+    assert PrivacyLedger().analysis() == "none"
+    pg = poisson_gaussian_event(1.1, 0.01)
+    led = PrivacyLedger()
+    led.record(pg, 10)
+    assert led.analysis() == "pld"
+    led = PrivacyLedger(accountant="rdp", conversion="mironov")
+    led.record(pg, 10)
+    assert led.analysis() == "rdp (mironov)"
+    led.record(SkellamEvent(mu=100.0, l1_sensitivity=10.0, l2_sensitivity=3.0, sample_rate=0.01), 5)
+    assert led.analysis() == "rdp (mironov)"
+    # a stand-alone event answers by its own analysis, whatever accountant was asked for
+    bc = PrivacyLedger(accountant="rdp", conversion="mironov", neighboring_relation="replace_one")
+    bc.record(BatchClippingEvent("shuffle", 600, 1, 100, 2.0), 6)
+    assert bc.analysis() == "BatchClippingEvent (own analysis)"

@@ -332,6 +332,19 @@ class PrivacyLedger:
         orders, rdp = self._rdp_curve()
         return rdp_to_epsilon(orders, rdp, 1e-5, "default") <= PLD_MAX_RDP_EPSILON
 
+    def analysis(self) -> str:
+        """What answers for ε now: ``"pld"``, ``"rdp (CONVERSION)"``, or, for an event that
+        stands alone, ``"NAME (own analysis)"`` (the accountant and conversion settings are then
+        unused); ``"none"`` for an empty ledger."""
+        plan = self._plan(self._runs)
+        if plan == "empty":
+            return "none"
+        if plan == "single":
+            return f"{type(self._runs[0][0]).__name__} (own analysis)"
+        if plan == "dp" and self.accountant == "pld":
+            return "pld"
+        return f"rdp ({self.conversion})"
+
     def get_epsilon(self, target_delta: float) -> float:
         """ε of everything recorded, at ``target_delta`` (0 for an empty ledger).
 
