@@ -217,8 +217,9 @@ class GeneralizedDPSGD(ClientAlgorithm):
         if self.lr_schedule == "cosine":
             check(isinstance(self.lr_period, int) and self.lr_period >= 1, "client.lr_period", self.lr_period,
                   "must be an integer >= 1 with lr_schedule=cosine")
-        for c in self.clipping_norms or []:
-            check(c > 0, "client.clipping_norms", self.clipping_norms, "must all be > 0")
+        if self.clipping_norms is not None:
+            check(len(self.clipping_norms) >= 1 and all(c > 0 for c in self.clipping_norms), "client.clipping_norms",
+                  self.clipping_norms, "must be null or a non-empty list of values > 0")
         check(self.clipping_norm > 0, "privacy.max_grad_norm", self.clipping_norm, "must be > 0")
         check(self.noise_multiplier >= 0, "privacy.noise_multiplier", self.noise_multiplier, "must be >= 0")
         check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")

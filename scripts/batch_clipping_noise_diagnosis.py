@@ -117,8 +117,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lrs", type=float, nargs="+", default=list(LRS))
     ap.add_argument("--out", default="outputs/bc_noise_diagnosis.json")
     args = ap.parse_args(argv)
+    for name, ok in (("epochs", args.epochs >= 1), ("seeds", args.seeds >= 1), ("batch", args.batch >= 1),
+                     ("sigma", args.sigma >= 0), ("clip", args.clip > 0), ("lrs", min(args.lrs) > 0)):
+        if not ok:
+            ap.error(f"--{name}={getattr(args, name)} is out of range (epochs, seeds, batch >= 1; sigma >= 0; clip, lrs > 0)")
     torch.set_num_threads(1)
     data = load_mnist(args.data_dir, train_limit=args.train_limit)
+    if args.batch > len(data.y_train):
+        ap.error(f"--batch={args.batch} must be <= the {len(data.y_train)} training records")
     rows, t0 = [], time.monotonic()
     for variant in ("a", "b"):
         for noise in NOISES:

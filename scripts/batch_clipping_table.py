@@ -11,13 +11,16 @@ Usage::
     .venv/bin/python scripts/batch_clipping_table.py --out outputs/batch_clipping_table \
         [--clients 1 10] [--batch 64] [--lr-a 0.0003 0.005] [--lr-b 0.03 0.5] [-- extra hydra overrides]
 
-``--lr-a`` / ``--lr-b`` give one step size per ``--clients`` entry (or one for all).
+``--lr-a`` / ``--lr-b`` give one step size per ``--clients`` entry (or one for all); by default
+the tuned ones of :data:`TUNED_LR`. Every run is validated before the first one trains; the
+table files are rewritten after each run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +30,8 @@ from hydra import compose, initialize_config_dir
 
 from fedpriv.accounting.gdp import gdp_mu
 from fedpriv.config import conf_dir, register_schema
-from fedpriv.runner import run_experiment
+from fedpriv.errors import ConfigError, check
+from fedpriv.runner import prepare, run_experiment
 
 GROUPS = (1, 2, 4, 8)
 
@@ -41,11 +45,16 @@ def variant_overrides(variant: str, batch: int, lr: float) -> list[str]:
             "client.group_size=1", f"client.lr={lr}"]
 
 
-def run_variant(overrides: list[str], out_dir: Path) -> dict[str, Any]:
-    """Run one configuration; return its table row."""
+def compose_variant(overrides: list[str]) -> Any:
+    """The experiment's config with ``overrides`` (a Hydra DictConfig)."""
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["+experiment=batch_clipping_vs_dpsgd", *overrides])
+        return compose(config_name="config", overrides=["+experiment=batch_clipping_vs_dpsgd", *overrides])
+
+
+def run_variant(overrides: list[str], out_dir: Path) -> dict[str, Any]:
+    """Run one configuration; return its table row."""
+    cfg = compose_variant(overrides)
     t0 = time.monotonic()
     summary = run_experiment(cfg, out_dir)
     wall = time.monotonic() - t0
@@ -82,13 +91,55 @@ def format_table(rows: Sequence[dict[str, Any]], target_delta: float = 1e-5) -> 
 NAMES = {"a": "(a) batch clipping + shuffling", "b": "(b) individual clipping + subsampling"}
 
 
-def per_clients(values: list[float], clients: list[int], flag: str) -> list[float]:
-    """One value per ``--clients`` entry: ``values`` itself, or its single value repeated."""
-    if len(values) == 1:
-        return values * len(clients)
-    if len(values) != len(clients):
-        raise SystemExit(f"{flag}: give one value or one per --clients entry ({len(clients)}), not {values}")
-    return values
+# Step sizes tuned per number of clients (docs/batch-clipping.md): clients -> (lr of (a), lr of (b))
+TUNED_LR = {1: (0.0003, 0.03), 10: (0.005, 0.5)}
+
+
+def per_clients(values: list[float] | None, clients: list[int], variant: str) -> list[float]:
+    """One step size of ``variant`` per ``--clients`` entry: ``values``, its single value
+    repeated, or (``None``) the tuned one of each client count.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``--lr-{variant}`` for a wrong count, or a client count with no tuned value.
+    """
+    flag = f"--lr-{variant}"
+    if values is None:
+        untuned = [n for n in clients if n not in TUNED_LR]
+        check(not untuned, "--clients", untuned,
+              f"have no tuned step sizes (tuned: {sorted(TUNED_LR)}); give {flag} (and --lr-{'b' if variant == 'a' else 'a'})")
+        return [TUNED_LR[n][variant == "b"] for n in clients]
+    check(len(values) in (1, len(clients)), flag, values,
+          f"must give one value or one per --clients entry ({len(clients)})")
+    return values * len(clients) if len(values) == 1 else values
+
+
+def plan(args: argparse.Namespace) -> list[tuple[int, str, list[str]]]:
+    """Every run's (clients, variant, overrides), each validated by ``prepare`` before any trains.
+
+    Raises
+    ------
+    ConfigError
+        On the first bad value, naming its field.
+    """
+    lrs = {v: per_clients(getattr(args, f"lr_{v}"), args.clients, v) for v in ("a", "b")}
+    runs = []
+    for i, n in enumerate(args.clients):
+        for v in ("a", "b"):
+            ov = [f"num_clients={n}", "progress=false", *variant_overrides(v, args.batch, lrs[v][i]), *args.overrides]
+            prepare(compose_variant(ov))
+            runs.append((n, v, ov))
+    return runs
+
+
+def save(rows: list[dict[str, Any]], out: Path) -> str:
+    """Write ``table.md`` and ``table.json`` for the rows so far; return the table."""
+    table = format_table(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table + "\n")
+    (out / "table.json").write_text(json.dumps(rows, indent=2))
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,30 +147,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("outputs/batch_clipping_table"))
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 10])
     ap.add_argument("--batch", type=int, default=64, help="batch size s (a) = m (b)")
-    ap.add_argument("--lr-a", type=float, nargs="+", default=[0.0003, 0.005], help="per --clients entry")
-    ap.add_argument("--lr-b", type=float, nargs="+", default=[0.03, 0.5], help="per --clients entry")
+    ap.add_argument("--lr-a", type=float, nargs="+", help="per --clients entry (default: TUNED_LR)")
+    ap.add_argument("--lr-b", type=float, nargs="+", help="per --clients entry (default: TUNED_LR)")
     ap.add_argument("--render", type=Path, help="only re-print the table of a saved table.json")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (after --)")
     args = ap.parse_args(argv)
     if args.render:
         print(format_table(json.loads(args.render.read_text())))
         return 0
-    lrs = {v: per_clients(getattr(args, f"lr_{v}"), args.clients, f"--lr-{v}") for v in ("a", "b")}
-    rows = []
-    for i, n in enumerate(args.clients):
-        for v in ("a", "b"):
-            lr = lrs[v][i]
-            ov = [f"num_clients={n}", "progress=false", *variant_overrides(v, args.batch, lr), *args.overrides]
-            row = run_variant(ov, args.out / f"clients{n}_{v}")
-            row.update(clients=n, variant=NAMES[v], overrides=ov)
-            rows.append(row)
-            print(json.dumps({k: row[k] for k in ("clients", "variant", "accuracy", "epsilon_g1", "epsilon_g8",
-                                                  "wall_time_s")}), flush=True)
-    table = format_table(rows)
-    print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table.md").write_text(table + "\n")
-    (args.out / "table.json").write_text(json.dumps(rows, indent=2))
+    try:
+        runs = plan(args)
+    except ConfigError as exc:
+        print(f"batch_clipping_table: error: {exc}", file=sys.stderr)
+        return 2
+    rows: list[dict[str, Any]] = []
+    for n, v, ov in runs:
+        row = run_variant(ov, args.out / f"clients{n}_{v}")
+        row.update(clients=n, variant=NAMES[v], overrides=ov)
+        rows.append(row)
+        save(rows, args.out)  # a later failure keeps the finished rows
+        print(json.dumps({k: row[k] for k in ("clients", "variant", "accuracy", "epsilon_g1", "epsilon_g8",
+                                              "wall_time_s")}), flush=True)
+    print(save(rows, args.out))
     return 0
 
 

@@ -202,6 +202,8 @@ def test_step_size_schedules() -> None:
         (["+client.optimizer.momentum=-1"], "cannot run as the local optimizer A: Invalid momentum value: -1"),
         (["client.optimizer._target_=torch.optim.LBFGS"], "missing 1 required positional argument: 'closure'"),
         (["client.optimizer=null"], "client.optimizer=None must be a mapping with _target_"),
+        (["client.clipping_norms=[]"], "client.clipping_norms=[] must be null or a non-empty list of values > 0"),
+        (["client.clipping_norms=[1,-1]"], "client.clipping_norms=[1, -1] must be null or a non-empty list"),
     ],
 )
 def test_bad_input_refused_before_training(overrides: list[str], message: str) -> None:
@@ -274,6 +276,17 @@ def test_experiment_config_runs_on_small_slice(tmp_path: Path, shared_data: Path
     assert row["epsilon_g8"] > row["epsilon_g4"] > row["epsilon_g2"] > row["epsilon_g1"]
     row.update(clients=2, variant="b")
     assert "| 2 | b |" in table.format_table([row])
+
+
+def test_table_step_sizes_per_client_count_and_refusals() -> None:
+    table = _table_script()
+    assert table.per_clients(None, [10, 1], "a") == [0.005, 0.0003]  # tuned per count, in order
+    assert table.per_clients(None, [1, 10], "b") == [0.03, 0.5]
+    assert table.per_clients([0.1], [1, 10], "a") == [0.1, 0.1]
+    with pytest.raises(ConfigError, match=r"--clients=\[5\] have no tuned step sizes"):
+        table.per_clients(None, [1, 5], "a")
+    with pytest.raises(ConfigError, match="one per --clients entry"):
+        table.per_clients([0.1, 0.2, 0.3], [1, 10], "b")
 
 
 def _diagnosis_script():
