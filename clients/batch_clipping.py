@@ -25,7 +25,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,7 +39,7 @@ from fedpriv.accounting import gdp
 from fedpriv.accounting.calibrate import calibrate_noise_multiplier as calibrate_poisson
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.clipping import clip_tensors
-from fedpriv.errors import ConfigError, check
+from fedpriv.errors import ConfigError, check, unknown_key
 from fedpriv.ghost import batch_clipped_grad, refuse_cross_sample
 from fedpriv.noise import add_gaussian_noise
 from fedpriv.persample import clipped_grad_sum
@@ -103,9 +102,8 @@ def check_optimizer(spec: dict[str, Any], lr: float) -> None:
         p.grad = torch.ones(2)
         opt.step()
     except Exception as exc:  # noqa: BLE001 - the optimizer's own message is the clearest
-        unknown = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
-        if unknown and unknown.group(1) in kwargs:
-            key = unknown.group(1)
+        key = unknown_key(kwargs, exc)
+        if key is not None:
             raise ConfigError(f"client.optimizer.{key}", kwargs[key], f"is not a parameter of {spec['_target_']}") from None
         raise ConfigError("client.optimizer", spec, f"cannot run as the local optimizer A: {exc}") from None
 

@@ -35,17 +35,26 @@ def check(condition: bool, field: str, value: Any, allowed: str) -> None:
         raise ConfigError(field, value, allowed)
 
 
+def unknown_key(node: Mapping[str, Any], exc: BaseException) -> str | None:
+    """The key of ``node`` that ``exc`` (a constructor's TypeError, possibly wrapped) rejects as
+    an unexpected keyword argument, or ``None``."""
+    found = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+    return found.group(1) if found and found.group(1) in node else None
+
+
 def build_error(group: str, node: Mapping[str, Any], exc: BaseException) -> ConfigError:
     """One-line :class:`ConfigError` for a config ``node`` (with ``_target_``) of config group
     ``group`` that Hydra could not import or build.
 
-    A key the target does not take is named as the field (``client.sampler='shuffle' is not a
+    A :class:`ConfigError` raised by the constructor (Hydra wraps it) is returned as it is; a
+    key the target does not take is named as the field (``client.sampler='shuffle' is not a
     parameter of clients.dpsgd.LocalDPSGD``); any other failure names ``group._target_``.
     """
+    if isinstance(exc.__cause__, ConfigError):
+        return exc.__cause__
     target = node.get("_target_")
-    text = " ".join(str(exc).replace("set env var HYDRA_FULL_ERROR=1 to see chained exception.", "").split())
-    unknown = re.search(r"unexpected keyword argument '(\w+)'", text)
-    if unknown and unknown.group(1) in node:
-        key = unknown.group(1)
+    key = unknown_key(node, exc)
+    if key is not None:
         return ConfigError(f"{group}.{key}", node[key], f"is not a parameter of {target}")
+    text = " ".join(str(exc).replace("set env var HYDRA_FULL_ERROR=1 to see chained exception.", "").split())
     return ConfigError(f"{group}._target_", target, "could not be built: " + text.rstrip(" ,"))

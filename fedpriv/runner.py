@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from clients.app import make_client_app
 from fedpriv.config import to_container, validate
 from fedpriv.display import RoundDisplay
-from fedpriv.errors import ConfigError, build_error, check
+from fedpriv.errors import build_error, check
 from fedpriv.evaluate import evaluate
 from fedpriv.notices import quiet_known_notices
 from fedpriv.privacy import RunPrivacy
@@ -147,10 +147,7 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
 def _instantiate(node: Any, group: str) -> Any:
     try:
         return instantiate(node, _convert_="all")
-    except Exception as exc:
-        cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
-        if cause is not None:
-            raise cause from None
+    except Exception as exc:  # Hydra wraps import and constructor errors
         raise build_error(group, node, exc) from None
 
 

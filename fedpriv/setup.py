@@ -86,9 +86,6 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
     except ConfigError:
         raise
     except Exception as exc:  # Hydra wraps import and constructor errors
-        cause = exc.__cause__ if isinstance(exc.__cause__, ConfigError) else None
-        if cause is not None:
-            raise cause from None
         raise build_error("client", cfg["client"], exc) from None
     check(isinstance(algo, ClientAlgorithm), "client._target_", target, "must be a clients.base.ClientAlgorithm subclass")
     return algo.for_run(cfg)
