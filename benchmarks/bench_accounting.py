@@ -53,9 +53,17 @@ def poisson_gaussian() -> None:
         acc.history = [(SIGMA, Q, STEPS)]
         return float(acc.get_epsilon(DELTA))
 
-    timed(task, "fedpriv pld (auto grid)", lambda: poisson_gaussian_epsilon(SIGMA, Q, STEPS, DELTA, "pld"))
+    timed(
+        task,
+        "fedpriv pld (auto grid)",
+        lambda: poisson_gaussian_epsilon(SIGMA, Q, STEPS, DELTA, "pld"),
+    )
     timed(task, "fedpriv rdp", lambda: poisson_gaussian_epsilon(SIGMA, Q, STEPS, DELTA, "rdp"))
-    timed(task, "fedpriv rdp mironov", lambda: poisson_gaussian_epsilon(SIGMA, Q, STEPS, DELTA, "rdp", "mironov"))
+    timed(
+        task,
+        "fedpriv rdp mironov",
+        lambda: poisson_gaussian_epsilon(SIGMA, Q, STEPS, DELTA, "rdp", "mironov"),
+    )
     timed(task, "dp-accounting pld (1e-4)", lambda: dpa(pld_privacy_accountant.PLDAccountant()))
     timed(task, "dp-accounting rdp", lambda: dpa(rdp_privacy_accountant.RdpAccountant()))
     timed(task, "opacus rdp", lambda: opacus("rdp"))
@@ -84,8 +92,11 @@ def calibration() -> None:
     def opacus(kind: str) -> float:
         from opacus.accountants.utils import get_noise_multiplier
 
-        return float(get_noise_multiplier(target_epsilon=3.0, target_delta=DELTA, sample_rate=Q,
-                                          steps=STEPS, accountant=kind))
+        return float(
+            get_noise_multiplier(
+                target_epsilon=3.0, target_delta=DELTA, sample_rate=Q, steps=STEPS, accountant=kind
+            )
+        )
 
     timed(task, "opacus rdp (get_noise_multiplier)", lambda: opacus("rdp"))
     timed(task, "opacus prv (get_noise_multiplier)", lambda: opacus("prv"))
@@ -97,8 +108,9 @@ def skellam_secagg() -> None:
     timed(
         "secagg skellam eps, 10 clients, 1e5 steps, 16 bits, d=1e5",
         "fedpriv rdp",
-        lambda: secagg_dpsgd("skellam", 1.0, 10, Q, 1000, 100, DELTA, accountant="rdp",
-                             num_params=100_000, bits=16)["epsilon"],
+        lambda: secagg_dpsgd(
+            "skellam", 1.0, 10, Q, 1000, 100, DELTA, accountant="rdp", num_params=100_000, bits=16
+        )["epsilon"],
     )
 
 
@@ -109,12 +121,20 @@ def batch_clipping() -> None:
         for num_groups, group_size, label in ((1, 256, "batch clip"), (256, 1, "indiv. clip")):
             for g in range(1, 9):
                 params = {
-                    "sampling": sampling, "num_samples": "60000", "num_groups": str(num_groups),
-                    "group_size": str(group_size), "epochs": "60", "noise_multiplier": "4.0",
-                    "group_privacy": str(g), "target_delta": str(DELTA),
+                    "sampling": sampling,
+                    "num_samples": "60000",
+                    "num_groups": str(num_groups),
+                    "group_size": str(group_size),
+                    "epochs": "60",
+                    "noise_multiplier": "4.0",
+                    "group_privacy": str(g),
+                    "target_delta": str(DELTA),
                 }
-                timed(f"q_E + eps, N=60000, {label} 256, E=60, sigma=4, {sampling}, g={g}",
-                      "fedpriv batch-clipping", lambda p=params: run("batch-clipping", p)["epsilon"])
+                timed(
+                    f"q_E + eps, N=60000, {label} 256, E=60, sigma=4, {sampling}, g={g}",
+                    "fedpriv batch-clipping",
+                    lambda p=params: run("batch-clipping", p)["epsilon"],
+                )
 
 
 def main() -> None:

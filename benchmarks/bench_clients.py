@@ -138,22 +138,41 @@ def client_compute_seconds(cfg: Any, sample: int) -> float:
         model = build_model_for(run_cfg)
         model.load_state_dict(state)
         rng = np.random.default_rng([0, 1, int(pid)])
-        ctx = TrainContext(server_round=1, rng=rng, generator=make_generator(int(pid)), device=torch.device("cpu"))
+        ctx = TrainContext(
+            server_round=1, rng=rng, generator=make_generator(int(pid)), device=torch.device("cpu")
+        )
         algorithm.train(model, data, ctx)
         times.append(time.perf_counter() - t0)
     torch.set_num_threads(os.cpu_count() or 1)
     return statistics.median(times)  # robust to load spikes of a shared machine
 
 
-def bench(num_clients: int, rounds: int, steps: int, cpus: int, client_cpus: float, sample_rate: float,
-          extra: list[str]) -> dict[str, Any]:
+def bench(
+    num_clients: int,
+    rounds: int,
+    steps: int,
+    cpus: int,
+    client_cpus: float,
+    sample_rate: float,
+    extra: list[str],
+) -> dict[str, Any]:
     """Run one experiment and return its figures (seconds, bytes)."""
     from fedpriv.runner import run_experiment
 
-    overrides = [f"num_clients={num_clients}", f"num_rounds={rounds}", f"client.steps={steps}", "model=logistic",
-                 f"privacy.sample_rate={sample_rate}", "progress=false", "plot=false", "save_model=false",
-                 f"ray_init_args.num_cpus={cpus}", f"client_resources.num_cpus={client_cpus}",
-                 "round_timeout=3600", *extra]
+    overrides = [
+        f"num_clients={num_clients}",
+        f"num_rounds={rounds}",
+        f"client.steps={steps}",
+        "model=logistic",
+        f"privacy.sample_rate={sample_rate}",
+        "progress=false",
+        "plot=false",
+        "save_model=false",
+        f"ray_init_args.num_cpus={cpus}",
+        f"client_resources.num_cpus={client_cpus}",
+        "round_timeout=3600",
+        *extra,
+    ]
     cfg = compose(overrides)
     per_client = client_compute_seconds(cfg, sample=50)
     actors = int(cpus / client_cpus)
@@ -167,11 +186,20 @@ def bench(num_clients: int, rounds: int, steps: int, cpus: int, client_cpus: flo
     sampler.stop()
     round_times = [float(r["round_time_s"]) for r in summary["rounds"] if r.get("status") == "ok"]
     return {
-        "num_clients": num_clients, "rounds_ok": len(round_times), "status": summary["status"], "cpus": cpus,
-        "actors": actors, "client_compute_s": per_client, "compute_per_round_s": compute,
-        "round_time_s": round_times, "overhead_per_round_s": [t - compute for t in round_times],
-        "startup_and_teardown_s": wall - sum(round_times), "wall_s": wall,
-        "peak_rss_bytes": sampler.peak_rss, "peak_pss_bytes": sampler.peak_pss, "peak_processes": sampler.peak_procs,
+        "num_clients": num_clients,
+        "rounds_ok": len(round_times),
+        "status": summary["status"],
+        "cpus": cpus,
+        "actors": actors,
+        "client_compute_s": per_client,
+        "compute_per_round_s": compute,
+        "round_time_s": round_times,
+        "overhead_per_round_s": [t - compute for t in round_times],
+        "startup_and_teardown_s": wall - sum(round_times),
+        "wall_s": wall,
+        "peak_rss_bytes": sampler.peak_rss,
+        "peak_pss_bytes": sampler.peak_pss,
+        "peak_processes": sampler.peak_procs,
         "overrides": overrides,
     }
 
@@ -208,10 +236,14 @@ def index_linkstate_by_node() -> None:
         msg_id = store(self, message)
         if msg_id:
             with self.lock:
-                self.__dict__.setdefault("_by_node", defaultdict(list))[message.metadata.dst_node_id].append(msg_id)
+                self.__dict__.setdefault("_by_node", defaultdict(list))[
+                    message.metadata.dst_node_id
+                ].append(msg_id)
         return msg_id
 
-    def get_indexed(self: Any, node_id: int, limit: int | None, *, run_id: int | None = None) -> list[Any]:
+    def get_indexed(
+        self: Any, node_id: int, limit: int | None, *, run_id: int | None = None
+    ) -> list[Any]:
         if limit is not None and limit < 1:
             raise AssertionError("`limit` must be >= 1")
         found: list[Any] = []
@@ -224,8 +256,12 @@ def index_linkstate_by_node() -> None:
                 if msg is None:
                     continue
                 alive.append(msg_id)
-                if (not limit or len(found) < limit) and msg.metadata.dst_node_id == node_id \
-                        and (run_id is None or msg.metadata.run_id == run_id) and msg.metadata.delivered_at == "":
+                if (
+                    (not limit or len(found) < limit)
+                    and msg.metadata.dst_node_id == node_id
+                    and (run_id is None or msg.metadata.run_id == run_id)
+                    and msg.metadata.delivered_at == ""
+                ):
                     found.append(msg)
             index[node_id] = alive
         delivered_at = now().isoformat()
@@ -239,33 +275,58 @@ def index_linkstate_by_node() -> None:
 
 def print_figures(res: dict[str, Any]) -> None:
     gib = 1024**3
-    print(f"{res['num_clients']} clients, {res['actors']} actors on {res['cpus']} CPUs: status={res['status']}, "
-          f"{res['rounds_ok']} rounds")
-    print(f"  one client's compute {1e3 * res['client_compute_s']:.2f} ms -> compute per round "
-          f"{res['compute_per_round_s']:.2f} s")
-    for i, (t, o) in enumerate(zip(res["round_time_s"], res["overhead_per_round_s"], strict=True), start=1):
+    print(
+        f"{res['num_clients']} clients, {res['actors']} actors on {res['cpus']} CPUs: status={res['status']}, "
+        f"{res['rounds_ok']} rounds"
+    )
+    print(
+        f"  one client's compute {1e3 * res['client_compute_s']:.2f} ms -> compute per round "
+        f"{res['compute_per_round_s']:.2f} s"
+    )
+    for i, (t, o) in enumerate(
+        zip(res["round_time_s"], res["overhead_per_round_s"], strict=True), start=1
+    ):
         print(f"  round {i}: {t:.2f} s, overhead beyond compute {o:.2f} s")
     if res["overhead_per_round_s"]:
-        print(f"  overhead per round: median {statistics.median(res['overhead_per_round_s']):.2f} s "
-              f"(target <= 5 s)")
-    print(f"  start-up + shut-down {res['startup_and_teardown_s']:.1f} s, wall {res['wall_s']:.1f} s")
-    print(f"  peak memory of the process tree ({res['peak_processes']} processes): "
-          f"PSS {res['peak_pss_bytes'] / gib:.2f} GiB, RSS {res['peak_rss_bytes'] / gib:.2f} GiB (target <= 2 GB)")
+        print(
+            f"  overhead per round: median {statistics.median(res['overhead_per_round_s']):.2f} s "
+            f"(target <= 5 s)"
+        )
+    print(
+        f"  start-up + shut-down {res['startup_and_teardown_s']:.1f} s, wall {res['wall_s']:.1f} s"
+    )
+    print(
+        f"  peak memory of the process tree ({res['peak_processes']} processes): "
+        f"PSS {res['peak_pss_bytes'] / gib:.2f} GiB, RSS {res['peak_rss_bytes'] / gib:.2f} GiB (target <= 2 GB)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, nargs="+", default=[1000], help="numbers of virtual clients")
+    parser.add_argument(
+        "--clients", type=int, nargs="+", default=[1000], help="numbers of virtual clients"
+    )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=1, help="local DP-SGD steps per round (client.steps)")
+    parser.add_argument(
+        "--steps", type=int, default=1, help="local DP-SGD steps per round (client.steps)"
+    )
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance")
     parser.add_argument("--client-cpus", type=float, default=1.0, help="client_resources.num_cpus")
     parser.add_argument("--sample-rate", type=float, default=0.5, help="privacy.sample_rate")
-    parser.add_argument("--pull-interval", type=float, default=None,
-                        help="seconds between the server's reply polls (flwr InMemoryGrid.pull_interval, default 0.1)")
-    parser.add_argument("--indexed-linkstate", action="store_true",
-                        help="EXPERIMENT: index flwr's in-memory message store by node (see index_linkstate_by_node)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    parser.add_argument(
+        "--pull-interval",
+        type=float,
+        default=None,
+        help="seconds between the server's reply polls (flwr InMemoryGrid.pull_interval, default 0.1)",
+    )
+    parser.add_argument(
+        "--indexed-linkstate",
+        action="store_true",
+        help="EXPERIMENT: index flwr's in-memory message store by node (see index_linkstate_by_node)",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="also write the figures to this JSON file"
+    )
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
     args = parser.parse_args(argv)
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's RDP order warnings
@@ -275,7 +336,15 @@ def main(argv: list[str] | None = None) -> int:
         index_linkstate_by_node()
     results = []
     for n in args.clients:
-        res = bench(n, args.rounds, args.steps, args.cpus, args.client_cpus, args.sample_rate, args.overrides)
+        res = bench(
+            n,
+            args.rounds,
+            args.steps,
+            args.cpus,
+            args.client_cpus,
+            args.sample_rate,
+            args.overrides,
+        )
         print_figures(res)
         results.append(res)
     if args.json:

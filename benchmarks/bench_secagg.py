@@ -34,11 +34,27 @@ def cnn_shapes() -> dict[str, list[int]]:
     return {k: list(v.shape) for k, v in TanhCNN().state_dict().items()}
 
 
-def _messages(nodes: list[int], server_round: int, shapes: dict[str, list[int]], work_seconds: float) -> list[Message]:
-    cfg = ConfigRecord({"seed": 0, "server_round": server_round, "bits": 32, "shapes": json.dumps(shapes),
-                        "work_seconds": float(work_seconds)})
-    return [Message(RecordDict({"config": cfg}), dst_node_id=n, message_type=MessageType.TRAIN,
-                    group_id=str(server_round)) for n in nodes]
+def _messages(
+    nodes: list[int], server_round: int, shapes: dict[str, list[int]], work_seconds: float
+) -> list[Message]:
+    cfg = ConfigRecord(
+        {
+            "seed": 0,
+            "server_round": server_round,
+            "bits": 32,
+            "shapes": json.dumps(shapes),
+            "work_seconds": float(work_seconds),
+        }
+    )
+    return [
+        Message(
+            RecordDict({"config": cfg}),
+            dst_node_id=n,
+            message_type=MessageType.TRAIN,
+            group_id=str(server_round),
+        )
+        for n in nodes
+    ]
 
 
 def _timed(agg: Aggregator, grid: Grid, msgs: list[Message], server_round: int) -> float:
@@ -47,9 +63,15 @@ def _timed(agg: Aggregator, grid: Grid, msgs: list[Message], server_round: int) 
     return time.perf_counter() - t0
 
 
-def bench_secagg(num_clients: int = 10, rounds: int = 3, work_seconds: float = 0.0, num_cpus: int = 2,
-                 pull_interval: float | None = None, num_shares: int | float = 1.0,
-                 reconstruction_threshold: int | float = 0.5) -> dict[str, Any]:
+def bench_secagg(
+    num_clients: int = 10,
+    rounds: int = 3,
+    work_seconds: float = 0.0,
+    num_cpus: int = 2,
+    pull_interval: float | None = None,
+    num_shares: int | float = 1.0,
+    reconstruction_threshold: int | float = 0.5,
+) -> dict[str, Any]:
     """Median round seconds of ideal and SecAgg+ aggregation (after one warm-up round each).
 
     ``pull_interval`` (s), if given, replaces the in-memory grid's reply polling period
@@ -65,9 +87,12 @@ def bench_secagg(num_clients: int = 10, rounds: int = 3, work_seconds: float = 0
 
     shapes = cnn_shapes()
     times: dict[str, list[float]] = {"ideal": [], "secaggplus": []}
-    aggs: dict[str, Aggregator] = {"ideal": IdealAggregator(),
-                                   "secaggplus": SecAggPlusAggregator(num_shares=num_shares,
-                                                                      reconstruction_threshold=reconstruction_threshold)}
+    aggs: dict[str, Aggregator] = {
+        "ideal": IdealAggregator(),
+        "secaggplus": SecAggPlusAggregator(
+            num_shares=num_shares, reconstruction_threshold=reconstruction_threshold
+        ),
+    }
     errors: list[BaseException] = []
     app = ServerApp()
 
@@ -79,20 +104,36 @@ def bench_secagg(num_clients: int = 10, rounds: int = 3, work_seconds: float = 0
                 grid.pull_interval = pull_interval
             for r in range(rounds + 1):
                 for name, agg in aggs.items():
-                    seconds = _timed(agg, grid, _messages(nodes, r + 1, shapes, work_seconds), r + 1)
+                    seconds = _timed(
+                        agg, grid, _messages(nodes, r + 1, shapes, work_seconds), r + 1
+                    )
                     if r > 0:
                         times[name].append(seconds)
         except BaseException as exc:  # reported after the engine stops
             errors.append(exc)
 
-    run_simulation(server_app=app, client_app=make_probe_client_app(), num_supernodes=num_clients,
-                   backend_config={"init_args": {"num_cpus": num_cpus, "include_dashboard": False},
-                                   "client_resources": {"num_cpus": 1}})
+    run_simulation(
+        server_app=app,
+        client_app=make_probe_client_app(),
+        num_supernodes=num_clients,
+        backend_config={
+            "init_args": {"num_cpus": num_cpus, "include_dashboard": False},
+            "client_resources": {"num_cpus": 1},
+        },
+    )
     if errors:
         raise errors[0]
     ideal, sec = statistics.median(times["ideal"]), statistics.median(times["secaggplus"])
-    return {"num_clients": num_clients, "num_params": sum(math.prod(s) for s in shapes.values()),
-            "work_seconds": work_seconds, "pull_interval": pull_interval, "num_shares": num_shares, "ideal_s": ideal, "secaggplus_s": sec, "ratio": sec / ideal}
+    return {
+        "num_clients": num_clients,
+        "num_params": sum(math.prod(s) for s in shapes.values()),
+        "work_seconds": work_seconds,
+        "pull_interval": pull_interval,
+        "num_shares": num_shares,
+        "ideal_s": ideal,
+        "secaggplus_s": sec,
+        "ratio": sec / ideal,
+    }
 
 
 def main() -> None:
@@ -102,12 +143,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work-seconds", type=float, nargs="+", default=[0.0])
     parser.add_argument("--pull-interval", type=float, default=None)
-    parser.add_argument("--num-shares", type=float, default=1.0, help="fraction of the clients (<= 1) or a count")
+    parser.add_argument(
+        "--num-shares", type=float, default=1.0, help="fraction of the clients (<= 1) or a count"
+    )
     args = parser.parse_args()
     shares: int | float = args.num_shares if args.num_shares <= 1 else int(args.num_shares)
     for work in args.work_seconds:
-        print(json.dumps(bench_secagg(args.num_clients, args.rounds, work, pull_interval=args.pull_interval,
-                                      num_shares=shares)))
+        print(
+            json.dumps(
+                bench_secagg(
+                    args.num_clients,
+                    args.rounds,
+                    work,
+                    pull_interval=args.pull_interval,
+                    num_shares=shares,
+                )
+            )
+        )
 
 
 if __name__ == "__main__":

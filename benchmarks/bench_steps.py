@@ -49,7 +49,9 @@ def summed_ce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(out, y, reduction="sum")
 
 
-def make_nonprivate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> Step:
+def make_nonprivate(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator
+) -> Step:
     """Plain mini-batch SGD step on the mean loss."""
     opt = torch.optim.SGD(model.parameters(), lr=LR)
 
@@ -61,7 +63,9 @@ def make_nonprivate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: tor
     return step
 
 
-def _fedpriv_dp(clip_sum: Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]], noise: bool) -> Maker:
+def _fedpriv_dp(
+    clip_sum: Callable[..., tuple[dict[str, torch.Tensor], torch.Tensor]], noise: bool
+) -> Maker:
     def make(model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> Step:
         opt = torch.optim.SGD(model.parameters(), lr=LR)
         params = dict(model.named_parameters())
@@ -79,7 +83,9 @@ def _fedpriv_dp(clip_sum: Callable[..., tuple[dict[str, torch.Tensor], torch.Ten
     return make
 
 
-def make_batch_clipping(model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> Step:
+def make_batch_clipping(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator
+) -> Step:
     """First paper, Alg. 1 with m = 1: clip the mean gradient, add N(0, (2 C sigma)^2), step."""
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     params = dict(model.named_parameters())
@@ -94,7 +100,9 @@ def make_batch_clipping(model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen:
     return step
 
 
-def make_noise_only(model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> Step:
+def make_noise_only(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator
+) -> Step:
     """Only the Gaussian noise of a DP step (``add_gaussian_noise`` on every parameter).
 
     Not a training step: it shows the floor that drawing one Gaussian per parameter puts under
@@ -119,9 +127,15 @@ def _opacus(mode: str) -> Maker:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = PrivacyEngine().make_private(
-                module=model, optimizer=opt, criterion=nn.CrossEntropyLoss(), data_loader=loader,
-                noise_multiplier=NOISE_MULTIPLIER, max_grad_norm=MAX_GRAD_NORM,
-                poisson_sampling=False, grad_sample_mode=mode, noise_generator=gen,
+                module=model,
+                optimizer=opt,
+                criterion=nn.CrossEntropyLoss(),
+                data_loader=loader,
+                noise_multiplier=NOISE_MULTIPLIER,
+                max_grad_norm=MAX_GRAD_NORM,
+                poisson_sampling=False,
+                grad_sample_mode=mode,
+                noise_generator=gen,
             )
         if mode == "ghost":
             dp_model, dp_opt, criterion, _ = out
@@ -184,9 +198,15 @@ def clock_for(device: torch.device, threads: int) -> Callable[[], float]:
     return time.thread_time if device.type == "cpu" and threads == 1 else time.perf_counter
 
 
-def time_cell(name: str, batch: int, device: torch.device, methods: Sequence[Method],
-              rounds: int, block_s: float, clock: Callable[[], float] = time.perf_counter,
-              ) -> dict[str, list[float]]:
+def time_cell(
+    name: str,
+    batch: int,
+    device: torch.device,
+    methods: Sequence[Method],
+    rounds: int,
+    block_s: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, list[float]]:
     """Per-step seconds of each method, interleaved: ``rounds`` blocks of about ``block_s``."""
     steps = {m.name: setup(name, batch, device, m) for m in methods}
     per_block: dict[str, int] = {}
@@ -252,8 +272,13 @@ def _peak_cuda(name: str, batch: int, device: torch.device, method: Method) -> f
     return (peak - base) / 2**20
 
 
-def memory_section(models: Sequence[str], batch_sizes: Sequence[int], device: torch.device,
-                   methods: Sequence[Method], threads: int) -> dict[tuple[str, int, str], float]:
+def memory_section(
+    models: Sequence[str],
+    batch_sizes: Sequence[int],
+    device: torch.device,
+    methods: Sequence[Method],
+    threads: int,
+) -> dict[tuple[str, int, str], float]:
     """Peak memory per (model, batch, method) in MiB. On CPU run it before any timing (fork)."""
     out = {}
     for name in models:
@@ -279,21 +304,34 @@ class Row:
     peak_mib: float | None
 
 
-def step_section(models: Sequence[str], batch_sizes: Sequence[int], device: torch.device,
-                 methods: Sequence[Method] = METHODS, rounds: int = 15, block_s: float = 0.02,
-                 memory: dict[tuple[str, int, str], float] | None = None, threads: int = 1) -> list[Row]:
+def step_section(
+    models: Sequence[str],
+    batch_sizes: Sequence[int],
+    device: torch.device,
+    methods: Sequence[Method] = METHODS,
+    rounds: int = 15,
+    block_s: float = 0.02,
+    memory: dict[tuple[str, int, str], float] | None = None,
+    threads: int = 1,
+) -> list[Row]:
     """Median ms/step of every method, side by side per (model, batch), with ratios."""
     rows = []
     for name in models:
         for batch in batch_sizes:
             t0 = time.perf_counter()
-            times = time_cell(name, batch, device, methods, rounds, block_s, clock_for(device, threads))
+            times = time_cell(
+                name, batch, device, methods, rounds, block_s, clock_for(device, threads)
+            )
             base = statistics.median(times[methods[0].name])
             for m in methods:
                 med = statistics.median(times[m.name])
                 peak = None if memory is None else memory.get((name, batch, m.name))
                 rows.append(Row(name, batch, m.name, med * 1e3, med / base, m.target, peak))
-            print(f"  measured {name} batch {batch} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+            print(
+                f"  measured {name} batch {batch} ({time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 
@@ -304,11 +342,15 @@ def format_table(rows: Sequence[Row], memory_method: str) -> str:
         "|---|---:|---|---:|---:|---|---:|",
     ]
     for r in rows:
-        target = "" if r.target is None else f"≤{r.target}× {'met' if r.ratio <= r.target else 'MISSED'}"
+        target = (
+            "" if r.target is None else f"≤{r.target}× {'met' if r.ratio <= r.target else 'MISSED'}"
+        )
         if r.target is not None and r.method == "fedpriv batch clipping" and r.model != "tanh_cnn":
             target = f"({'met' if r.ratio <= r.target else 'over'} ≤{r.target}×, set for the CNN)"
         peak = "" if r.peak_mib is None else f"{r.peak_mib:.1f}"
-        lines.append(f"| {r.model} | {r.batch} | {r.method} | {r.ms:.3f} | {r.ratio:.2f} | {target} | {peak} |")
+        lines.append(
+            f"| {r.model} | {r.batch} | {r.method} | {r.ms:.3f} | {r.ratio:.2f} | {target} | {peak} |"
+        )
     lines.append(f"\nPeak memory: {memory_method}.")
     return "\n".join(lines)
 
@@ -318,7 +360,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every row")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    p.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds (samples per median)")
+    p.add_argument(
+        "--rounds", type=int, default=15, help="interleaved timing rounds (samples per median)"
+    )
     p.add_argument("--block-ms", type=float, default=20.0, help="target length of one timing block")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory section")
@@ -334,8 +378,16 @@ def run(args: argparse.Namespace, methods: Sequence[Method] = METHODS) -> list[R
         t0 = time.perf_counter()
         memory = memory_section(args.models, args.batch_sizes, device, methods, args.threads)
         print(f"  memory section {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    return step_section(args.models, args.batch_sizes, device, methods, args.rounds,
-                        args.block_ms / 1e3, memory, args.threads)
+    return step_section(
+        args.models,
+        args.batch_sizes,
+        device,
+        methods,
+        args.rounds,
+        args.block_ms / 1e3,
+        memory,
+        args.threads,
+    )
 
 
 def memory_method(device: torch.device) -> str:
@@ -348,17 +400,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     warnings.filterwarnings("ignore", message="Full backward hook")  # Opacus on input layers
     t0 = time.perf_counter()
-    print(f"# DP step benchmark: torch {torch.__version__}, device {args.device}, "
-          f"torch.set_num_threads({args.threads}), noise_multiplier={NOISE_MULTIPLIER}, "
-          f"max_grad_norm={MAX_GRAD_NORM}; median of {args.rounds} interleaved blocks of ~{args.block_ms:g} ms; "
-          f"clock: {clock_for(torch.device(args.device), args.threads).__name__}\n")
+    print(
+        f"# DP step benchmark: torch {torch.__version__}, device {args.device}, "
+        f"torch.set_num_threads({args.threads}), noise_multiplier={NOISE_MULTIPLIER}, "
+        f"max_grad_norm={MAX_GRAD_NORM}; median of {args.rounds} interleaved blocks of ~{args.block_ms:g} ms; "
+        f"clock: {clock_for(torch.device(args.device), args.threads).__name__}\n"
+    )
     rows = run(args)
-    print(format_table(rows, "skipped" if args.no_memory else memory_method(torch.device(args.device))))
-    scored = [r for r in rows if r.target is not None
-              and not (r.method == "fedpriv batch clipping" and r.model != "tanh_cnn")]
+    print(
+        format_table(
+            rows, "skipped" if args.no_memory else memory_method(torch.device(args.device))
+        )
+    )
+    scored = [
+        r
+        for r in rows
+        if r.target is not None
+        and not (r.method == "fedpriv batch clipping" and r.model != "tanh_cnn")
+    ]
     missed = [r for r in scored if r.ratio > r.target]  # type: ignore[operator]
-    print(f"\nTargets missed: {len(missed)} of {len(scored)} (batch clipping's 1.1x is set for the CNN); "
-          f"total {time.perf_counter() - t0:.0f} s")
+    print(
+        f"\nTargets missed: {len(missed)} of {len(scored)} (batch clipping's 1.1x is set for the CNN); "
+        f"total {time.perf_counter() - t0:.0f} s"
+    )
     return 0
 
 

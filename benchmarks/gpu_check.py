@@ -43,14 +43,20 @@ def check_fast_equals_reference(device: torch.device) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     if not torch.cuda.is_available():
-        print("gpu-check: no CUDA device available (torch.cuda.is_available() is False); nothing to do.")
+        print(
+            "gpu-check: no CUDA device available (torch.cuda.is_available() is False); nothing to do."
+        )
         return 0
-    args = bench_steps.parse_args(["--device", "cuda", *(argv if argv is not None else sys.argv[1:])])
+    args = bench_steps.parse_args(
+        ["--device", "cuda", *(argv if argv is not None else sys.argv[1:])]
+    )
     device = torch.device("cuda")
     print(f"# gpu-check on {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
     err = check_fast_equals_reference(device)
-    print(f"fast path vs reference on CUDA: max relative difference {err:.2e} "
-          f"({'ok' if err < 1e-3 else 'FAILED'}, tolerance 1e-3)\n")
+    print(
+        f"fast path vs reference on CUDA: max relative difference {err:.2e} "
+        f"({'ok' if err < 1e-3 else 'FAILED'}, tolerance 1e-3)\n"
+    )
     rows = bench_steps.run(args)
     print(bench_steps.format_table(rows, bench_steps.memory_method(device)))
     import gpu_clients  # virtual clients sharing the GPU through Flower (H8's section)

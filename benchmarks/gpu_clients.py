@@ -22,15 +22,24 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-OVERRIDES = ["device=cuda", "client_resources.num_gpus=0.25", "num_clients=8", "num_rounds=3", "client.steps=10",
-             "progress=false", "plot=false"]
+OVERRIDES = [
+    "device=cuda",
+    "client_resources.num_gpus=0.25",
+    "num_clients=8",
+    "num_rounds=3",
+    "client.steps=10",
+    "progress=false",
+    "plot=false",
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the check; extra Hydra overrides may be given. Returns the exit code."""
     if not torch.cuda.is_available():
-        print("gpu-clients: no CUDA device available (torch.cuda.is_available() is False); "
-              "skipping the GPU clients run.")
+        print(
+            "gpu-clients: no CUDA device available (torch.cuda.is_available() is False); "
+            "skipping the GPU clients run."
+        )
         return 0
     from hydra import compose, initialize_config_dir
 
@@ -48,11 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     steps = int(cfg.client.steps)
     for r in summary["rounds"]:
         if r.get("status") == "ok":
-            print(f"round {r['server_round']}: {r['round_time_s']:.2f} s ({1e3 * r['round_time_s'] / steps:.1f} ms per "
-                  f"local step, {cfg.num_clients} clients on 4 per GPU), accuracy {r['accuracy']:.4f}, "
-                  f"epsilon {r['epsilon']:.3f}")
+            print(
+                f"round {r['server_round']}: {r['round_time_s']:.2f} s ({1e3 * r['round_time_s'] / steps:.1f} ms per "
+                f"local step, {cfg.num_clients} clients on 4 per GPU), accuracy {r['accuracy']:.4f}, "
+                f"epsilon {r['epsilon']:.3f}"
+            )
     ok = summary["status"] == "complete"
-    print(f"gpu-clients: {summary['status']} in {time.monotonic() - t0:.1f} s ({'ok' if ok else 'FAILED'})")
+    print(
+        f"gpu-clients: {summary['status']} in {time.monotonic() - t0:.1f} s ({'ok' if ok else 'FAILED'})"
+    )
     return 0 if ok else 1
 
 

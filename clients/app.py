@@ -57,10 +57,12 @@ def train_handler(cfg: dict[str, Any], msg: Message, context: Context) -> Messag
     generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
     ctx = TrainContext(server_round=server_round, rng=rng, generator=generator, device=device)
     update, metrics = algorithm.train(model, data, ctx)
-    content = RecordDict({
-        UPDATE_KEY: ArrayRecord({k: v.detach().cpu().contiguous() for k, v in update.items()}),
-        METRICS_KEY: MetricRecord({k: float(v) for k, v in metrics.items()}),
-    })
+    content = RecordDict(
+        {
+            UPDATE_KEY: ArrayRecord({k: v.detach().cpu().contiguous() for k, v in update.items()}),
+            METRICS_KEY: MetricRecord({k: float(v) for k, v in metrics.items()}),
+        }
+    )
     return Message(content=content, reply_to=msg)
 
 
@@ -78,8 +80,12 @@ def make_client_app(cfg: dict[str, Any]) -> ClientApp:
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        handler = getattr(_algorithm(json.dumps(cfg, sort_keys=True)), "train_message_handler", None)
-        return handler(cfg, msg, context) if handler is not None else train_handler(cfg, msg, context)
+        handler = getattr(
+            _algorithm(json.dumps(cfg, sort_keys=True)), "train_message_handler", None
+        )
+        return (
+            handler(cfg, msg, context) if handler is not None else train_handler(cfg, msg, context)
+        )
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:

@@ -46,7 +46,9 @@ class ClientAlgorithm(ABC):
     integer_updates = False
 
     @abstractmethod
-    def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    def train(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """Train from the global ``model`` (modified in place) and return ``(update, metrics)``.
 
         ``update`` maps parameter names to tensors (what the aggregator sums); ``metrics``
@@ -63,7 +65,9 @@ class ClientAlgorithm(ABC):
         Raises ``NotImplementedError`` when the algorithm cannot account for it; the run then
         stops rather than under-report ε.
         """
-        raise NotImplementedError(f"{type(self).__name__} cannot account a round with {contributors} clients")
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot account a round with {contributors} clients"
+        )
 
     def for_run(self, cfg: dict[str, Any]) -> ClientAlgorithm:
         """A copy bound to the run's resolved ``cfg`` (data sizes, model dimension, seed).
@@ -73,7 +77,9 @@ class ClientAlgorithm(ABC):
         """
         return self
 
-    def decode_sum(self, total: dict[str, Any], shapes: dict[str, tuple[int, ...]], server_round: int) -> dict[str, Any]:
+    def decode_sum(
+        self, total: dict[str, Any], shapes: dict[str, tuple[int, ...]], server_round: int
+    ) -> dict[str, Any]:
         """The real-valued SUM of the clients' deltas from the aggregated ``total`` (default: as is)."""
         return total
 
@@ -92,6 +98,10 @@ class ClientAlgorithm(ABC):
         """Mechanism parameters to save in ``results.json``'s ``privacy`` block (default none)."""
         return {}
 
-    def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> ClientAlgorithm:
+    def calibrated(
+        self, target_epsilon: float, target_delta: float, num_rounds: int
+    ) -> ClientAlgorithm:
         """A copy whose noise meets ``target_epsilon`` after ``num_rounds`` rounds."""
-        raise NotImplementedError(f"{type(self).__name__} does not support target_epsilon calibration")
+        raise NotImplementedError(
+            f"{type(self).__name__} does not support target_epsilon calibration"
+        )

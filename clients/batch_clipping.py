@@ -79,8 +79,12 @@ def optimizer_class(target: Any) -> type[torch.optim.Optimizer]:
         cls = getattr(importlib.import_module(module), name, None) if module else None
     except ImportError:
         cls = None
-    check(isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer), "client.optimizer._target_",
-          target, "must name a torch.optim.Optimizer class (e.g. torch.optim.SGD, torch.optim.Adam)")
+    check(
+        isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer),
+        "client.optimizer._target_",
+        target,
+        "must name a torch.optim.Optimizer class (e.g. torch.optim.SGD, torch.optim.Adam)",
+    )
     return cls  # type: ignore[return-value]
 
 
@@ -104,8 +108,12 @@ def check_optimizer(spec: dict[str, Any], lr: float) -> None:
     except Exception as exc:  # noqa: BLE001 - the optimizer's own message is the clearest
         key = unknown_key(kwargs, exc)
         if key is not None:
-            raise ConfigError(f"client.optimizer.{key}", kwargs[key], f"is not a parameter of {spec['_target_']}") from None
-        raise ConfigError("client.optimizer", spec, f"cannot run as the local optimizer A: {exc}") from None
+            raise ConfigError(
+                f"client.optimizer.{key}", kwargs[key], f"is not a parameter of {spec['_target_']}"
+            ) from None
+        raise ConfigError(
+            "client.optimizer", spec, f"cannot run as the local optimizer A: {exc}"
+        ) from None
 
 
 def is_plain_sgd(spec: dict[str, Any]) -> bool:
@@ -114,7 +122,11 @@ def is_plain_sgd(spec: dict[str, Any]) -> bool:
     if optimizer_class(spec.get("_target_")) is not torch.optim.SGD:
         return False
     defaults = {k: v.default for k, v in inspect.signature(torch.optim.SGD).parameters.items()}
-    return all(k == "lr" or (k in defaults and v == defaults[k]) for k, v in spec.items() if k != "_target_")
+    return all(
+        k == "lr" or (k in defaults and v == defaults[k])
+        for k, v in spec.items()
+        if k != "_target_"
+    )
 
 
 def _plain(node: Any) -> dict[str, Any]:
@@ -187,68 +199,141 @@ class GeneralizedDPSGD(ClientAlgorithm):
     num_clients: int = 1
 
     def __post_init__(self) -> None:
-        check(hasattr(self.optimizer, "get") and self.optimizer.get("_target_") is not None, "client.optimizer",
-              self.optimizer, "must be a mapping with _target_ (e.g. {_target_: torch.optim.SGD})")
+        check(
+            hasattr(self.optimizer, "get") and self.optimizer.get("_target_") is not None,
+            "client.optimizer",
+            self.optimizer,
+            "must be a mapping with _target_ (e.g. {_target_: torch.optim.SGD})",
+        )
         if not isinstance(self.optimizer, dict):  # a DictConfig when Hydra runs non-recursively
             object.__setattr__(self, "optimizer", _plain(self.optimizer))
         if self.clipping_norms is not None and not isinstance(self.clipping_norms, list):
             object.__setattr__(self, "clipping_norms", [float(c) for c in self.clipping_norms])
-        check(self.sampler in SAMPLERS, "client.sampler", self.sampler, f"must be one of {SAMPLERS}")
+        check(
+            self.sampler in SAMPLERS, "client.sampler", self.sampler, f"must be one of {SAMPLERS}"
+        )
         for name in ("num_groups", "group_size"):
             v = getattr(self, name)
-            check(isinstance(v, int) and not isinstance(v, bool) and v >= 1, f"client.{name}", v,
-                  "must be an integer >= 1")
-        check((self.local_rounds is None) != (self.epochs is None), "client.local_rounds", self.local_rounds,
-              f"and client.epochs={self.epochs!r}: give exactly one")
+            check(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                f"client.{name}",
+                v,
+                "must be an integer >= 1",
+            )
+        check(
+            (self.local_rounds is None) != (self.epochs is None),
+            "client.local_rounds",
+            self.local_rounds,
+            f"and client.epochs={self.epochs!r}: give exactly one",
+        )
         if self.epochs is not None:
-            check(isinstance(self.epochs, int) and self.epochs >= 1, "client.epochs", self.epochs,
-                  "must be an integer >= 1")
+            check(
+                isinstance(self.epochs, int) and self.epochs >= 1,
+                "client.epochs",
+                self.epochs,
+                "must be an integer >= 1",
+            )
         if self.local_rounds is not None:
-            check(isinstance(self.local_rounds, int) and self.local_rounds >= 1, "client.local_rounds",
-                  self.local_rounds, "must be an integer >= 1")
-        check(self.group_update in GROUP_UPDATES, "client.group_update", self.group_update,
-              f"must be one of {GROUP_UPDATES}")
+            check(
+                isinstance(self.local_rounds, int) and self.local_rounds >= 1,
+                "client.local_rounds",
+                self.local_rounds,
+                "must be an integer >= 1",
+            )
+        check(
+            self.group_update in GROUP_UPDATES,
+            "client.group_update",
+            self.group_update,
+            f"must be one of {GROUP_UPDATES}",
+        )
         check(self.lr > 0, "client.lr", self.lr, "must be > 0")
         check_optimizer(self.optimizer, self.lr)
-        check(self.lr_schedule in LR_SCHEDULES, "client.lr_schedule", self.lr_schedule, f"must be one of {LR_SCHEDULES}")
+        check(
+            self.lr_schedule in LR_SCHEDULES,
+            "client.lr_schedule",
+            self.lr_schedule,
+            f"must be one of {LR_SCHEDULES}",
+        )
         check(self.lr_tau > 0, "client.lr_tau", self.lr_tau, "must be > 0")
         if self.lr_schedule == "cosine":
-            check(isinstance(self.lr_period, int) and self.lr_period >= 1, "client.lr_period", self.lr_period,
-                  "must be an integer >= 1 with lr_schedule=cosine")
+            check(
+                isinstance(self.lr_period, int) and self.lr_period >= 1,
+                "client.lr_period",
+                self.lr_period,
+                "must be an integer >= 1 with lr_schedule=cosine",
+            )
         if self.clipping_norms is not None:
-            check(len(self.clipping_norms) >= 1 and all(c > 0 for c in self.clipping_norms), "client.clipping_norms",
-                  self.clipping_norms, "must be null or a non-empty list of values > 0")
+            check(
+                len(self.clipping_norms) >= 1 and all(c > 0 for c in self.clipping_norms),
+                "client.clipping_norms",
+                self.clipping_norms,
+                "must be null or a non-empty list of values > 0",
+            )
         check(self.clipping_norm > 0, "privacy.max_grad_norm", self.clipping_norm, "must be > 0")
-        check(self.noise_multiplier >= 0, "privacy.noise_multiplier", self.noise_multiplier, "must be >= 0")
+        check(
+            self.noise_multiplier >= 0,
+            "privacy.noise_multiplier",
+            self.noise_multiplier,
+            "must be >= 0",
+        )
         check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
         for g in self.group_sizes:
-            check(isinstance(g, int) and g >= 1, "privacy.group_sizes", list(self.group_sizes),
-                  "must all be integers >= 1")
+            check(
+                isinstance(g, int) and g >= 1,
+                "privacy.group_sizes",
+                list(self.group_sizes),
+                "must all be integers >= 1",
+            )
         self._check_analysis()
         if self.num_samples is not None:
             self._check_data(self.num_samples)
 
     def _check_analysis(self) -> None:
-        check(self.analysis in ANALYSES, "client.analysis", self.analysis, f"must be one of {ANALYSES}")
+        check(
+            self.analysis in ANALYSES,
+            "client.analysis",
+            self.analysis,
+            f"must be one of {ANALYSES}",
+        )
         if self.sampler == "poisson":
-            check(self.analysis != "batch-clipping", "client.analysis", self.analysis,
-                  "does not cover sampler='poisson' (variable-size batches); use analysis=poisson-gaussian")
-            check(self.group_size == 1 and self.group_update == "minibatch" and self._plain_sgd,
-                  "client.group_size", self.group_size,
-                  "must be 1 with sampler=poisson, group_update=minibatch and plain SGD: only individual "
-                  "clipping has a Poisson analysis (noise N(0,(C sigma)^2))")
+            check(
+                self.analysis != "batch-clipping",
+                "client.analysis",
+                self.analysis,
+                "does not cover sampler='poisson' (variable-size batches); use analysis=poisson-gaussian",
+            )
+            check(
+                self.group_size == 1 and self.group_update == "minibatch" and self._plain_sgd,
+                "client.group_size",
+                self.group_size,
+                "must be 1 with sampler=poisson, group_update=minibatch and plain SGD: only individual "
+                "clipping has a Poisson analysis (noise N(0,(C sigma)^2))",
+            )
         else:
-            check(self.analysis != "poisson-gaussian", "client.analysis", self.analysis,
-                  f"does not cover sampler={self.sampler!r}: the Poisson analysis under-reports epsilon "
-                  "for shuffled or fixed-size batches; use analysis=batch-clipping")
+            check(
+                self.analysis != "poisson-gaussian",
+                "client.analysis",
+                self.analysis,
+                f"does not cover sampler={self.sampler!r}: the Poisson analysis under-reports epsilon "
+                "for shuffled or fixed-size batches; use analysis=batch-clipping",
+            )
 
     def _check_data(self, n: int) -> None:
         check(isinstance(n, int) and n >= 1, "client.num_samples", n, "must be an integer >= 1")
         if self.sampler != "poisson":
-            check(self.num_groups * self.group_size <= n, "client.num_groups", self.num_groups,
-                  f"times client.group_size={self.group_size} must be <= the client's {n} samples")
+            check(
+                self.num_groups * self.group_size <= n,
+                "client.num_groups",
+                self.num_groups,
+                f"times client.group_size={self.group_size} must be <= the client's {n} samples",
+            )
         for g in self.group_sizes:
-            check(g <= n, "privacy.group_sizes", list(self.group_sizes), f"must all be <= the client's {n} samples")
+            check(
+                g <= n,
+                "privacy.group_sizes",
+                list(self.group_sizes),
+                f"must all be <= the client's {n} samples",
+            )
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -279,7 +364,9 @@ class GeneralizedDPSGD(ClientAlgorithm):
 
     def _n(self) -> int:
         if self.num_samples is None:
-            raise ConfigError("client.num_samples", None, "is unknown: build the algorithm with for_run(cfg)")
+            raise ConfigError(
+                "client.num_samples", None, "is unknown: build the algorithm with for_run(cfg)"
+            )
         return int(self.num_samples)
 
     @property
@@ -291,7 +378,11 @@ class GeneralizedDPSGD(ClientAlgorithm):
 
     @property
     def rounds_per_server_round(self) -> int:
-        return self.local_rounds if self.local_rounds is not None else int(self.epochs or 1) * self.rounds_per_epoch
+        return (
+            self.local_rounds
+            if self.local_rounds is not None
+            else int(self.epochs or 1) * self.rounds_per_epoch
+        )
 
     def noise_stddev(self, clipping_norm: float) -> float:
         """``2 C sigma`` (``C sigma`` for Poisson with individual clipping)."""
@@ -321,19 +412,31 @@ class GeneralizedDPSGD(ClientAlgorithm):
         bound = replace(self, num_samples=n, seed=int(cfg.get("seed", 0)))
         if self.group_size == 1:
             refuse_cross_sample(build_model_for(cfg))
-        if (bool(self.privacy.get("secure_mode")) and self.sampler == "shuffle"
-                and bound.rounds_per_server_round % bound.rounds_per_epoch):
-            raise ConfigError("client.local_rounds", self.local_rounds,
-                              f"must be a multiple of the {bound.rounds_per_epoch} rounds per epoch with "
-                              "privacy.secure_mode=true and sampler=shuffle")
+        if (
+            bool(self.privacy.get("secure_mode"))
+            and self.sampler == "shuffle"
+            and bound.rounds_per_server_round % bound.rounds_per_epoch
+        ):
+            raise ConfigError(
+                "client.local_rounds",
+                self.local_rounds,
+                f"must be a multiple of the {bound.rounds_per_epoch} rounds per epoch with "
+                "privacy.secure_mode=true and sampler=shuffle",
+            )
         return bound
 
     # ------------------------------------------------------------------ accounting
     def _event(self, group_privacy: int = 1) -> Any:
         if self.sampler == "poisson":
             return poisson_gaussian_event(self.noise_multiplier, self.sample_rate)
-        return bc.BatchClippingEvent(self.sampler, self._n(), self.num_groups, self.group_size,
-                                     self.noise_multiplier, group_privacy)
+        return bc.BatchClippingEvent(
+            self.sampler,
+            self._n(),
+            self.num_groups,
+            self.group_size,
+            self.noise_multiplier,
+            group_privacy,
+        )
 
     def round_events(self) -> list[tuple[Any, int]]:
         return [(self._event(), self.rounds_per_server_round)]
@@ -345,11 +448,17 @@ class GeneralizedDPSGD(ClientAlgorithm):
 
     def privacy_summary(self) -> dict[str, Any]:
         """The accounted mechanism: sampler, sizes, rounds, noise and relation."""
-        return {"analysis": "poisson-gaussian" if self.sampler == "poisson" else "batch-clipping",
-                "sampler": self.sampler, "num_samples": self.num_samples, "num_groups": self.num_groups,
-                "group_size": self.group_size, "local_rounds_per_server_round": self.rounds_per_server_round,
-                "noise_stddev_per_unit_clipping_norm": self.noise_stddev(1.0),
-                "neighboring_relation": self.neighboring_relation, "group_sizes": list(self.group_sizes)}
+        return {
+            "analysis": "poisson-gaussian" if self.sampler == "poisson" else "batch-clipping",
+            "sampler": self.sampler,
+            "num_samples": self.num_samples,
+            "num_groups": self.num_groups,
+            "group_size": self.group_size,
+            "local_rounds_per_server_round": self.rounds_per_server_round,
+            "noise_stddev_per_unit_clipping_norm": self.noise_stddev(1.0),
+            "neighboring_relation": self.neighboring_relation,
+            "group_sizes": list(self.group_sizes),
+        }
 
     def privacy_report(self, rounds: int, target_delta: float) -> dict[str, float]:
         """ε for each g in ``privacy.group_sizes`` (``epsilon_g{g}``) and the paper's Table 1
@@ -368,19 +477,36 @@ class GeneralizedDPSGD(ClientAlgorithm):
             out[f"epsilon_g{g}_closed"] = gdp.gdp_epsilon(target_delta, mu)
         return out
 
-    def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> GeneralizedDPSGD:
+    def calibrated(
+        self, target_epsilon: float, target_delta: float, num_rounds: int
+    ) -> GeneralizedDPSGD:
         count = num_rounds * self.rounds_per_server_round
         if self.sampler == "poisson":
-            sigma = calibrate_poisson(target_epsilon, target_delta, self.sample_rate, count,
-                                      accountant=self.privacy.get("accountant", "pld"))
+            sigma = calibrate_poisson(
+                target_epsilon,
+                target_delta,
+                self.sample_rate,
+                count,
+                accountant=self.privacy.get("accountant", "pld"),
+            )
         else:
-            law = bc.sum_squares_law(self.sampler, self._n(), self.num_groups, self.group_size, count)
+            law = bc.sum_squares_law(
+                self.sampler, self._n(), self.num_groups, self.group_size, count
+            )
             sigma = bc.calibrate_noise_multiplier(law, target_epsilon, target_delta)
-        return replace(self, privacy={**self.privacy, "noise_multiplier": sigma, "target_epsilon": None})
+        return replace(
+            self, privacy={**self.privacy, "noise_multiplier": sigma, "target_epsilon": None}
+        )
 
     # ------------------------------------------------------------------ training
-    def _round_indices(self, t: int, n: int, ctx: TrainContext, partition_id: int,
-                       epoch_cache: dict[int, np.ndarray]) -> np.ndarray:
+    def _round_indices(
+        self,
+        t: int,
+        n: int,
+        ctx: TrainContext,
+        partition_id: int,
+        epoch_cache: dict[int, np.ndarray],
+    ) -> np.ndarray:
         """Indices of local round ``t`` (global 0-based): ``(m, s)``, or ``(B, 1)`` for Poisson."""
         if self.sampler == "poisson":
             return PoissonSampler(self.sample_rate).sample(n, ctx.rng).reshape(-1, 1)
@@ -391,12 +517,23 @@ class GeneralizedDPSGD(ClientAlgorithm):
         epoch, b = divmod(t, r)
         if epoch not in epoch_cache:
             aligned = self.rounds_per_server_round % r == 0
-            rng = ctx.rng if aligned else np.random.default_rng([self.seed, partition_id, epoch, 0xBC])
+            rng = (
+                ctx.rng
+                if aligned
+                else np.random.default_rng([self.seed, partition_id, epoch, 0xBC])
+            )
             epoch_cache[epoch] = sampler.epoch(n, rng)
         return epoch_cache[epoch][b]
 
-    def _group_update(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eta: float,
-                      w: Update, opt_cls: type[torch.optim.Optimizer]) -> Update:
+    def _group_update(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        eta: float,
+        w: Update,
+        opt_cls: type[torch.optim.Optimizer],
+    ) -> Update:
         """``a_h = (w - w_end) / eta`` of the optimizer run from ``w`` on one group (general path)."""
         params = dict(model.named_parameters())
         with torch.no_grad():
@@ -404,7 +541,11 @@ class GeneralizedDPSGD(ClientAlgorithm):
                 p.copy_(w[k])
         kwargs = {k: v for k, v in self.optimizer.items() if k != "_target_"}
         opt = opt_cls(list(params.values()), **{**kwargs, "lr": eta})
-        batches = [(x, y)] if self.group_update == "minibatch" else [(x[i:i + 1], y[i:i + 1]) for i in range(len(y))]
+        batches = (
+            [(x, y)]
+            if self.group_update == "minibatch"
+            else [(x[i : i + 1], y[i : i + 1]) for i in range(len(y))]
+        )
         for xb, yb in batches:
             opt.zero_grad(set_to_none=True)
             (summed_cross_entropy(model(xb), yb) / len(yb)).backward()
@@ -412,8 +553,9 @@ class GeneralizedDPSGD(ClientAlgorithm):
         with torch.no_grad():
             return {k: (w[k] - p.detach()) / eta for k, p in params.items()}
 
-    def clipped_sum(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eta: float,
-                    clipping_norm: float) -> Update:
+    def clipped_sum(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, eta: float, clipping_norm: float
+    ) -> Update:
         """``U = sum_h [a_h]_C`` for groups ``x`` of shape ``(m, s, ...)`` at the model's ``w``.
 
         Fast paths for plain SGD with one mini-batch gradient per group: individual clipping
@@ -423,7 +565,9 @@ class GeneralizedDPSGD(ClientAlgorithm):
         m, s = x.shape[0], x.shape[1]
         if self.group_update == "minibatch" and self._plain_sgd:
             if s == 1:
-                return clipped_grad_sum(model, summed_cross_entropy, x[:, 0], y[:, 0], clipping_norm)[0]
+                return clipped_grad_sum(
+                    model, summed_cross_entropy, x[:, 0], y[:, 0], clipping_norm
+                )[0]
             total: Update = {}
             for h in range(m):
                 a = batch_clipped_grad(model, summed_cross_entropy, x[h], y[h], clipping_norm)
@@ -442,9 +586,16 @@ class GeneralizedDPSGD(ClientAlgorithm):
                 p.copy_(w[k])
         return total
 
-    def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> tuple[Update, dict[str, float]]:
+    def train(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext
+    ) -> tuple[Update, dict[str, float]]:
         n = self._n()
-        check(len(data) >= n, "client.num_samples", n, f"exceeds client {data.partition_id}'s {len(data)} samples")
+        check(
+            len(data) >= n,
+            "client.num_samples",
+            n,
+            f"exceeds client {data.partition_id}'s {len(data)} samples",
+        )
         model.train()
         params = dict(model.named_parameters())
         start = {k: p.detach().clone() for k, p in params.items()}
@@ -461,9 +612,17 @@ class GeneralizedDPSGD(ClientAlgorithm):
             x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
             u = self.clipped_sum(model, x, y, eta, clip_c)
             noisy = add_gaussian_noise(u, std, ctx.generator)
-            denom = max(self.sample_rate * n, 1.0) if self.sampler == "poisson" else float(self.num_groups)
+            denom = (
+                max(self.sample_rate * n, 1.0)
+                if self.sampler == "poisson"
+                else float(self.num_groups)
+            )
             with torch.no_grad():
                 for k, v in noisy.items():
                     params[k].sub_(eta * (v / denom))
         update = {k: (p.detach() - start[k]).cpu() for k, p in params.items()}
-        return update, {"local_rounds": float(per_round), "examples": float(examples), "clipping_norm": clip_c}
+        return update, {
+            "local_rounds": float(per_round),
+            "examples": float(examples),
+            "clipping_norm": clip_c,
+        }

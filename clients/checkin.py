@@ -48,8 +48,17 @@ from fedpriv.clipping import clip_tensors
 from fedpriv.errors import ConfigError, check
 
 __all__ = [
-    "VARIANTS", "RANDOMIZERS", "ABSTAIN", "CHECKIN_KEY", "checkin_window", "checkin_rng",
-    "draw_checkin", "LocalRandomizer", "LocalReleaseEvent", "PoissonLocalEvent", "CheckinClient",
+    "VARIANTS",
+    "RANDOMIZERS",
+    "ABSTAIN",
+    "CHECKIN_KEY",
+    "checkin_window",
+    "checkin_rng",
+    "draw_checkin",
+    "LocalRandomizer",
+    "LocalReleaseEvent",
+    "PoissonLocalEvent",
+    "CheckinClient",
 ]
 
 VARIANTS = ("fixed", "averaged", "sliding-window", "poisson")
@@ -80,17 +89,25 @@ def checkin_window(variant: str, num_slots: int, partition_id: int) -> tuple[int
     if variant == "sliding-window":
         j = int(partition_id) + 1
         return j, j + int(num_slots) - 1
-    raise ConfigError("client.variant", variant, "has no check-in window (one of: fixed, averaged, sliding-window)")
+    raise ConfigError(
+        "client.variant",
+        variant,
+        "has no check-in window (one of: fixed, averaged, sliding-window)",
+    )
 
 
-def checkin_rng(seed: int, server_round: int, partition_id: int, secure_mode: bool) -> np.random.Generator:
+def checkin_rng(
+    seed: int, server_round: int, partition_id: int, secure_mode: bool
+) -> np.random.Generator:
     """The client's own check-in RNG: seeded from ``(seed, pass, partition_id)`` or OS entropy."""
     if secure_mode:
         return np.random.default_rng()
     return np.random.default_rng([int(seed), int(server_round), int(partition_id), _CHECKIN_STREAM])
 
 
-def draw_checkin(rng: np.random.Generator, checkin_probability: float, window: tuple[int, int]) -> int:
+def draw_checkin(
+    rng: np.random.Generator, checkin_probability: float, window: tuple[int, int]
+) -> int:
     """An ``(R_j, p0)`` check-in: with probability ``p0`` a slot uniform on ``window``, else ``ABSTAIN``."""
     if rng.random() >= checkin_probability:
         return ABSTAIN
@@ -99,10 +116,16 @@ def draw_checkin(rng: np.random.Generator, checkin_probability: float, window: t
 
 
 # --------------------------------------------------------------------------- randomizer
-def _laplace(shape: torch.Size, scale: float, generator: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+def _laplace(
+    shape: torch.Size, scale: float, generator: torch.Generator, dtype: torch.dtype
+) -> torch.Tensor:
     """i.i.d. Laplace(0, scale) as the difference of two Exp(1) draws (no log(0) possible)."""
-    e1 = torch.empty(shape, dtype=torch.float64, device=generator.device).exponential_(generator=generator)
-    e2 = torch.empty(shape, dtype=torch.float64, device=generator.device).exponential_(generator=generator)
+    e1 = torch.empty(shape, dtype=torch.float64, device=generator.device).exponential_(
+        generator=generator
+    )
+    e2 = torch.empty(shape, dtype=torch.float64, device=generator.device).exponential_(
+        generator=generator
+    )
     return (scale * (e1 - e2)).to(dtype)
 
 
@@ -140,17 +163,38 @@ class LocalRandomizer:
     local_delta: float = 0.0
 
     def __post_init__(self) -> None:
-        check(self.kind in RANDOMIZERS, "client.randomizer", self.kind, "must be one of: gaussian, laplace")
-        check(math.isfinite(self.clipping_norm) and self.clipping_norm > 0, "privacy.clipping_norm",
-              self.clipping_norm, "must be > 0")
-        check(math.isfinite(self.local_epsilon) and self.local_epsilon > 0, "privacy.local_epsilon",
-              self.local_epsilon, "must be > 0")
+        check(
+            self.kind in RANDOMIZERS,
+            "client.randomizer",
+            self.kind,
+            "must be one of: gaussian, laplace",
+        )
+        check(
+            math.isfinite(self.clipping_norm) and self.clipping_norm > 0,
+            "privacy.clipping_norm",
+            self.clipping_norm,
+            "must be > 0",
+        )
+        check(
+            math.isfinite(self.local_epsilon) and self.local_epsilon > 0,
+            "privacy.local_epsilon",
+            self.local_epsilon,
+            "must be > 0",
+        )
         if self.kind == "gaussian":
-            check(0.0 < self.local_delta < 1.0, "privacy.local_delta", self.local_delta,
-                  "must be in (0, 1) for the gaussian randomizer (use client.randomizer=laplace for pure eps0-DP)")
+            check(
+                0.0 < self.local_delta < 1.0,
+                "privacy.local_delta",
+                self.local_delta,
+                "must be in (0, 1) for the gaussian randomizer (use client.randomizer=laplace for pure eps0-DP)",
+            )
         else:
-            check(self.local_delta == 0.0, "privacy.local_delta", self.local_delta,
-                  "must be 0 for the laplace randomizer (pure eps0-DP)")
+            check(
+                self.local_delta == 0.0,
+                "privacy.local_delta",
+                self.local_delta,
+                "must be 0 for the laplace randomizer (pure eps0-DP)",
+            )
 
     @property
     def sensitivity(self) -> float:
@@ -173,25 +217,37 @@ class LocalRandomizer:
         """Clip the concatenation of ``tensors`` to l2 (gaussian) or l1 (laplace) norm ``L``."""
         keys = list(tensors)
         if self.kind == "gaussian":
-            return dict(zip(keys, clip_tensors([tensors[k] for k in keys], self.clipping_norm), strict=True))
+            return dict(
+                zip(keys, clip_tensors([tensors[k] for k in keys], self.clipping_norm), strict=True)
+            )
         norm = sum(float(t.double().abs().sum()) for t in tensors.values())
         factor = min(1.0, self.clipping_norm / norm) if norm > 0 else 1.0
         return {k: t * factor for k, t in tensors.items()}
 
-    def noise(self, shapes: dict[str, tuple[int, ...]], generator: torch.Generator,
-              dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    def noise(
+        self,
+        shapes: dict[str, tuple[int, ...]],
+        generator: torch.Generator,
+        dtype: torch.dtype = torch.float32,
+    ) -> dict[str, torch.Tensor]:
         """The randomizer applied to no data (a dummy update): noise of the given shapes."""
         out: dict[str, torch.Tensor] = {}
         for k, shape in shapes.items():
             size = torch.Size(shape)
             if self.kind == "gaussian":
-                out[k] = (self.noise_stddev * torch.randn(size, generator=generator, dtype=torch.float64,
-                                                       device=generator.device)).to(dtype)
+                out[k] = (
+                    self.noise_stddev
+                    * torch.randn(
+                        size, generator=generator, dtype=torch.float64, device=generator.device
+                    )
+                ).to(dtype)
             else:
                 out[k] = _laplace(size, self.laplace_scale, generator, dtype)
         return out
 
-    def randomize(self, tensors: dict[str, torch.Tensor], generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def randomize(
+        self, tensors: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
         """``A_ldp``: clip, then add the noise (shapes and dtypes kept)."""
         clipped = self.clip(tensors)
         noise = self.noise({k: tuple(t.shape) for k, t in clipped.items()}, generator)
@@ -221,8 +277,11 @@ class LocalReleaseEvent(FedprivEvent):
     def _pld(self, count: int) -> Any:
         from dp_accounting.pld import pld_privacy_accountant
 
-        event: dp_event.DpEvent = (dp_event.GaussianDpEvent(self.noise_multiplier) if self.kind == "gaussian"
-                                   else dp_event.LaplaceDpEvent(self.noise_multiplier))
+        event: dp_event.DpEvent = (
+            dp_event.GaussianDpEvent(self.noise_multiplier)
+            if self.kind == "gaussian"
+            else dp_event.LaplaceDpEvent(self.noise_multiplier)
+        )
         acc = pld_privacy_accountant.PLDAccountant()
         acc.compose(event, int(count))
         return acc
@@ -267,8 +326,18 @@ class PoissonLocalEvent(FedprivEvent):
 
     def __post_init__(self) -> None:
         check(self.local_epsilon > 0, "privacy.local_epsilon", self.local_epsilon, "must be > 0")
-        check(0 < self.sample_rate <= 1, "client.client_sample_rate", self.sample_rate, "must be in (0, 1]")
-        check(int(self.steps) == self.steps and self.steps >= 1, "steps", self.steps, "must be an integer >= 1")
+        check(
+            0 < self.sample_rate <= 1,
+            "client.client_sample_rate",
+            self.sample_rate,
+            "must be in (0, 1]",
+        )
+        check(
+            int(self.steps) == self.steps and self.steps >= 1,
+            "steps",
+            self.steps,
+            "must be an integer >= 1",
+        )
         check(self.mu is None or self.mu > 0, "mu", self.mu, "must be > 0 or None")
 
     def _delta_k(self, k: int, eps: float) -> float:
@@ -278,12 +347,20 @@ class PoissonLocalEvent(FedprivEvent):
 
     def _mixture(self, count: int, target_delta: float) -> tuple[np.ndarray, np.ndarray, float]:
         total = int(count) * int(self.steps)
-        kmax = min(total, int(scipy.stats.binom.isf(1e-3 * target_delta, total, self.sample_rate)) + 1)
+        kmax = min(
+            total, int(scipy.stats.binom.isf(1e-3 * target_delta, total, self.sample_rate)) + 1
+        )
         ks = np.arange(1, kmax + 1)
-        return ks, scipy.stats.binom.pmf(ks, total, self.sample_rate), float(scipy.stats.binom.sf(kmax, total, self.sample_rate))
+        return (
+            ks,
+            scipy.stats.binom.pmf(ks, total, self.sample_rate),
+            float(scipy.stats.binom.sf(kmax, total, self.sample_rate)),
+        )
 
     def _delta_at(self, eps: float, ks: np.ndarray, w: np.ndarray, tail: float) -> float:
-        return tail + float(sum(wk * self._delta_k(int(k), eps) for k, wk in zip(ks, w, strict=True) if wk > 0))
+        return tail + float(
+            sum(wk * self._delta_k(int(k), eps) for k, wk in zip(ks, w, strict=True) if wk > 0)
+        )
 
     def epsilon(self, target_delta: float, count: int = 1) -> float:
         check(0 < target_delta < 1, "target_delta", target_delta, "must be in (0, 1)")
@@ -317,8 +394,15 @@ def mean_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(out, y)
 
 
-_FIELD_PREFIX = {"local_epsilon": "privacy.", "local_delta": "privacy.", "checkin_probability": "privacy.",
-                 "num_slots": "client.", "variant": "client.", "delta1": "privacy.", "delta2": "privacy."}
+_FIELD_PREFIX = {
+    "local_epsilon": "privacy.",
+    "local_delta": "privacy.",
+    "checkin_probability": "privacy.",
+    "num_slots": "client.",
+    "variant": "client.",
+    "delta1": "privacy.",
+    "delta2": "privacy.",
+}
 
 
 @dataclass(frozen=True)
@@ -368,46 +452,92 @@ class CheckinClient(ClientAlgorithm):
     neighboring_relation: ClassVar[str] = "replace_one"
 
     def __post_init__(self) -> None:
-        check(self.variant in VARIANTS, "client.variant", self.variant, "must be one of: " + ", ".join(VARIANTS))
-        check(isinstance(self.num_slots, (int, np.integer)) and not isinstance(self.num_slots, bool)
-              and self.num_slots >= 1, "client.num_slots", self.num_slots, "must be an integer >= 1")
-        check(isinstance(self.num_clients, (int, np.integer)) and self.num_clients >= 1, "num_clients",
-              self.num_clients, "must be >= 1")
+        check(
+            self.variant in VARIANTS,
+            "client.variant",
+            self.variant,
+            "must be one of: " + ", ".join(VARIANTS),
+        )
+        check(
+            isinstance(self.num_slots, (int, np.integer))
+            and not isinstance(self.num_slots, bool)
+            and self.num_slots >= 1,
+            "client.num_slots",
+            self.num_slots,
+            "must be an integer >= 1",
+        )
+        check(
+            isinstance(self.num_clients, (int, np.integer)) and self.num_clients >= 1,
+            "num_clients",
+            self.num_clients,
+            "must be >= 1",
+        )
         p0 = self.checkin_probability
         check(0.0 < p0 <= 1.0, "privacy.checkin_probability", p0, "must be in (0, 1]")
         if self.variant == "sliding-window":
-            check(self.num_slots <= self.num_clients, "client.num_slots", self.num_slots,
-                  f"must be <= num_clients={self.num_clients} for the sliding window (window of m slots, "
-                  "n - m + 1 updates)")
+            check(
+                self.num_slots <= self.num_clients,
+                "client.num_slots",
+                self.num_slots,
+                f"must be <= num_clients={self.num_clients} for the sliding window (window of m slots, "
+                "n - m + 1 updates)",
+            )
         if self.window is not None:
             self._check_window()
         if self.client_sample_rate is not None:
-            check(self.variant == "poisson", "client.client_sample_rate", self.client_sample_rate,
-                  "is only used by client.variant=poisson")
+            check(
+                self.variant == "poisson",
+                "client.client_sample_rate",
+                self.client_sample_rate,
+                "is only used by client.variant=poisson",
+            )
         _ = self.local_randomizer  # validates the randomizer fields
         try:
             _ = self.event
         except ConfigError as exc:
-            raise ConfigError(_FIELD_PREFIX.get(exc.field, "") + exc.field, exc.value, exc.allowed) from None
+            raise ConfigError(
+                _FIELD_PREFIX.get(exc.field, "") + exc.field, exc.value, exc.allowed
+            ) from None
 
     def _check_window(self) -> None:
         """``window`` must be ``[1, m]`` (the only window Theorems 3.2 / 4.1 cover)."""
         w = list(self.window or [])
-        check(self.variant in ("fixed", "averaged"), "client.window", w,
-              f"must be null for client.variant={self.variant} (the sliding window's R_j = {{j..j+m-1}} "
-              "is set by num_slots)")
-        check(len(w) == 2 and all(isinstance(v, int) for v in w) and w[0] <= w[1], "client.window", w,
-              "must be [first, last] slot numbers")
-        check(1 <= w[0] and w[1] <= self.num_slots, "client.window", w,
-              f"lies outside the run's slots [1, {self.num_slots}]")
-        check(w == [1, self.num_slots], "client.window", w,
-              f"must be the whole run [1, {self.num_slots}]: the check-in theorems cover only R_j = [m]")
+        check(
+            self.variant in ("fixed", "averaged"),
+            "client.window",
+            w,
+            f"must be null for client.variant={self.variant} (the sliding window's R_j = {{j..j+m-1}} "
+            "is set by num_slots)",
+        )
+        check(
+            len(w) == 2 and all(isinstance(v, int) for v in w) and w[0] <= w[1],
+            "client.window",
+            w,
+            "must be [first, last] slot numbers",
+        )
+        check(
+            1 <= w[0] and w[1] <= self.num_slots,
+            "client.window",
+            w,
+            f"lies outside the run's slots [1, {self.num_slots}]",
+        )
+        check(
+            w == [1, self.num_slots],
+            "client.window",
+            w,
+            f"must be the whole run [1, {self.num_slots}]: the check-in theorems cover only R_j = [m]",
+        )
 
     # -- parameters ----------------------------------------------------------------
     @property
     def local_epsilon(self) -> float:
         value = self.privacy.get("local_epsilon")
-        check(value is not None, "privacy.local_epsilon", value, "must be set (> 0) for check-in clients")
+        check(
+            value is not None,
+            "privacy.local_epsilon",
+            value,
+            "must be set (> 0) for check-in clients",
+        )
         return float(value)
 
     @property
@@ -433,7 +563,9 @@ class CheckinClient(ClientAlgorithm):
 
     @property
     def local_randomizer(self) -> LocalRandomizer:
-        return LocalRandomizer(self.randomizer, self.clipping_norm, self.local_epsilon, self.local_delta)
+        return LocalRandomizer(
+            self.randomizer, self.clipping_norm, self.local_epsilon, self.local_delta
+        )
 
     @property
     def event(self) -> FedprivEvent:
@@ -442,8 +574,14 @@ class CheckinClient(ClientAlgorithm):
             r = self.local_randomizer
             mu = r.sensitivity / r.noise_stddev if r.kind == "gaussian" else None
             return PoissonLocalEvent(self.local_epsilon, self.sample_rate, int(self.num_slots), mu)
-        return CheckinEvent(self.variant, self.local_epsilon, int(self.num_clients), int(self.num_slots),
-                            self.checkin_probability, self.local_delta)
+        return CheckinEvent(
+            self.variant,
+            self.local_epsilon,
+            int(self.num_clients),
+            int(self.num_slots),
+            self.checkin_probability,
+            self.local_delta,
+        )
 
     @property
     def steps(self) -> int:
@@ -468,7 +606,9 @@ class CheckinClient(ClientAlgorithm):
             out["local_delta0"] = self.local_delta
         return out
 
-    def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> CheckinClient:
+    def calibrated(
+        self, target_epsilon: float, target_delta: float, num_rounds: int
+    ) -> CheckinClient:
         """A copy whose ``local_epsilon`` is the largest with central epsilon <= target after ``num_rounds`` passes.
 
         Raises
@@ -476,13 +616,18 @@ class CheckinClient(ClientAlgorithm):
         ConfigError
             If even a tiny ``eps0`` misses the target.
         """
+
         def eps_at(e0: float) -> float:
             algo = replace(self, privacy={**self.privacy, "local_epsilon": e0})
             return algo.event.epsilon(target_delta, num_rounds)
 
         lo, hi = 1e-4, 1.0
-        check(eps_at(lo) <= target_epsilon, "privacy.target_epsilon", target_epsilon,
-              f"cannot be met even with local_epsilon={lo}")
+        check(
+            eps_at(lo) <= target_epsilon,
+            "privacy.target_epsilon",
+            target_epsilon,
+            f"cannot be met even with local_epsilon={lo}",
+        )
         while eps_at(hi) <= target_epsilon and hi < 50:
             lo, hi = hi, 2 * hi
         for _ in range(40):
@@ -491,7 +636,9 @@ class CheckinClient(ClientAlgorithm):
         return replace(self, privacy={**self.privacy, "local_epsilon": lo, "target_epsilon": None})
 
     # -- client computation -----------------------------------------------------------
-    def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    def train(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """``A_ldp(theta; d_j)``: the randomized clipped gradient of the mean loss at ``model``."""
         params = dict(model.named_parameters())
         x, y = data.x.to(ctx.device), data.y.to(ctx.device)
@@ -499,7 +646,10 @@ class CheckinClient(ClientAlgorithm):
         grads = torch.autograd.grad(loss, list(params.values()))
         grad = {k: g.detach() for k, g in zip(params, grads, strict=True)}
         update = self.local_randomizer.randomize(grad, ctx.generator)
-        return {k: v.cpu() for k, v in update.items()}, {"examples": float(len(data)), "loss": float(loss.detach())}
+        return {k: v.cpu() for k, v in update.items()}, {
+            "examples": float(len(data)),
+            "loss": float(loss.detach()),
+        }
 
     def query_handler(self, cfg: dict[str, Any], msg: Message, context: Context) -> Message:
         """Answer a check-in query: draw the check-in with the client's own RNG and remember it.
@@ -513,15 +663,25 @@ class CheckinClient(ClientAlgorithm):
         q = msg.content.config_records[CHECKIN_KEY]
         server_round = int(q["server_round"])
         if str(q["variant"]) != self.variant or int(q["num_slots"]) != int(self.num_slots):
-            raise RuntimeError(f"check-in query for variant={q['variant']} num_slots={q['num_slots']} does not "
-                               f"match this client's protocol ({self.variant}, {self.num_slots})")
+            raise RuntimeError(
+                f"check-in query for variant={q['variant']} num_slots={q['num_slots']} does not "
+                f"match this client's protocol ({self.variant}, {self.num_slots})"
+            )
         partition_id = int(context.node_config["partition-id"])
-        rng = checkin_rng(int(cfg["seed"]), server_round, partition_id, bool(cfg["privacy"].get("secure_mode")))
-        slot = draw_checkin(rng, self.checkin_probability, checkin_window(self.variant, self.num_slots, partition_id))
+        rng = checkin_rng(
+            int(cfg["seed"]), server_round, partition_id, bool(cfg["privacy"].get("secure_mode"))
+        )
+        slot = draw_checkin(
+            rng,
+            self.checkin_probability,
+            checkin_window(self.variant, self.num_slots, partition_id),
+        )
         ticket = int(rng.integers(2**62))
         context.state[CHECKIN_KEY] = ConfigRecord({"server_round": server_round, "slot": slot})
-        return Message(content=RecordDict({CHECKIN_KEY: ConfigRecord({"slot": slot, "ticket": ticket})}),
-                       reply_to=msg)
+        return Message(
+            content=RecordDict({CHECKIN_KEY: ConfigRecord({"slot": slot, "ticket": ticket})}),
+            reply_to=msg,
+        )
 
     def train_message_handler(self, cfg: dict[str, Any], msg: Message, context: Context) -> Message:
         """Send the update of a slot, but only for the (pass, slot) this client checked into.
@@ -543,12 +703,20 @@ class CheckinClient(ClientAlgorithm):
             mine = context.state.config_records.get(CHECKIN_KEY)
             have = None if mine is None else (int(mine["server_round"]), int(mine["slot"]))
             if have != want or want[1] == ABSTAIN:
-                raise RuntimeError(f"asked for the update of (pass, slot)={want} but checked into {have}")
+                raise RuntimeError(
+                    f"asked for the update of (pass, slot)={want} but checked into {have}"
+                )
         return slot_update(self, cfg, msg, int(context.node_config["partition-id"]), *want)
 
 
-def slot_update(algorithm: CheckinClient, cfg: dict[str, Any], msg: Message, partition_id: int,
-                server_round: int, slot: int) -> Message:
+def slot_update(
+    algorithm: CheckinClient,
+    cfg: dict[str, Any],
+    msg: Message,
+    partition_id: int,
+    server_round: int,
+    slot: int,
+) -> Message:
     """Reply to a slot's train message with ``A_ldp`` at the received model.
 
     The noise is seeded from ``(seed, pass, slot, partition_id)`` (OS entropy in
@@ -570,12 +738,17 @@ def slot_update(algorithm: CheckinClient, cfg: dict[str, Any], msg: Message, par
     model = build_model_for(cfg).to(device)
     model.load_state_dict(msg.content.array_records[MODEL_KEY].to_torch_state_dict())
     secure = bool(cfg["privacy"].get("secure_mode"))
-    rng = np.random.default_rng(None if secure else [int(cfg["seed"]), server_round, slot, partition_id])
+    rng = np.random.default_rng(
+        None if secure else [int(cfg["seed"]), server_round, slot, partition_id]
+    )
     generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
-    update, metrics = algorithm.train(model, data, TrainContext(server_round, rng, generator, device))
-    content = RecordDict({
-        UPDATE_KEY: ArrayRecord({k: v.detach().cpu().contiguous() for k, v in update.items()}),
-        METRICS_KEY: MetricRecord({k: float(v) for k, v in metrics.items()}),
-    })
+    update, metrics = algorithm.train(
+        model, data, TrainContext(server_round, rng, generator, device)
+    )
+    content = RecordDict(
+        {
+            UPDATE_KEY: ArrayRecord({k: v.detach().cpu().contiguous() for k, v in update.items()}),
+            METRICS_KEY: MetricRecord({k: float(v) for k, v in metrics.items()}),
+        }
+    )
     return Message(content=content, reply_to=msg)
-

@@ -60,12 +60,21 @@ class LocalDPSGD(ClientAlgorithm):
     num_clients: int = 1
 
     def __post_init__(self) -> None:
-        check(isinstance(self.steps, int) and self.steps >= 1, "client.steps", self.steps, "must be an integer >= 1")
+        check(
+            isinstance(self.steps, int) and self.steps >= 1,
+            "client.steps",
+            self.steps,
+            "must be an integer >= 1",
+        )
         check(self.lr > 0, "client.lr", self.lr, "must be > 0")
         check(0 <= self.momentum < 1, "client.momentum", self.momentum, "must be in [0, 1)")
         check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
-        check(self.noise_shares >= 1, "num_clients", self.num_clients,
-              "must be >= 2 with privacy.honest_but_curious=true")
+        check(
+            self.noise_shares >= 1,
+            "num_clients",
+            self.num_clients,
+            "must be >= 2 with privacy.honest_but_curious=true",
+        )
 
     @property
     def noise_multiplier(self) -> float:
@@ -97,7 +106,9 @@ class LocalDPSGD(ClientAlgorithm):
         hbc = self.num_clients - self.noise_shares
         trusted = contributors - hbc
         check(trusted >= 1, "contributors", contributors, "leave no trusted noise in the sum")
-        sigma = self.noise_multiplier * math.sqrt(min(trusted, self.noise_shares) / self.noise_shares)
+        sigma = self.noise_multiplier * math.sqrt(
+            min(trusted, self.noise_shares) / self.noise_shares
+        )
         return [(poisson_gaussian_event(sigma, self.sample_rate), self.steps)]
 
     def local_events(self) -> list[tuple[Any, int]]:
@@ -106,12 +117,19 @@ class LocalDPSGD(ClientAlgorithm):
 
     def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> LocalDPSGD:
         sigma = calibrate_noise_multiplier(
-            target_epsilon, target_delta, self.sample_rate, self.steps * num_rounds,
+            target_epsilon,
+            target_delta,
+            self.sample_rate,
+            self.steps * num_rounds,
             accountant=self.privacy.get("accountant", "pld"),
         )
-        return replace(self, privacy={**self.privacy, "noise_multiplier": sigma, "target_epsilon": None})
+        return replace(
+            self, privacy={**self.privacy, "noise_multiplier": sigma, "target_epsilon": None}
+        )
 
-    def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    def train(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         sampler = PoissonSampler(self.sample_rate)
         start = {k: p.detach().clone() for k, p in model.named_parameters()}
         params = dict(model.named_parameters())
@@ -131,5 +149,9 @@ class LocalDPSGD(ClientAlgorithm):
                     velocity[k].mul_(self.momentum).add_(g / expected_batch)
                     params[k].sub_(self.lr * velocity[k])
         update = {k: (p.detach() - start[k]).cpu() for k, p in params.items()}
-        metrics = {"steps": float(self.steps), "empty_batches": float(empty), "examples": float(total)}
+        metrics = {
+            "steps": float(self.steps),
+            "empty_batches": float(empty),
+            "examples": float(total),
+        }
         return update, metrics

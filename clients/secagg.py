@@ -26,7 +26,14 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from flwr.compat.common import recorddict_compat as compat
 
 from strategies.aggregators import METRICS_KEY, UPDATE_KEY
-from strategies.secaggplus import BITS_KEY, CONTENT_KEY, LAYOUT_KEY, LIMB_KEY, split_limbs, unpack_content
+from strategies.secaggplus import (
+    BITS_KEY,
+    CONTENT_KEY,
+    LAYOUT_KEY,
+    LIMB_KEY,
+    split_limbs,
+    unpack_content,
+)
 
 FITINS_CONFIG = "fitins.config"
 
@@ -49,7 +56,9 @@ def flatten_update(update: ArrayRecord, bits: int) -> tuple[np.ndarray, list[lis
         layout.append([key, list(arr.shape)])
     flat = np.concatenate(flats) if flats else np.zeros(0, dtype=np.int64)
     if flat.size and (flat.min() < 0 or flat.max() >= (1 << bits)):
-        raise ValueError(f"SecAgg+ update values must be in [0, 2**{bits}); got [{flat.min()}, {flat.max()}]")
+        raise ValueError(
+            f"SecAgg+ update values must be in [0, 2**{bits}); got [{flat.min()}, {flat.max()}]"
+        )
     return flat, layout
 
 
@@ -60,7 +69,9 @@ def _legacy_reply(reply: Message, bits: int, limb_bits: int) -> RecordDict:
     if METRICS_KEY in reply.content.metric_records:
         metrics.update(reply.content.metric_records[METRICS_KEY])
     metrics[LAYOUT_KEY] = json.dumps(layout)
-    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(split_limbs(flat, bits, limb_bits)), 1, metrics)
+    fitres = FitRes(
+        Status(Code.OK, ""), ndarrays_to_parameters(split_limbs(flat, bits, limb_bits)), 1, metrics
+    )
     return compat.fitres_to_recorddict(fitres, keep_input=True)
 
 
@@ -90,10 +101,15 @@ SECAGG_MODS: list[Mod] = [fedpriv_secaggplus_mod]
 
 
 # ---- probe client: fixed integer updates, for tests and the benchmark --------------------
-def probe_update(seed: int, partition_id: int, server_round: int, shapes: dict[str, list[int]], bits: int) -> dict[str, np.ndarray]:
+def probe_update(
+    seed: int, partition_id: int, server_round: int, shapes: dict[str, list[int]], bits: int
+) -> dict[str, np.ndarray]:
     """Deterministic int64 residues in ``[0, 2**bits)`` for one client and round."""
     rng = np.random.default_rng([seed, partition_id, server_round])
-    return {k: np.asarray(rng.integers(0, 1 << bits, size=tuple(s), dtype=np.int64)) for k, s in shapes.items()}
+    return {
+        k: np.asarray(rng.integers(0, 1 << bits, size=tuple(s), dtype=np.int64))
+        for k, s in shapes.items()
+    }
 
 
 def make_probe_client_app() -> ClientApp:
@@ -116,8 +132,19 @@ def make_probe_client_app() -> ClientApp:
         time.sleep(float(cfg.get("work_seconds", 0.0)))  # type: ignore[arg-type]
         if pid in [int(p) for p in cfg.get("sleep_partitions", [])]:  # type: ignore[union-attr]
             time.sleep(float(cfg.get("sleep_seconds", 0.0)))  # type: ignore[arg-type]
-        update = probe_update(int(cfg["seed"]), pid, int(cfg["server_round"]), json.loads(str(cfg["shapes"])), int(cfg["bits"]))
-        content = RecordDict({UPDATE_KEY: ArrayRecord({k: Array(v) for k, v in update.items()}), METRICS_KEY: MetricRecord({"clients": 1.0})})
+        update = probe_update(
+            int(cfg["seed"]),
+            pid,
+            int(cfg["server_round"]),
+            json.loads(str(cfg["shapes"])),
+            int(cfg["bits"]),
+        )
+        content = RecordDict(
+            {
+                UPDATE_KEY: ArrayRecord({k: Array(v) for k, v in update.items()}),
+                METRICS_KEY: MetricRecord({"clients": 1.0}),
+            }
+        )
         return Message(content=content, reply_to=msg)
 
     return app

@@ -69,8 +69,12 @@ class SkellamDPSGD(LocalDPSGD):
     def __post_init__(self) -> None:
         super().__post_init__()
         calibrating = not self.noise_multiplier and self.privacy.get("target_epsilon") is not None
-        check(self.noise_multiplier > 0 or calibrating, "privacy.noise_multiplier", self.noise_multiplier,
-              "must be > 0 for the Skellam mechanism")
+        check(
+            self.noise_multiplier > 0 or calibrating,
+            "privacy.noise_multiplier",
+            self.noise_multiplier,
+            "must be > 0 for the Skellam mechanism",
+        )
         if self.num_params and not calibrating:
             self.mechanism  # noqa: B018 - validates bits now, before training
 
@@ -84,28 +88,54 @@ class SkellamDPSGD(LocalDPSGD):
     @cached_property
     def mechanism(self) -> SkellamMechanism:
         """The client's (and decoder's) mechanism: largest scale that cannot wrap."""
-        check(self.num_params > 0, "client.num_params", self.num_params, "must be set (call for_run)")
+        check(
+            self.num_params > 0, "client.num_params", self.num_params, "must be set (call for_run)"
+        )
         per_client = math.ceil(self.num_samples / self.num_clients)
         return SkellamMechanism.from_noise_multiplier(
-            self.noise_multiplier, bits=self.bits, clipping_norm=self.max_grad_norm,
-            num_clients=self.num_clients, dim=self.num_params, rotation=self.rotation,
+            self.noise_multiplier,
+            bits=self.bits,
+            clipping_norm=self.max_grad_norm,
+            num_clients=self.num_clients,
+            dim=self.num_params,
+            rotation=self.rotation,
             honest_but_curious=bool(self.privacy.get("honest_but_curious")),
-            dropout_tolerance=self.dropout_tolerance, beta=self.beta, steps=self.steps,
+            dropout_tolerance=self.dropout_tolerance,
+            beta=self.beta,
+            steps=self.steps,
             max_summands=self.steps * max(per_client, 1),
         )
 
     def step_event(self, noise_multiplier: float | None = None) -> SkellamEvent:
         """The Skellam release of one step's sum over the clients (integer units)."""
-        mech = self.mechanism if noise_multiplier is None else replace(self, privacy={**self.privacy, "noise_multiplier": noise_multiplier}).mechanism
-        return SkellamEvent(mu=mech.mu, l1_sensitivity=mech.l1_sensitivity,
-                            l2_sensitivity=mech.l2_sensitivity, sample_rate=self.sample_rate)
+        mech = (
+            self.mechanism
+            if noise_multiplier is None
+            else replace(
+                self, privacy={**self.privacy, "noise_multiplier": noise_multiplier}
+            ).mechanism
+        )
+        return SkellamEvent(
+            mu=mech.mu,
+            l1_sensitivity=mech.l1_sensitivity,
+            l2_sensitivity=mech.l2_sensitivity,
+            sample_rate=self.sample_rate,
+        )
 
     def privacy_summary(self) -> dict[str, Any]:
         """The mechanism's integer-unit parameters (pass ``scale``/``beta`` to ``fedpriv-account
         secagg-dpsgd mechanism=skellam`` to recompute ε)."""
         m = self.mechanism
-        return {"mechanism": "skellam", "bits": m.bits, "scale": m.scale, "mu": m.mu, "beta": m.beta,
-                "num_params": m.dim, "l1_sensitivity": m.l1_sensitivity, "l2_sensitivity": m.l2_sensitivity}
+        return {
+            "mechanism": "skellam",
+            "bits": m.bits,
+            "scale": m.scale,
+            "mu": m.mu,
+            "beta": m.beta,
+            "num_params": m.dim,
+            "l1_sensitivity": m.l1_sensitivity,
+            "l2_sensitivity": m.l2_sensitivity,
+        }
 
     def round_events(self) -> list[tuple[Any, int]]:
         return [(self.step_event(), self.steps)]
@@ -121,20 +151,28 @@ class SkellamDPSGD(LocalDPSGD):
         own = self.step_event()
         return [(replace(own, mu=self.mechanism.mu_per_client), self.steps)]
 
-    def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> SkellamDPSGD:
+    def calibrated(
+        self, target_epsilon: float, target_delta: float, num_rounds: int
+    ) -> SkellamDPSGD:
         def epsilon_of(sigma: float) -> float:
-            ledger = PrivacyLedger(accountant="rdp", conversion=self.privacy.get("conversion", "default"))
+            ledger = PrivacyLedger(
+                accountant="rdp", conversion=self.privacy.get("conversion", "default")
+            )
             ledger.record(self.step_event(sigma), self.steps * num_rounds)
             return ledger.get_epsilon(target_delta)
 
         sigma = bisect_noise(epsilon_of, target_epsilon, field="privacy.noise_multiplier")
-        return replace(self, privacy={**self.privacy, "noise_multiplier": sigma, "target_epsilon": None})
+        return replace(
+            self, privacy={**self.privacy, "noise_multiplier": sigma, "target_epsilon": None}
+        )
 
     def rotation_seed(self, server_round: int) -> int:
         """Public rotation seed of a round (the same for every client and step)."""
         return int(np.random.default_rng([0x5EC, server_round]).integers(2**31))
 
-    def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    def train(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         mech, sampler = self.mechanism, PoissonSampler(self.sample_rate)
         seed = self.rotation_seed(ctx.server_round)
         params = {k: p for k, p in model.named_parameters() if p.requires_grad}
@@ -146,8 +184,18 @@ class SkellamDPSGD(LocalDPSGD):
             empty += int(idx.numel() == 0)
             rows = np.zeros((0, mech.dim))
             if idx.numel():
-                grads = per_sample_grads(model, summed_cross_entropy, data.x[idx].to(ctx.device), data.y[idx].to(ctx.device))
-                rows = torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], 1).double().cpu().numpy()
+                grads = per_sample_grads(
+                    model,
+                    summed_cross_entropy,
+                    data.x[idx].to(ctx.device),
+                    data.y[idx].to(ctx.device),
+                )
+                rows = (
+                    torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], 1)
+                    .double()
+                    .cpu()
+                    .numpy()
+                )
             z = mech.privatize(rows, ctx.rng, seed) if len(rows) else mech.noise(ctx.rng)
             total += z
             step = torch.from_numpy(mech.decode_signed(z, seed)).to(ctx.device)
@@ -155,12 +203,18 @@ class SkellamDPSGD(LocalDPSGD):
                 offset = 0
                 for p in params.values():
                     n = p.numel()
-                    p.sub_(self.lr * step[offset : offset + n].reshape(p.shape).to(p.dtype) / expected_batch)
+                    p.sub_(
+                        self.lr
+                        * step[offset : offset + n].reshape(p.shape).to(p.dtype)
+                        / expected_batch
+                    )
                     offset += n
         residues = torch.from_numpy(mech.to_residues(total))
         return {UPDATE_NAME: residues}, {"steps": float(self.steps), "empty_batches": float(empty)}
 
-    def decode_sum(self, total: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], server_round: int) -> dict[str, np.ndarray]:
+    def decode_sum(
+        self, total: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], server_round: int
+    ) -> dict[str, np.ndarray]:
         """The real sum over clients of their deltas, from the modular sum of their residues."""
         summed = self.mechanism.decode_sum(total[UPDATE_NAME], self.rotation_seed(server_round))
         expected_batch = max(self.sample_rate * self.num_samples / self.num_clients, 1.0)

@@ -33,7 +33,9 @@ class ClippedDeltaDPSGD(LocalDPSGD):
         super().__post_init__()
         check(self.max_delta_norm > 0, "client.max_delta_norm", self.max_delta_norm, "must be > 0")
 
-    def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    def train(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         update, metrics = super().train(model, data, ctx)
         clipped = clip_tensors(list(update.values()), self.max_delta_norm)
         return dict(zip(update, clipped, strict=True)), metrics
@@ -46,7 +48,9 @@ class DPFedAvgM(DPFedAvg):
     server_momentum: float = 0.9
     _velocity: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
-    def apply(self, state: dict[str, np.ndarray], result: AggregateResult, num_clients: int) -> dict[str, np.ndarray]:
+    def apply(
+        self, state: dict[str, np.ndarray], result: AggregateResult, num_clients: int
+    ) -> dict[str, np.ndarray]:
         new = dict(state)
         for key, total in result.total.items():
             v = self.server_momentum * self._velocity.get(key, 0.0) + total / num_clients

@@ -31,8 +31,10 @@ def _main(cfg: DictConfig) -> float | None:
     ok = [r for r in summary["rounds"] if r.get("status") == "ok"]
     if ok:
         last = ok[-1]
-        print(f"final: accuracy={last['accuracy']:.4f} epsilon={last['epsilon']:.3f} "
-              f"(delta={summary['privacy']['delta']:g}) wall_time={summary['wall_time_s']:.1f}s")
+        print(
+            f"final: accuracy={last['accuracy']:.4f} epsilon={last['epsilon']:.3f} "
+            f"(delta={summary['privacy']['delta']:g}) wall_time={summary['wall_time_s']:.1f}s"
+        )
         return float(last["accuracy"])
     return None
 
@@ -42,7 +44,10 @@ def _one_line(exc: BaseException) -> str:
     text = str(exc.__cause__ or exc)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), "")
-    reason = next((ln for ln in lines if not ln.startswith(("full_key:", "object_type", "reference_type"))), text)
+    reason = next(
+        (ln for ln in lines if not ln.startswith(("full_key:", "object_type", "reference_type"))),
+        text,
+    )
     if "Available options" in text:
         options = []
         for line in text.split("Available options", 1)[1].splitlines()[1:]:

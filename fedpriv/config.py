@@ -116,15 +116,29 @@ def validate_privacy(p: DictConfig | PrivacyConfig) -> None:
         Naming the first offending field.
     """
     sigma, target = p.noise_multiplier, p.target_epsilon
-    if getattr(p, "local_epsilon", None) is not None:  # random check-ins: noise set by the local randomizer
-        check(sigma is None, "privacy.noise_multiplier", sigma,
-              "must be null when privacy.local_epsilon is set (the local randomizer sets the noise)")
+    if (
+        getattr(p, "local_epsilon", None) is not None
+    ):  # random check-ins: noise set by the local randomizer
+        check(
+            sigma is None,
+            "privacy.noise_multiplier",
+            sigma,
+            "must be null when privacy.local_epsilon is set (the local randomizer sets the noise)",
+        )
     else:
-        check(sigma is not None or target is not None, "privacy.noise_multiplier", sigma,
-              "and privacy.target_epsilon=None: give one of them")
-        check(sigma is None or target is None, "privacy.noise_multiplier", sigma,
-              f"and privacy.target_epsilon={target!r}: give exactly one "
-              "(set privacy.noise_multiplier=null to calibrate to privacy.target_epsilon)")
+        check(
+            sigma is not None or target is not None,
+            "privacy.noise_multiplier",
+            sigma,
+            "and privacy.target_epsilon=None: give one of them",
+        )
+        check(
+            sigma is None or target is None,
+            "privacy.noise_multiplier",
+            sigma,
+            f"and privacy.target_epsilon={target!r}: give exactly one "
+            "(set privacy.noise_multiplier=null to calibrate to privacy.target_epsilon)",
+        )
     if sigma is not None:
         check(sigma >= 0, "privacy.noise_multiplier", sigma, "must be >= 0")
     if target is not None:
@@ -132,10 +146,24 @@ def validate_privacy(p: DictConfig | PrivacyConfig) -> None:
     check(0 < p.target_delta < 1, "privacy.target_delta", p.target_delta, "must be in (0, 1)")
     check(p.max_grad_norm > 0, "privacy.max_grad_norm", p.max_grad_norm, "must be > 0")
     check(0 < p.sample_rate <= 1, "privacy.sample_rate", p.sample_rate, "must be in (0, 1]")
-    check(p.accountant in ACCOUNTANTS, "privacy.accountant", p.accountant, f"must be one of {ACCOUNTANTS}")
-    check(p.conversion in CONVERSIONS, "privacy.conversion", p.conversion, f"must be one of {CONVERSIONS}")
-    check(p.conversion == "default" or p.accountant == "rdp", "privacy.conversion", p.conversion,
-          "needs privacy.accountant=rdp (Mironov's conversion is an RDP conversion)")
+    check(
+        p.accountant in ACCOUNTANTS,
+        "privacy.accountant",
+        p.accountant,
+        f"must be one of {ACCOUNTANTS}",
+    )
+    check(
+        p.conversion in CONVERSIONS,
+        "privacy.conversion",
+        p.conversion,
+        f"must be one of {CONVERSIONS}",
+    )
+    check(
+        p.conversion == "default" or p.accountant == "rdp",
+        "privacy.conversion",
+        p.conversion,
+        "needs privacy.accountant=rdp (Mironov's conversion is an RDP conversion)",
+    )
     if p.stop_at_epsilon is not None:
         check(p.stop_at_epsilon > 0, "privacy.stop_at_epsilon", p.stop_at_epsilon, "must be > 0")
 
@@ -153,10 +181,24 @@ def validate(cfg: DictConfig) -> None:
     check(cfg.num_rounds >= 1, "num_rounds", cfg.num_rounds, "must be >= 1")
     check(cfg.device in DEVICES, "device", cfg.device, f"must be one of {DEVICES}")
     check(cfg.round_timeout > 0, "round_timeout", cfg.round_timeout, "must be > 0 (seconds)")
-    check(cfg.client_resources.num_cpus > 0, "client_resources.num_cpus", cfg.client_resources.num_cpus, "must be > 0")
-    check(cfg.client_resources.num_gpus >= 0, "client_resources.num_gpus", cfg.client_resources.num_gpus, "must be >= 0")
-    check(cfg.partition.name in ("iid", "dirichlet", "natural"), "partition.name", cfg.partition.name,
-          "must be one of ('iid', 'dirichlet', 'natural')")
+    check(
+        cfg.client_resources.num_cpus > 0,
+        "client_resources.num_cpus",
+        cfg.client_resources.num_cpus,
+        "must be > 0",
+    )
+    check(
+        cfg.client_resources.num_gpus >= 0,
+        "client_resources.num_gpus",
+        cfg.client_resources.num_gpus,
+        "must be >= 0",
+    )
+    check(
+        cfg.partition.name in ("iid", "dirichlet", "natural"),
+        "partition.name",
+        cfg.partition.name,
+        "must be one of ('iid', 'dirichlet', 'natural')",
+    )
     if cfg.partition.name == "dirichlet":
         check(cfg.partition.alpha > 0, "partition.alpha", cfg.partition.alpha, "must be > 0")
     check(cfg.partition.min_size >= 1, "partition.min_size", cfg.partition.min_size, "must be >= 1")

@@ -10,12 +10,28 @@ import re
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 HEADER = f"{'round':>5}  {'accuracy':>8}  {'loss':>8}  {'ε':>8}  {'local ε':>9}  {'time [s]':>8}"
 
 
-STANDARD = {"server_round", "accuracy", "loss", "epsilon", "local_epsilon", "round_time_s", "status", "message"}
+STANDARD = {
+    "server_round",
+    "accuracy",
+    "loss",
+    "epsilon",
+    "local_epsilon",
+    "round_time_s",
+    "status",
+    "message",
+}
 
 
 GROUP_EPS = re.compile(r"epsilon_g(\d+)$")
@@ -33,7 +49,9 @@ def group_epsilons(row: dict[str, Any]) -> str:
     groups = sorted(int(m.group(1)) for k in row if (m := GROUP_EPS.match(k)))
     if not groups:
         return ""
-    text = f"ε g={','.join(map(str, groups))}: " + "/".join(f"{row[f'epsilon_g{g}']:.3g}" for g in groups)
+    text = f"ε g={','.join(map(str, groups))}: " + "/".join(
+        f"{row[f'epsilon_g{g}']:.3g}" for g in groups
+    )
     closed = [row.get(f"epsilon_g{g}_closed") for g in groups]
     if all(isinstance(c, float) for c in closed):
         text += " (closed form " + "/".join(f"{c:.3g}" for c in closed) + ")"
@@ -46,12 +64,17 @@ def format_row(row: dict[str, Any]) -> str:
         return f"{row['server_round']:>5}  round failed: {row.get('message', '')}"
     local = row.get("local_epsilon")
     local_s = fixed(local, 9, 3) if isinstance(local, float) else f"{'-':>9}"
-    extra = [f"{k}={v:.3g}" for k, v in row.items()
-             if k not in STANDARD and isinstance(v, float) and not k.startswith("epsilon_g")]
+    extra = [
+        f"{k}={v:.3g}"
+        for k, v in row.items()
+        if k not in STANDARD and isinstance(v, float) and not k.startswith("epsilon_g")
+    ]
     extra.append(group_epsilons(row))
-    return (f"{row['server_round']:>5}  {fixed(row['accuracy'], 8, 4)}  {fixed(row['loss'], 8, 4)}  "
-            f"{fixed(row['epsilon'], 8, 3)}  {local_s}  {fixed(row['round_time_s'], 8, 2)}  "
-            + "  ".join(e for e in extra if e)).rstrip()
+    return (
+        f"{row['server_round']:>5}  {fixed(row['accuracy'], 8, 4)}  {fixed(row['loss'], 8, 4)}  "
+        f"{fixed(row['epsilon'], 8, 3)}  {local_s}  {fixed(row['round_time_s'], 8, 2)}  "
+        + "  ".join(e for e in extra if e)
+    ).rstrip()
 
 
 class RoundDisplay:
@@ -60,8 +83,14 @@ class RoundDisplay:
     def __init__(self, num_rounds: int, enabled: bool = True) -> None:
         self.console = Console(highlight=False, markup=False)
         self.progress = Progress(
-            TextColumn("[bold]rounds"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=True,
+            TextColumn("[bold]rounds"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
             disable=not enabled,
         )
         self.task = self.progress.add_task("rounds", total=num_rounds)

@@ -56,5 +56,7 @@ def build_error(group: str, node: Mapping[str, Any], exc: BaseException) -> Conf
     key = unknown_key(node, exc)
     if key is not None:
         return ConfigError(f"{group}.{key}", node[key], f"is not a parameter of {target}")
-    text = " ".join(str(exc).replace("set env var HYDRA_FULL_ERROR=1 to see chained exception.", "").split())
+    text = " ".join(
+        str(exc).replace("set env var HYDRA_FULL_ERROR=1 to see chained exception.", "").split()
+    )
     return ConfigError(f"{group}._target_", target, "could not be built: " + text.rstrip(" ,"))

@@ -8,7 +8,9 @@ from torch import nn
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1000) -> tuple[float, float]:
+def evaluate(
+    model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1000
+) -> tuple[float, float]:
     """``(accuracy, mean cross-entropy loss)`` of ``model`` on ``x`` ``(n, ...)``, ``y`` ``(n,)``."""
     model.eval()
     device = next(model.parameters()).device

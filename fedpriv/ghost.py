@@ -53,24 +53,66 @@ SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d)
 """Parameterized layers with a fast rule (matched by exact type, not subclass)."""
 
 SAFE_PARAMETERLESS: tuple[type[nn.Module], ...] = (
-    nn.Identity, nn.Flatten, nn.Unflatten,
-    nn.Tanh, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
-    nn.Mish, nn.Sigmoid, nn.Hardtanh, nn.Hardsigmoid, nn.Hardswish, nn.Softplus, nn.Softsign,
-    nn.Tanhshrink, nn.LogSigmoid, nn.Softmax, nn.LogSoftmax,
-    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
-    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,
-    nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d,
-    nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d,
-    nn.Sequential, nn.ModuleList, nn.ModuleDict,
+    nn.Identity,
+    nn.Flatten,
+    nn.Unflatten,
+    nn.Tanh,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.ELU,
+    nn.SELU,
+    nn.CELU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Mish,
+    nn.Sigmoid,
+    nn.Hardtanh,
+    nn.Hardsigmoid,
+    nn.Hardswish,
+    nn.Softplus,
+    nn.Softsign,
+    nn.Tanhshrink,
+    nn.LogSigmoid,
+    nn.Softmax,
+    nn.LogSoftmax,
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.MaxPool3d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+    nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d,
+    nn.AdaptiveMaxPool3d,
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.Sequential,
+    nn.ModuleList,
+    nn.ModuleDict,
 )
 """Parameterless leaf layers known to act on each sample separately (exact types)."""
 
 FROZEN_PER_SAMPLE: tuple[type[nn.Module], ...] = (
-    nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LayerNorm, nn.GroupNorm, nn.Embedding,
+    nn.Linear,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.Embedding,
 )
 """Layers acting on each sample separately that may appear with all parameters frozen."""
 
-CROSS_SAMPLE_LAYERS: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)
+CROSS_SAMPLE_LAYERS: tuple[type[nn.Module], ...] = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.SyncBatchNorm,
+)
 """Layers whose output for one sample depends on the other samples of the batch."""
 
 
@@ -91,7 +133,8 @@ def refuse_cross_sample(model: nn.Module) -> None:
     for name, m in model.named_modules():
         if isinstance(m, CROSS_SAMPLE_LAYERS):
             raise ConfigError(
-                f"model.{name or '<root>'}", type(m).__name__,
+                f"model.{name or '<root>'}",
+                type(m).__name__,
                 "mixes samples of a batch: per-sample clipping with BatchNorm is not DP; "
                 "use GroupNorm/LayerNorm or batch clipping",
             )
@@ -121,15 +164,27 @@ def _scan(model: nn.Module) -> tuple[str | None, list[nn.Module], dict[str, torc
         own = [(n, p) for n, p in m._parameters.items() if p is not None and p.requires_grad]
         if own:
             if type(m) not in SUPPORTED_LAYERS:
-                return f"{prefix or '<root>'}: {type(m).__name__} has trainable parameters and no fast rule", [], {}
+                return (
+                    f"{prefix or '<root>'}: {type(m).__name__} has trainable parameters and no fast rule",
+                    [],
+                    {},
+                )
             for n, p in own:
                 if id(p) in owners:
-                    return f"{prefix}: {type(m).__name__} shares a parameter with another module", [], {}
+                    return (
+                        f"{prefix}: {type(m).__name__} shares a parameter with another module",
+                        [],
+                        {},
+                    )
                 owners.add(id(p))
                 params[f"{prefix}.{n}" if prefix else n] = p
             layers.append(m)
         elif not m._modules and not _safe_parameterless(m):
-            return f"{prefix or '<root>'}: {type(m).__name__} is not a known per-sample layer", [], {}
+            return (
+                f"{prefix or '<root>'}: {type(m).__name__} is not a known per-sample layer",
+                [],
+                {},
+            )
     return None, layers, params
 
 
@@ -292,7 +347,9 @@ def _conv2d_rule(
     return sq, finish
 
 
-_GRAPH_CHECKED: weakref.WeakKeyDictionary[nn.Module, dict[tuple[object, ...], bool]] = weakref.WeakKeyDictionary()
+_GRAPH_CHECKED: weakref.WeakKeyDictionary[nn.Module, dict[tuple[object, ...], bool]] = (
+    weakref.WeakKeyDictionary()
+)
 """Per model and input signature: does every trainable parameter have one autograd edge?"""
 
 
@@ -361,8 +418,12 @@ def ghost_clipped_grad_sum(
             h.remove()
     bsz = x.shape[0]
     if any(calls.get(id(m), 0) != 1 for m in layers) or any(
-        r.a.dim() < 2 or r.a.shape[0] != bsz or r.z.shape[0] != bsz or not r.z.requires_grad
-        or (type(r.module) is nn.Conv2d and r.a.dim() != 4) for r in records
+        r.a.dim() < 2
+        or r.a.shape[0] != bsz
+        or r.z.shape[0] != bsz
+        or not r.z.requires_grad
+        or (type(r.module) is nn.Conv2d and r.a.dim() != 4)
+        for r in records
     ):
         return None
     key = (tuple(x.shape[1:]), x.dtype, model.training)
@@ -386,7 +447,9 @@ def ghost_clipped_grad_sum(
         sq = s if sq is None else sq.add_(s)
         rules.append((r.module, finish))
     if sq is None:  # no supported layer with trainable parameters
-        sq = torch.zeros(bsz, dtype=x.dtype if x.is_floating_point() else torch.float32, device=x.device)
+        sq = torch.zeros(
+            bsz, dtype=x.dtype if x.is_floating_point() else torch.float32, device=x.device
+        )
     norms = sq.sqrt()
     c = norms.clamp_min(1e-30).reciprocal_().mul_(max_grad_norm).clamp_max_(1.0)  # clip_factor
     by_id = {id(p): k for k, p in params.items()}
@@ -436,7 +499,9 @@ def batch_clipped_grad(
         return {k: torch.zeros_like(p) for k, p in params.items()}
     loss = loss_fn(model(x), y) / x.shape[0]
     grads = list(torch.autograd.grad(loss, list(params.values()), allow_unused=True))
-    grads = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params.values(), strict=True)]
+    grads = [
+        torch.zeros_like(p) if g is None else g for g, p in zip(grads, params.values(), strict=True)
+    ]
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, clip_factor(norm, clipping_norm))
     return dict(zip(params, grads, strict=True))

@@ -23,9 +23,11 @@ class TanhCNN(nn.Module):
     def __init__(self, num_classes: int = 10, in_channels: int = 1) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, 16, 8, stride=2, padding=3), nn.Tanh(),
+            nn.Conv2d(in_channels, 16, 8, stride=2, padding=3),
+            nn.Tanh(),
             nn.MaxPool2d(2, 1),
-            nn.Conv2d(16, 32, 4, stride=2), nn.Tanh(),
+            nn.Conv2d(16, 32, 4, stride=2),
+            nn.Tanh(),
             nn.MaxPool2d(2, 1),
         )
         self.classifier = nn.Sequential(
@@ -39,7 +41,9 @@ class TanhCNN(nn.Module):
 class MLP(nn.Module):
     """Fully connected network ``in_features -> hidden... -> num_classes`` with ReLU."""
 
-    def __init__(self, in_features: int, num_classes: int, hidden: tuple[int, ...] = (256,)) -> None:
+    def __init__(
+        self, in_features: int, num_classes: int, hidden: tuple[int, ...] = (256,)
+    ) -> None:
         super().__init__()
         dims = [in_features, *hidden]
         layers: list[nn.Module] = [nn.Flatten()]
@@ -63,7 +67,9 @@ class LogisticRegression(nn.Module):
         return self.net(x)
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **kwargs: object) -> nn.Module:
+def build_model(
+    name: str, input_shape: tuple[int, ...], num_classes: int, **kwargs: object
+) -> nn.Module:
     """Build a model by name: ``tanh_cnn``, ``mlp``, ``logistic``.
 
     Parameters

@@ -15,7 +15,9 @@ import torch
 from fedpriv.errors import check
 
 
-def make_generator(seed: int | None, device: torch.device | str = "cpu", secure_mode: bool = False) -> torch.Generator:
+def make_generator(
+    seed: int | None, device: torch.device | str = "cpu", secure_mode: bool = False
+) -> torch.Generator:
     """A torch Generator on ``device`` seeded by ``seed``, or from OS entropy if ``secure_mode``."""
     gen = torch.Generator(device=device)
     gen.manual_seed(secrets.randbits(63) if secure_mode or seed is None else int(seed))
@@ -36,6 +38,8 @@ def add_gaussian_noise(
     if noise_stddev == 0:
         return dict(tensors)
     return {  # one allocation per tensor: the noise buffer becomes the result
-        k: torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype).mul_(noise_stddev).add_(t)
+        k: torch.randn(t.shape, generator=generator, device=t.device, dtype=t.dtype)
+        .mul_(noise_stddev)
+        .add_(t)
         for k, t in tensors.items()
     }

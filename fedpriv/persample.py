@@ -101,7 +101,5 @@ def reference_clipped_grad_sum(
         sq += g.reshape(g.shape[0], -1).double().pow(2).sum(1)
     norms = sq.sqrt()
     factor = clip_factor(norms, max_grad_norm)
-    sums = {
-        k: torch.einsum("b,b...->...", factor.to(g.dtype), g) for k, g in grads.items()
-    }
+    sums = {k: torch.einsum("b,b...->...", factor.to(g.dtype), g) for k, g in grads.items()}
     return sums, norms.to(x.dtype if x.is_floating_point() else torch.float32)

@@ -28,13 +28,18 @@ class RunPrivacy:
         self.algorithm = algorithm
         self.target_delta = float(privacy["target_delta"])
         self.stop_at_epsilon = privacy.get("stop_at_epsilon")
-        kw = {"accountant": privacy.get("accountant", "pld"), "conversion": privacy.get("conversion", "default"),
-              "neighboring_relation": getattr(algorithm, "neighboring_relation", "add_remove")}
+        kw = {
+            "accountant": privacy.get("accountant", "pld"),
+            "conversion": privacy.get("conversion", "default"),
+            "neighboring_relation": getattr(algorithm, "neighboring_relation", "add_remove"),
+        }
         self._kw = kw
         self.central = PrivacyLedger(**kw)
         self.local = PrivacyLedger(**kw) if algorithm.local_events() else None
         self.rounds = 0
-        self.analysis = ""  # what answers for the central ε (PrivacyLedger.analysis), set by check()
+        self.analysis = (
+            ""  # what answers for the central ε (PrivacyLedger.analysis), set by check()
+        )
 
     def record_round(self, contributors: int | None = None) -> None:
         """Compose one round's events into both ledgers.
@@ -43,7 +48,11 @@ class RunPrivacy:
         ``degraded_round_events`` instead.
         """
         full = contributors is None or contributors >= self.algorithm.num_clients
-        events = self.algorithm.round_events() if full else self.algorithm.degraded_round_events(contributors)
+        events = (
+            self.algorithm.round_events()
+            if full
+            else self.algorithm.degraded_round_events(contributors)
+        )
         for event, count in events:
             self.central.record(event, count)
         if self.local is not None:
@@ -63,7 +72,11 @@ class RunPrivacy:
             trial.record_round()
             trial.epsilon()
         except IncompatibleEventsError as exc:
-            raise ConfigError("privacy.accountant", self._kw["accountant"], f"cannot account this client algorithm: {exc}") from None
+            raise ConfigError(
+                "privacy.accountant",
+                self._kw["accountant"],
+                f"cannot account this client algorithm: {exc}",
+            ) from None
         self.analysis = trial.central.analysis()
         return self
 

@@ -47,7 +47,9 @@ def _hydra_overrides(job_dir: Path) -> list[str]:
         return []
     from omegaconf import OmegaConf
 
-    return [str(o) for o in OmegaConf.load(path) if not str(o).startswith(("ray_init_args.", "hydra."))]
+    return [
+        str(o) for o in OmegaConf.load(path) if not str(o).startswith(("ray_init_args.", "hydra."))
+    ]
 
 
 def collect(sweep_dir: Path) -> list[dict[str, Any]]:
@@ -62,10 +64,15 @@ def collect(sweep_dir: Path) -> list[dict[str, Any]]:
     if manifest is not None:
         jobs = [(j["num"], Path(j["dir"]), j["overrides"], j) for j in manifest["jobs"]]
     else:
-        dirs = sorted((p.parent for p in sweep_dir.glob("*/results.json")), key=lambda p: (len(p.name), p.name))
+        dirs = sorted(
+            (p.parent for p in sweep_dir.glob("*/results.json")),
+            key=lambda p: (len(p.name), p.name),
+        )
         jobs = [(i, d, _hydra_overrides(d), {}) for i, d in enumerate(dirs)]
     if not jobs:
-        raise FileNotFoundError(f"{sweep_dir} holds no {MANIFEST} and no */results.json: not a sweep directory")
+        raise FileNotFoundError(
+            f"{sweep_dir} holds no {MANIFEST} and no */results.json: not a sweep directory"
+        )
     return [_row(num, d, overrides, meta) for num, d, overrides, meta in jobs]
 
 
@@ -76,9 +83,13 @@ def _row(num: int, job_dir: Path, overrides: list[str], meta: dict[str, Any]) ->
     if status == "running" and not meta:
         status = "failed"  # a run that never finished
     privacy = res.get("privacy", {})
-    wall = meta.get("wall_time_s") if meta.get("wall_time_s") is not None else res.get("wall_time_s")
+    wall = (
+        meta.get("wall_time_s") if meta.get("wall_time_s") is not None else res.get("wall_time_s")
+    )
     return {
-        "job": num, "dir": str(job_dir), "overrides": _override_map(overrides),
+        "job": num,
+        "dir": str(job_dir),
+        "overrides": _override_map(overrides),
         "accuracy": float(ok[-1]["accuracy"]) if ok else math.nan,
         "epsilon": float(privacy["epsilon"]) if ok and "epsilon" in privacy else math.nan,
         "delta": privacy.get("delta", ""),
@@ -104,7 +115,10 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
             return "" if math.isnan(v) else f"{v:.4g}"
         return str(v)
 
-    cells = [[str(r["job"]), *(r["overrides"].get(k, "") for k in keys), *(fmt(r[f]) for f in FIGURES)] for r in rows]
+    cells = [
+        [str(r["job"]), *(r["overrides"].get(k, "") for k in keys), *(fmt(r[f]) for f in FIGURES)]
+        for r in rows
+    ]
     return header, cells
 
 
@@ -134,16 +148,32 @@ def plot_privacy_utility(rows: list[dict[str, Any]], path: Path) -> Path:
 
     ok = [r for r in rows if r["status"] != "failed" and not math.isnan(r["accuracy"])]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    ax.scatter([r["epsilon"] for r in ok], [r["accuracy"] for r in ok], color="0.7", s=14, label="jobs", zorder=1)
+    ax.scatter(
+        [r["epsilon"] for r in ok],
+        [r["accuracy"] for r in ok],
+        color="0.7",
+        s=14,
+        label="jobs",
+        zorder=1,
+    )
     for key in [k for k in varied(rows) if k.lstrip("+~") not in REPLICATES]:
         groups: dict[str, list[dict[str, Any]]] = {}
         for r in ok:
             groups.setdefault(r["overrides"].get(key, ""), []).append(r)
-        pts = sorted((sum(r["epsilon"] for r in g) / len(g), sum(r["accuracy"] for r in g) / len(g), v)
-                     for v, g in groups.items())
+        pts = sorted(
+            (sum(r["epsilon"] for r in g) / len(g), sum(r["accuracy"] for r in g) / len(g), v)
+            for v, g in groups.items()
+        )
         line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=key, zorder=2)[0]
         for x, y, v in pts:
-            ax.annotate(v, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=line.get_color())
+            ax.annotate(
+                v,
+                (x, y),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+                color=line.get_color(),
+            )
     failed = len(rows) - len(ok)
     ax.set_xlabel("ε (final, at the run's δ)")
     ax.set_ylabel("final test accuracy")

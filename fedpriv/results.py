@@ -17,7 +17,15 @@ from typing import Any
 
 import numpy as np
 
-ROUND_FIELDS = ("server_round", "accuracy", "loss", "epsilon", "local_epsilon", "round_time_s", "status")
+ROUND_FIELDS = (
+    "server_round",
+    "accuracy",
+    "loss",
+    "epsilon",
+    "local_epsilon",
+    "round_time_s",
+    "status",
+)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -51,7 +59,9 @@ class RunRecorder:
         Other top-level keys for ``results.json`` (e.g. the experiment summary).
     """
 
-    def __init__(self, out_dir: Path, privacy: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, out_dir: Path, privacy: dict[str, Any], extra: dict[str, Any] | None = None
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.privacy = dict(privacy)
@@ -69,7 +79,9 @@ class RunRecorder:
         self.rounds.append(dict(row))
         new = not self._csv.exists()
         if new:  # the header: standard fields, then the first row's extra scalar figures
-            extra = [k for k, v in row.items() if k not in ROUND_FIELDS and isinstance(v, (int, float))]
+            extra = [
+                k for k, v in row.items() if k not in ROUND_FIELDS and isinstance(v, (int, float))
+            ]
             self._fields = [*ROUND_FIELDS, *extra]
         with self._csv.open("a", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=self._fields, extrasaction="ignore")
@@ -82,7 +94,13 @@ class RunRecorder:
         self.privacy.update(values)
         self._write_json()
 
-    def finish(self, status: str, message: str = "", weights: dict[str, np.ndarray] | None = None, plot: bool = True) -> None:
+    def finish(
+        self,
+        status: str,
+        message: str = "",
+        weights: dict[str, np.ndarray] | None = None,
+        plot: bool = True,
+    ) -> None:
         """Mark the run ended; save the weights (``model.npz``) and ``curves.png``."""
         if weights is not None:
             np.savez_compressed(self.out_dir / "model.npz", **weights)
@@ -94,6 +112,11 @@ class RunRecorder:
         self._write_json()
 
     def _write_json(self) -> None:
-        doc = {"status": self.status, "message": self.message, "rounds": self.rounds,
-               "privacy": self.privacy, **self.extra}
+        doc = {
+            "status": self.status,
+            "message": self.message,
+            "rounds": self.rounds,
+            "privacy": self.privacy,
+            **self.extra,
+        }
         _atomic_write_text(self.out_dir / "results.json", json.dumps(_json_safe(doc), indent=2))

@@ -38,7 +38,14 @@ DEFAULT_RAY_INIT = {"include_dashboard": False, "logging_level": "ERROR", "log_t
 class Job:
     """The run as the strategy sees it (:class:`strategies.fedavg.ServerJob`)."""
 
-    def __init__(self, cfg: dict[str, Any], algorithm: Any, aggregator: Any, recorder: RunRecorder, display: RoundDisplay) -> None:
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        algorithm: Any,
+        aggregator: Any,
+        recorder: RunRecorder,
+        display: RoundDisplay,
+    ) -> None:
         self.cfg = cfg
         self.num_clients = int(cfg["num_clients"])
         self.num_rounds = int(cfg["num_rounds"])
@@ -50,7 +57,9 @@ class Job:
         self.model = build_model_for(cfg)
         ds = run_dataset(cfg)
         self.x_test, self.y_test = ds.x_test, ds.y_test
-        self.state: dict[str, np.ndarray] = {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+        self.state: dict[str, np.ndarray] = {
+            k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()
+        }
         self.stop_reason = ""
         self.interrupted = ""  # set by SIGINT/SIGTERM: finish the round in progress, then stop
 
@@ -62,8 +71,10 @@ class Job:
             self.stop_reason = f"stopped before round {server_round}: {self.interrupted} received"
             return False
         if self.privacy.next_round_exceeds_budget():
-            self.stop_reason = (f"stopped before round {server_round}: it would exceed "
-                                f"privacy.stop_at_epsilon={self.privacy.stop_at_epsilon}")
+            self.stop_reason = (
+                f"stopped before round {server_round}: it would exceed "
+                f"privacy.stop_at_epsilon={self.privacy.stop_at_epsilon}"
+            )
             self.display.note(self.stop_reason)
             return False
         return True
@@ -83,8 +94,15 @@ class Job:
         shapes = {k: tuple(p.shape) for k, p in self.model.named_parameters() if p.requires_grad}
         return self.privacy.algorithm.decode_sum(total, shapes, server_round)
 
-    def round_released(self, server_round: int, state: dict[str, np.ndarray], result: AggregateResult, seconds: float,
-                       extra: dict[str, Any] | None = None, contributors: int | None = None) -> None:
+    def round_released(
+        self,
+        server_round: int,
+        state: dict[str, np.ndarray],
+        result: AggregateResult,
+        seconds: float,
+        extra: dict[str, Any] | None = None,
+        contributors: int | None = None,
+    ) -> None:
         """Record a released round; ``extra`` adds strategy figures to its row (floats are printed).
 
         ``contributors``: clients whose noise is in the released sum, when fewer than all
@@ -94,25 +112,42 @@ class Job:
         self.state = state
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         accuracy, loss = evaluate(self.model, self.x_test, self.y_test)
-        row = {"server_round": server_round, "accuracy": accuracy, "loss": loss,
-               "epsilon": self.privacy.epsilon(), "local_epsilon": self.privacy.local_epsilon(),
-               "round_time_s": seconds, "status": "ok",
-               "client_metrics": {k: v for k, v in result.metrics.items()},
-               **self.privacy.algorithm.privacy_report(self.privacy.rounds, self.privacy.target_delta),
-               **(extra or {})}
-        self.recorder.update_privacy(epsilon=row["epsilon"], local_epsilon=row["local_epsilon"],
-                                     rounds_released=self.privacy.rounds, ledger=self.privacy.central.to_dict())
+        row = {
+            "server_round": server_round,
+            "accuracy": accuracy,
+            "loss": loss,
+            "epsilon": self.privacy.epsilon(),
+            "local_epsilon": self.privacy.local_epsilon(),
+            "round_time_s": seconds,
+            "status": "ok",
+            "client_metrics": {k: v for k, v in result.metrics.items()},
+            **self.privacy.algorithm.privacy_report(self.privacy.rounds, self.privacy.target_delta),
+            **(extra or {}),
+        }
+        self.recorder.update_privacy(
+            epsilon=row["epsilon"],
+            local_epsilon=row["local_epsilon"],
+            rounds_released=self.privacy.rounds,
+            ledger=self.privacy.central.to_dict(),
+        )
         self.recorder.log_round(row)
         self.display.row(row)
 
     def round_failed(self, server_round: int, error: RoundFailed, seconds: float) -> None:
         """Record a failed round (model unchanged, no release); abort if no client succeeded."""
-        row = {"server_round": server_round, "status": "failed", "message": str(error), "round_time_s": seconds,
-               "epsilon": self.privacy.epsilon()}
+        row = {
+            "server_round": server_round,
+            "status": "failed",
+            "message": str(error),
+            "round_time_s": seconds,
+            "epsilon": self.privacy.epsilon(),
+        }
         self.recorder.log_round(row)
         self.display.row(row)
         if error.num_ok == 0:
-            raise RuntimeError(f"every client failed in round {server_round}; stopping the run: {error}")
+            raise RuntimeError(
+                f"every client failed in round {server_round}; stopping the run: {error}"
+            )
 
 
 def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
@@ -129,18 +164,36 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     algorithm = build_algorithm(run_cfg)
     p = run_cfg["privacy"]
     if p.get("target_epsilon") is not None:
-        algorithm = algorithm.calibrated(float(p["target_epsilon"]), float(p["target_delta"]), int(run_cfg["num_rounds"]))
-        run_cfg["privacy"] = {**p, **dict(algorithm.privacy), "calibrated_from_target_epsilon": p["target_epsilon"]}
+        algorithm = algorithm.calibrated(
+            float(p["target_epsilon"]), float(p["target_delta"]), int(run_cfg["num_rounds"])
+        )
+        run_cfg["privacy"] = {
+            **p,
+            **dict(algorithm.privacy),
+            "calibrated_from_target_epsilon": p["target_epsilon"],
+        }
     privacy = RunPrivacy(algorithm, run_cfg["privacy"])
     privacy.check()
     stop = run_cfg["privacy"].get("stop_at_epsilon")
-    check(stop is None or not privacy.next_round_exceeds_budget(), "privacy.stop_at_epsilon", stop,
-          "is below the epsilon of a single round: nothing could be trained")
+    check(
+        stop is None or not privacy.next_round_exceeds_budget(),
+        "privacy.stop_at_epsilon",
+        stop,
+        "is below the epsilon of a single round: nothing could be trained",
+    )
     if "secaggplus" in str(run_cfg["aggregator"].get("_target_", "")).lower():
-        check(algorithm.integer_updates, "aggregator", "secaggplus",
-              f"needs a client algorithm that sends integers ({type(algorithm).__name__} sends floats): use client=skellam_dpsgd")
-        check(run_cfg["aggregator"].get("bits") == algorithm.bits, "aggregator.bits", run_cfg["aggregator"].get("bits"),
-              f"must equal client.bits={algorithm.bits}")
+        check(
+            algorithm.integer_updates,
+            "aggregator",
+            "secaggplus",
+            f"needs a client algorithm that sends integers ({type(algorithm).__name__} sends floats): use client=skellam_dpsgd",
+        )
+        check(
+            run_cfg["aggregator"].get("bits") == algorithm.bits,
+            "aggregator.bits",
+            run_cfg["aggregator"].get("bits"),
+            f"must equal client.bits={algorithm.bits}",
+        )
     return run_cfg, algorithm
 
 
@@ -169,28 +222,47 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(run_cfg)))
-    recorder = RunRecorder(out_dir, privacy={
-        "epsilon": 0.0, "delta": p["target_delta"], "accounting": analysis, "accountant": p["accountant"],
-        "conversion": p["conversion"], "noise_multiplier": p["noise_multiplier"], "sample_rate": p["sample_rate"], "max_grad_norm": p["max_grad_norm"],
-        "steps": getattr(algorithm, "steps", None), "num_rounds": run_cfg["num_rounds"], "num_clients": run_cfg["num_clients"],
-        **algorithm.privacy_summary(),
-    }, extra={"config": run_cfg})
+    recorder = RunRecorder(
+        out_dir,
+        privacy={
+            "epsilon": 0.0,
+            "delta": p["target_delta"],
+            "accounting": analysis,
+            "accountant": p["accountant"],
+            "conversion": p["conversion"],
+            "noise_multiplier": p["noise_multiplier"],
+            "sample_rate": p["sample_rate"],
+            "max_grad_norm": p["max_grad_norm"],
+            "steps": getattr(algorithm, "steps", None),
+            "num_rounds": run_cfg["num_rounds"],
+            "num_clients": run_cfg["num_clients"],
+            **algorithm.privacy_summary(),
+        },
+        extra={"config": run_cfg},
+    )
     display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
     job = Job(run_cfg, algorithm, aggregator, recorder, display)
-    display.note(f"fedpriv: {run_cfg['num_clients']} clients, {run_cfg['num_rounds']} rounds, "
-                 f"σ={p['noise_multiplier'] if p['noise_multiplier'] is None else format(p['noise_multiplier'], '.4g')}, δ={p['target_delta']:g}, accounting={analysis}; outputs in {out_dir}")
+    display.note(
+        f"fedpriv: {run_cfg['num_clients']} clients, {run_cfg['num_rounds']} rounds, "
+        f"σ={p['noise_multiplier'] if p['noise_multiplier'] is None else format(p['noise_multiplier'], '.4g')}, δ={p['target_delta']:g}, accounting={analysis}; outputs in {out_dir}"
+    )
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         job.state = strategy.run(grid, job)
 
-    backend = {"client_resources": dict(run_cfg["client_resources"]), "init_args": ray_init_args(run_cfg.get("ray_init_args"))}
+    backend = {
+        "client_resources": dict(run_cfg["client_resources"]),
+        "init_args": ray_init_args(run_cfg.get("ray_init_args")),
+    }
     t0 = time.monotonic()
     status, message = "failed", ""
     try:
         with display, _graceful_stop(job):
-            _run_simulation(server_app, make_client_app(run_cfg), int(run_cfg["num_clients"]), backend)
+            _run_simulation(
+                server_app, make_client_app(run_cfg), int(run_cfg["num_clients"]), backend
+            )
         failed = sum(r.get("status") == "failed" for r in recorder.rounds)
         status = "stopped" if job.stop_reason else "complete"
         message = job.stop_reason or (f"{failed} round(s) failed" if failed else "")
@@ -199,14 +271,32 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         raise
     finally:
         recorder.extra["wall_time_s"] = time.monotonic() - t0
-        recorder.finish(status, message, weights=job.state if run_cfg.get("save_model", True) else None,
-                        plot=bool(run_cfg.get("plot", True)))
-    return {"status": status, "rounds": recorder.rounds, "privacy": recorder.privacy, "wall_time_s": recorder.extra["wall_time_s"]}
+        recorder.finish(
+            status,
+            message,
+            weights=job.state if run_cfg.get("save_model", True) else None,
+            plot=bool(run_cfg.get("plot", True)),
+        )
+    return {
+        "status": status,
+        "rounds": recorder.rounds,
+        "privacy": recorder.privacy,
+        "wall_time_s": recorder.extra["wall_time_s"],
+    }
 
 
 # ray.init arguments that configure a NEW local instance; connecting to an existing cluster rejects them
-RAY_RESOURCE_ARGS = ("num_cpus", "num_gpus", "resources", "labels", "object_store_memory", "_memory",
-                     "_system_config", "_node_name", "_enable_object_reconstruction")
+RAY_RESOURCE_ARGS = (
+    "num_cpus",
+    "num_gpus",
+    "resources",
+    "labels",
+    "object_store_memory",
+    "_memory",
+    "_system_config",
+    "_node_name",
+    "_enable_object_reconstruction",
+)
 
 
 def ray_init_args(given: dict[str, Any] | None) -> dict[str, Any]:
@@ -245,9 +335,16 @@ def _graceful_stop(job: Job) -> Iterator[None]:
             signal.signal(sig, h)
 
 
-def _run_simulation(server_app: ServerApp, client_app: Any, num_clients: int, backend: dict[str, Any]) -> None:
+def _run_simulation(
+    server_app: ServerApp, client_app: Any, num_clients: int, backend: dict[str, Any]
+) -> None:
     from flwr.simulation import run_simulation
 
     logging.getLogger("flwr").setLevel(logging.WARNING)
     quiet_known_notices()
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_clients, backend_config=backend)
+    run_simulation(
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=num_clients,
+        backend_config=backend,
+    )

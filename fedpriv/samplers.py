@@ -84,7 +84,9 @@ class ShuffleSampler(_GroupedSampler):
         """All rounds of one epoch: int64 indices of shape ``(R, m, s)``, pairwise distinct."""
         r = self.rounds_per_epoch(num_samples)
         perm = as_generator(rng).permutation(num_samples).astype(np.int64)
-        return perm[: r * self.num_groups * self.group_size].reshape(r, self.num_groups, self.group_size)
+        return perm[: r * self.num_groups * self.group_size].reshape(
+            r, self.num_groups, self.group_size
+        )
 
 
 @dataclass(frozen=True)
@@ -108,11 +110,19 @@ class SubsampleSampler(_GroupedSampler):
 
 def _check_sizes(num_groups: int, group_size: int) -> None:
     for name, v in (("num_groups", num_groups), ("group_size", group_size)):
-        check(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1, name, v,
-              "must be an integer >= 1")
+        check(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
+            name,
+            v,
+            "must be an integer >= 1",
+        )
 
 
 def _rounds_per_epoch(num_samples: int, num_groups: int, group_size: int) -> int:
-    check(num_groups * group_size <= num_samples, "num_groups", num_groups,
-          f"times group_size={group_size} must be <= the client's {num_samples} samples")
+    check(
+        num_groups * group_size <= num_samples,
+        "num_groups",
+        num_groups,
+        f"times group_size={group_size} must be <= the client's {num_samples} samples",
+    )
     return num_samples // (num_groups * group_size)

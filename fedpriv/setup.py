@@ -14,7 +14,13 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 
-from fedpriv.data import ArrayDataset, load_dataset, partition_dirichlet, partition_iid, partition_natural
+from fedpriv.data import (
+    ArrayDataset,
+    load_dataset,
+    partition_dirichlet,
+    partition_iid,
+    partition_natural,
+)
 from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.models import build_model
 
@@ -35,23 +41,46 @@ def _partitions(key: str) -> tuple[np.ndarray, ...]:
     cfg = json.loads(key)
     ds = run_dataset(cfg)
     part, n = cfg["partition"], cfg["num_clients"]
-    check(n <= len(ds.y_train), "num_clients", n, f"must be <= the {len(ds.y_train)} training samples of {ds.name}")
+    check(
+        n <= len(ds.y_train),
+        "num_clients",
+        n,
+        f"must be <= the {len(ds.y_train)} training samples of {ds.name}",
+    )
     rng = np.random.default_rng([int(cfg["seed"]), 7919])
     if part["name"] == "iid":
         return tuple(partition_iid(len(ds.y_train), n, rng))
     if part["name"] == "dirichlet":
-        return tuple(partition_dirichlet(ds.y_train, n, float(part["alpha"]), rng, min_size=int(part["min_size"])))
+        return tuple(
+            partition_dirichlet(
+                ds.y_train, n, float(part["alpha"]), rng, min_size=int(part["min_size"])
+            )
+        )
     if part["name"] == "natural":
-        check(ds.groups_train is not None, "partition.name", "natural", f"needs a dataset with natural clients; {ds.name} has none")
+        check(
+            ds.groups_train is not None,
+            "partition.name",
+            "natural",
+            f"needs a dataset with natural clients; {ds.name} has none",
+        )
         parts = partition_natural(ds.groups_train)
-        check(len(parts) == n, "num_clients", n, f"must equal the {len(parts)} natural clients of {ds.name}")
+        check(
+            len(parts) == n,
+            "num_clients",
+            n,
+            f"must equal the {len(parts)} natural clients of {ds.name}",
+        )
         return tuple(parts)
-    raise ConfigError("partition.name", part["name"], "must be one of ('iid', 'dirichlet', 'natural')")
+    raise ConfigError(
+        "partition.name", part["name"], "must be one of ('iid', 'dirichlet', 'natural')"
+    )
 
 
 def partitions(cfg: dict[str, Any]) -> tuple[np.ndarray, ...]:
     """Index arrays of every client's training data (deterministic from ``seed``)."""
-    key = json.dumps({k: cfg[k] for k in ("dataset", "partition", "num_clients", "seed")}, sort_keys=True)
+    key = json.dumps(
+        {k: cfg[k] for k in ("dataset", "partition", "num_clients", "seed")}, sort_keys=True
+    )
     return _partitions(key)
 
 
@@ -67,7 +96,9 @@ def build_model_for(cfg: dict[str, Any]) -> torch.nn.Module:
     ds = run_dataset(cfg)
     torch.manual_seed(int(cfg["seed"]))
     m = cfg["model"]
-    return build_model(m["name"], tuple(ds.input_shape), ds.num_classes, hidden=tuple(m.get("hidden") or (256,)))
+    return build_model(
+        m["name"], tuple(ds.input_shape), ds.num_classes, hidden=tuple(m.get("hidden") or (256,))
+    )
 
 
 def build_algorithm(cfg: dict[str, Any]) -> Any:
@@ -82,12 +113,22 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
 
     target = cfg["client"].get("_target_")
     try:
-        algo = instantiate(cfg["client"], privacy=dict(cfg["privacy"]), num_clients=int(cfg["num_clients"]), _convert_="all")
+        algo = instantiate(
+            cfg["client"],
+            privacy=dict(cfg["privacy"]),
+            num_clients=int(cfg["num_clients"]),
+            _convert_="all",
+        )
     except ConfigError:
         raise
     except Exception as exc:  # Hydra wraps import and constructor errors
         raise build_error("client", cfg["client"], exc) from None
-    check(isinstance(algo, ClientAlgorithm), "client._target_", target, "must be a clients.base.ClientAlgorithm subclass")
+    check(
+        isinstance(algo, ClientAlgorithm),
+        "client._target_",
+        target,
+        "must be a clients.base.ClientAlgorithm subclass",
+    )
     return algo.for_run(cfg)
 
 
@@ -95,6 +136,11 @@ def resolve_device(cfg: dict[str, Any]) -> torch.device:
     """``cuda`` when configured (``device`` auto/cuda with ``client_resources.num_gpus > 0``) and present."""
     want, gpus = cfg.get("device", "auto"), float(cfg["client_resources"]["num_gpus"])
     if want == "cuda" or (want == "auto" and gpus > 0):
-        check(torch.cuda.is_available(), "device", want, "asks for CUDA but no GPU is visible (use device=cpu)")
+        check(
+            torch.cuda.is_available(),
+            "device",
+            want,
+            "asks for CUDA but no GPU is visible (use device=cpu)",
+        )
         return torch.device("cuda")
     return torch.device("cpu")

@@ -91,7 +91,9 @@ def skellam_tail_threshold(mu: float, probability: float) -> int:
     return int(math.ceil(hi))
 
 
-def sample_skellam(mu: float, size: int | tuple[int, ...], rng: np.random.Generator) -> NDArray[np.int64]:
+def sample_skellam(
+    mu: float, size: int | tuple[int, ...], rng: np.random.Generator
+) -> NDArray[np.int64]:
     """Exact ``Sk(mu) = Pois(mu) − Pois(mu)`` variates, int64, of shape ``size``.
 
     Raises
@@ -160,7 +162,9 @@ def conditional_round(
         idx = np.flatnonzero(bad)
         out[idx] = low[idx] + (rng.random((idx.size, v.shape[1])) < frac[idx])
         bad[idx] = _row_sq_norms(out[idx]) > bound * bound
-    raise RuntimeError(f"conditional rounding did not reach norm {bound} in {_MAX_ROUNDING_TRIES} draws")
+    raise RuntimeError(
+        f"conditional rounding did not reach norm {bound} in {_MAX_ROUNDING_TRIES} draws"
+    )
 
 
 def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
@@ -230,27 +234,46 @@ class SkellamMechanism:
     wrap_probability: float = 1e-9
 
     def __post_init__(self) -> None:
-        check(isinstance(self.bits, int) and 2 <= self.bits <= MAX_BITS, "bits", self.bits,
-              f"must be an integer in [2, {MAX_BITS}]")
+        check(
+            isinstance(self.bits, int) and 2 <= self.bits <= MAX_BITS,
+            "bits",
+            self.bits,
+            f"must be an integer in [2, {MAX_BITS}]",
+        )
         check(math.isfinite(self.scale) and self.scale > 0, "scale", self.scale, "must be > 0")
         check(math.isfinite(self.mu) and self.mu > 0, "mu", self.mu, "must be > 0")
-        check(math.isfinite(self.clipping_norm) and self.clipping_norm > 0, "clipping_norm",
-              self.clipping_norm, "must be > 0")
+        check(
+            math.isfinite(self.clipping_norm) and self.clipping_norm > 0,
+            "clipping_norm",
+            self.clipping_norm,
+            "must be > 0",
+        )
         check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
         check(self.dim >= 1, "dim", self.dim, "must be >= 1")
-        check(self.dropout_tolerance >= 0, "dropout_tolerance", self.dropout_tolerance, "must be >= 0")
-        check(self.noise_divisor >= 1, "num_clients", self.num_clients,
-              "must exceed dropout_tolerance (+1 if honest_but_curious)")
+        check(
+            self.dropout_tolerance >= 0, "dropout_tolerance", self.dropout_tolerance, "must be >= 0"
+        )
+        check(
+            self.noise_divisor >= 1,
+            "num_clients",
+            self.num_clients,
+            "must exceed dropout_tolerance (+1 if honest_but_curious)",
+        )
         check(0.0 <= self.beta < 1.0, "beta", self.beta, "must be in [0, 1)")
         check(self.steps >= 1, "steps", self.steps, "must be >= 1")
         check(self.max_summands >= 1, "max_summands", self.max_summands, "must be >= 1")
-        check(0.0 < self.wrap_probability < 1.0, "wrap_probability", self.wrap_probability,
-              "must be in (0, 1)")
+        check(
+            0.0 < self.wrap_probability < 1.0,
+            "wrap_probability",
+            self.wrap_probability,
+            "must be in (0, 1)",
+        )
         check(self.mu_per_client < 1e18, "mu", self.mu, "gives a per-client share beyond 1e18")
         needed = self.required_bits
         if self.bits < needed:
             raise ConfigError(
-                "bits", self.bits,
+                "bits",
+                self.bits,
                 f"is too small: the modular sum of {self.num_clients} clients would wrap "
                 f"(signal bound {self.signal_bound}, noise tail {self.noise_tail}); "
                 f"need bits >= {needed}",
@@ -290,7 +313,9 @@ class SkellamMechanism:
         Each rounded coordinate is at most ``min(Δ2, floor(s C) + 1)`` in magnitude; N clients
         each add at most ``max_summands`` of them.
         """
-        per_vector = min(math.floor(self.l2_sensitivity), math.floor(self.scale * self.clipping_norm) + 1)
+        per_vector = min(
+            math.floor(self.l2_sensitivity), math.floor(self.scale * self.clipping_norm) + 1
+        )
         return self.num_clients * self.max_summands * per_vector
 
     @property
@@ -344,8 +369,12 @@ class SkellamMechanism:
         arr = np.asarray(x, dtype=np.float64)
         single = arr.ndim == 1
         rows = arr.reshape(1, -1) if single else arr
-        check(rows.ndim == 2 and rows.shape[1] == self.dim, "x.shape", arr.shape,
-              f"must be ({self.dim},) or (B, {self.dim})")
+        check(
+            rows.ndim == 2 and rows.shape[1] == self.dim,
+            "x.shape",
+            arr.shape,
+            f"must be ({self.dim},) or (B, {self.dim})",
+        )
         rows = _clip_rows(rows, self.clipping_norm)
         if self.rotation:
             check(seed is not None, "seed", seed, "is required when rotation=True")
@@ -398,8 +427,18 @@ class SkellamMechanism:
         for inputs within the configured bounds).
         """
         arr = np.asarray(total)
-        check(arr.shape == (self.padded_dim,), "total.shape", arr.shape, f"must be ({self.padded_dim},)")
-        check(np.issubdtype(arr.dtype, np.integer), "total.dtype", arr.dtype, "must be an integer type")
+        check(
+            arr.shape == (self.padded_dim,),
+            "total.shape",
+            arr.shape,
+            f"must be ({self.padded_dim},)",
+        )
+        check(
+            np.issubdtype(arr.dtype, np.integer),
+            "total.dtype",
+            arr.dtype,
+            "must be an integer type",
+        )
         return self.decode_signed(centered_mod(arr, self.bits), seed)
 
     # ---- choosing the scale -----------------------------------------------------------
@@ -422,8 +461,12 @@ class SkellamMechanism:
         ConfigError
             If ``noise_multiplier`` is not > 0, or no scale fits in ``bits``.
         """
-        check(math.isfinite(noise_multiplier) and noise_multiplier > 0, "noise_multiplier",
-              noise_multiplier, "must be > 0")
+        check(
+            math.isfinite(noise_multiplier) and noise_multiplier > 0,
+            "noise_multiplier",
+            noise_multiplier,
+            "must be > 0",
+        )
         sigma_c = noise_multiplier * float(fields["clipping_norm"])  # type: ignore[arg-type]
 
         def build(log2_scale: float) -> SkellamMechanism:
@@ -434,7 +477,9 @@ class SkellamMechanism:
         try:
             build(lo)
         except ConfigError as exc:
-            raise ConfigError("bits", fields.get("bits"), f"leaves no room for any scale ({exc})") from exc
+            raise ConfigError(
+                "bits", fields.get("bits"), f"leaves no room for any scale ({exc})"
+            ) from exc
         while hi - lo > 1e-3:
             mid = 0.5 * (lo + hi)
             try:

@@ -33,7 +33,12 @@ from fedpriv.errors import check
 
 MANIFEST = "sweep.json"
 # overrides the launcher sets itself for every job (a user's value for them is dropped)
-OWN_KEYS = ("hydra.run.dir", "ray_init_args.address", "ray_init_args.num_cpus", "ray_init_args.num_gpus")
+OWN_KEYS = (
+    "hydra.run.dir",
+    "ray_init_args.address",
+    "ray_init_args.num_cpus",
+    "ray_init_args.num_gpus",
+)
 
 
 @dataclass
@@ -77,12 +82,28 @@ class ClusterLaunchConfig:
     connect_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
-        check(isinstance(self.cpus_per_job, int) and self.cpus_per_job >= 1, "hydra.launcher.cpus_per_job",
-              self.cpus_per_job, "must be an integer >= 1")
-        check(self.gpus_per_job >= 0, "hydra.launcher.gpus_per_job", self.gpus_per_job, "must be >= 0")
+        check(
+            isinstance(self.cpus_per_job, int) and self.cpus_per_job >= 1,
+            "hydra.launcher.cpus_per_job",
+            self.cpus_per_job,
+            "must be an integer >= 1",
+        )
+        check(
+            self.gpus_per_job >= 0, "hydra.launcher.gpus_per_job", self.gpus_per_job, "must be >= 0"
+        )
         if self.job_timeout_s is not None:
-            check(self.job_timeout_s > 0, "hydra.launcher.job_timeout_s", self.job_timeout_s, "must be > 0 (seconds)")
-        check(self.connect_timeout_s > 0, "hydra.launcher.connect_timeout_s", self.connect_timeout_s, "must be > 0")
+            check(
+                self.job_timeout_s > 0,
+                "hydra.launcher.job_timeout_s",
+                self.job_timeout_s,
+                "must be > 0 (seconds)",
+            )
+        check(
+            self.connect_timeout_s > 0,
+            "hydra.launcher.connect_timeout_s",
+            self.connect_timeout_s,
+            "must be > 0",
+        )
 
 
 def cluster_address(configured: str | None) -> str:
@@ -97,7 +118,8 @@ def cluster_address(configured: str | None) -> str:
     if not address or address == "local":
         raise ConnectionError(
             "hydra/launcher=ray needs an existing Ray cluster: set ray_init_args.address=HOST:PORT "
-            "(or RAY_ADDRESS); start one with `ray start --head --port=6379`")
+            "(or RAY_ADDRESS); start one with `ray start --head --port=6379`"
+        )
     return address
 
 
@@ -111,13 +133,17 @@ def check_reachable(address: str, timeout: float) -> None:
     hostport = address.split("://", 1)[-1]
     host, _, port = hostport.rpartition(":")
     if not host or not port.isdigit():
-        raise ConnectionError(f"Ray address {address!r} is not of the form HOST:PORT or ray://HOST:PORT")
+        raise ConnectionError(
+            f"Ray address {address!r} is not of the form HOST:PORT or ray://HOST:PORT"
+        )
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             pass
     except OSError as exc:
-        raise ConnectionError(f"cannot reach the Ray cluster at {address}: {exc}. Is it running "
-                              "(`ray status --address=...`)? Start one with `ray start --head --port=PORT`") from None
+        raise ConnectionError(
+            f"cannot reach the Ray cluster at {address}: {exc}. Is it running "
+            "(`ray status --address=...`)? Start one with `ray start --head --port=PORT`"
+        ) from None
 
 
 def connect(address: str, timeout: float) -> None:
@@ -129,14 +155,22 @@ def connect(address: str, timeout: float) -> None:
     if ray.is_initialized():
         return
     try:
-        ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        ray.init(
+            address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False
+        )
     except Exception as exc:  # Ray raises ConnectionError/RuntimeError/ValueError here
-        raise ConnectionError(f"could not join the Ray cluster at {address}: {type(exc).__name__}: {exc}") from None
+        raise ConnectionError(
+            f"could not join the Ray cluster at {address}: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def job_command(overrides: list[str], job_dir: Path, cpus: int) -> list[str]:
     """The child command of one job: the ``fedpriv`` CLI with its own Ray instance of ``cpus`` CPUs."""
-    own = [f"hydra.run.dir={_quote(str(job_dir))}", "ray_init_args.address=local", f"ray_init_args.num_cpus={cpus}"]
+    own = [
+        f"hydra.run.dir={_quote(str(job_dir))}",
+        "ray_init_args.address=local",
+        f"ray_init_args.num_cpus={cpus}",
+    ]
     user = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] not in OWN_KEYS]
     return [sys.executable, "-m", "fedpriv.cli", *user, *own]
 
@@ -146,7 +180,9 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def run_job(overrides: list[str], job_dir: str, cwd: str, cpus: int, timeout: float | None) -> dict[str, Any]:
+def run_job(
+    overrides: list[str], job_dir: str, cwd: str, cpus: int, timeout: float | None
+) -> dict[str, Any]:
     """Body of the Ray task: run one job in a child process; never raises.
 
     Returns ``{"returncode", "wall_time_s", "node", "message"}``; the child's output goes to
@@ -158,8 +194,14 @@ def run_job(overrides: list[str], job_dir: str, cwd: str, cpus: int, timeout: fl
     t0 = time.monotonic()
     with open(out / "job.log", "w") as log:
         try:
-            proc = subprocess.run(job_command(overrides, out, cpus), cwd=cwd if Path(cwd).is_dir() else None,
-                                  env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+            proc = subprocess.run(
+                job_command(overrides, out, cpus),
+                cwd=cwd if Path(cwd).is_dir() else None,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
             rc, message = proc.returncode, ""
         except subprocess.TimeoutExpired:
             rc, message = -9, f"killed after job_timeout_s={timeout}"
@@ -167,7 +209,12 @@ def run_job(overrides: list[str], job_dir: str, cwd: str, cpus: int, timeout: fl
             rc, message = -1, f"could not start: {exc}"
     if rc != 0 and not message:
         message = _last_error_line(out / "job.log") or f"exit code {rc}"
-    return {"returncode": rc, "wall_time_s": time.monotonic() - t0, "node": _node(), "message": message}
+    return {
+        "returncode": rc,
+        "wall_time_s": time.monotonic() - t0,
+        "node": _node(),
+        "message": message,
+    }
 
 
 def _node() -> str:
@@ -212,14 +259,21 @@ def _check_fits(cfg: ClusterLaunchConfig) -> None:
     import ray
 
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive") and n.get("Resources")]
-    fits = any(r.get("CPU", 0) >= cfg.cpus_per_job and r.get("GPU", 0) >= cfg.gpus_per_job for r in nodes)
+    fits = any(
+        r.get("CPU", 0) >= cfg.cpus_per_job and r.get("GPU", 0) >= cfg.gpus_per_job for r in nodes
+    )
     have = [(r.get("CPU", 0), r.get("GPU", 0)) for r in nodes]
-    check(fits, "hydra.launcher.cpus_per_job", cfg.cpus_per_job,
-          f"with gpus_per_job={cfg.gpus_per_job} fits on no node of the cluster (CPUs, GPUs per node: {have})")
+    check(
+        fits,
+        "hydra.launcher.cpus_per_job",
+        cfg.cpus_per_job,
+        f"with gpus_per_job={cfg.gpus_per_job} fits on no node of the cluster (CPUs, GPUs per node: {have})",
+    )
 
 
-def launch_on_cluster(jobs: list[JobRecord], sweep_dir: Path, cwd: str, cfg: ClusterLaunchConfig,
-                      echo: Any = print) -> list[JobRecord]:
+def launch_on_cluster(
+    jobs: list[JobRecord], sweep_dir: Path, cwd: str, cfg: ClusterLaunchConfig, echo: Any = print
+) -> list[JobRecord]:
     """Run ``jobs`` as Ray tasks on the cluster at ``cfg.address`` and wait for all of them.
 
     A failed job is recorded (``status="failed"`` and a message) and the others go on.
@@ -236,10 +290,16 @@ def launch_on_cluster(jobs: list[JobRecord], sweep_dir: Path, cwd: str, cfg: Clu
     address = cluster_address(cfg.address)
     connect(address, cfg.connect_timeout_s)
     _check_fits(cfg)
-    task = ray.remote(run_job).options(num_cpus=cfg.cpus_per_job, num_gpus=cfg.gpus_per_job, max_retries=0)
-    pending = {task.remote(j.overrides, j.dir, cwd, cfg.cpus_per_job, cfg.job_timeout_s): j for j in jobs}
-    echo(f"fedpriv sweep: {len(jobs)} jobs on the Ray cluster at {address} "
-         f"({cfg.cpus_per_job} CPU(s) each); outputs in {sweep_dir}")
+    task = ray.remote(run_job).options(
+        num_cpus=cfg.cpus_per_job, num_gpus=cfg.gpus_per_job, max_retries=0
+    )
+    pending = {
+        task.remote(j.overrides, j.dir, cwd, cfg.cpus_per_job, cfg.job_timeout_s): j for j in jobs
+    }
+    echo(
+        f"fedpriv sweep: {len(jobs)} jobs on the Ray cluster at {address} "
+        f"({cfg.cpus_per_job} CPU(s) each); outputs in {sweep_dir}"
+    )
     write_manifest(sweep_dir, jobs)
     done = 0
     while pending:
@@ -248,17 +308,31 @@ def launch_on_cluster(jobs: list[JobRecord], sweep_dir: Path, cwd: str, cfg: Clu
         try:
             res = ray.get(ready[0])
         except Exception as exc:  # the task itself died (node lost, worker killed)
-            res = {"returncode": -1, "wall_time_s": None, "node": "", "message": f"{type(exc).__name__}: {exc}"}
-        job.returncode, job.wall_time_s, job.node = res["returncode"], res["wall_time_s"], res["node"]
+            res = {
+                "returncode": -1,
+                "wall_time_s": None,
+                "node": "",
+                "message": f"{type(exc).__name__}: {exc}",
+            }
+        job.returncode, job.wall_time_s, job.node = (
+            res["returncode"],
+            res["wall_time_s"],
+            res["node"],
+        )
         job.status = job_status(Path(job.dir), job.returncode)
         job.message = res["message"] if job.status == "failed" else ""
         done += 1
-        echo(f"  [{done}/{len(jobs)}] job {job.num} {job.status}"
-             + (f" ({job.wall_time_s:.1f} s)" if job.wall_time_s is not None else "")
-             + f": {' '.join(job.overrides)}" + (f" -- {job.message}" if job.message else ""))
+        echo(
+            f"  [{done}/{len(jobs)}] job {job.num} {job.status}"
+            + (f" ({job.wall_time_s:.1f} s)" if job.wall_time_s is not None else "")
+            + f": {' '.join(job.overrides)}"
+            + (f" -- {job.message}" if job.message else "")
+        )
         write_manifest(sweep_dir, jobs)
     failed = [j.num for j in jobs if j.status == "failed"]
-    echo(f"fedpriv sweep: {len(jobs) - len(failed)} of {len(jobs)} jobs succeeded"
-         + (f"; failed: {failed} (see <job dir>/job.log)" if failed else "")
-         + f". Report: fedpriv-report {sweep_dir}")
+    echo(
+        f"fedpriv sweep: {len(jobs) - len(failed)} of {len(jobs)} jobs succeeded"
+        + (f"; failed: {failed} (see <job dir>/job.log)" if failed else "")
+        + f". Report: fedpriv-report {sweep_dir}"
+    )
     return jobs

@@ -53,7 +53,9 @@ def summed_ce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(out, y, reduction="sum")
 
 
-def clipped_update(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str, c: float) -> list[torch.Tensor]:
+def clipped_update(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: str, c: float
+) -> list[torch.Tensor]:
     """(a): ``[mean-batch gradient]_C``; (b): ``sum_i [grad_i]_C / B``. Shapes of the parameters."""
     if variant == "a":
         model.zero_grad()
@@ -63,8 +65,15 @@ def clipped_update(model: nn.Module, x: torch.Tensor, y: torch.Tensor, variant: 
     return [g / len(y) for g in sums.values()]
 
 
-def noise_like(update: list[torch.Tensor], noise: str, variant: str, sigma: float, c: float, b: int,
-               gen: torch.Generator) -> list[torch.Tensor]:
+def noise_like(
+    update: list[torch.Tensor],
+    noise: str,
+    variant: str,
+    sigma: float,
+    c: float,
+    b: int,
+    gen: torch.Generator,
+) -> list[torch.Tensor]:
     """The noise added to ``update`` (same shapes); see the module docstring."""
     if noise == "none":
         return [torch.zeros_like(u) for u in update]
@@ -117,10 +126,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lrs", type=float, nargs="+", default=list(LRS))
     ap.add_argument("--out", default="outputs/bc_noise_diagnosis.json")
     args = ap.parse_args(argv)
-    for name, ok in (("epochs", args.epochs >= 1), ("seeds", args.seeds >= 1), ("batch", args.batch >= 1),
-                     ("sigma", args.sigma >= 0), ("clip", args.clip > 0), ("lrs", min(args.lrs) > 0)):
+    for name, ok in (
+        ("epochs", args.epochs >= 1),
+        ("seeds", args.seeds >= 1),
+        ("batch", args.batch >= 1),
+        ("sigma", args.sigma >= 0),
+        ("clip", args.clip > 0),
+        ("lrs", min(args.lrs) > 0),
+    ):
         if not ok:
-            ap.error(f"--{name}={getattr(args, name)} is out of range (epochs, seeds, batch >= 1; sigma >= 0; clip, lrs > 0)")
+            ap.error(
+                f"--{name}={getattr(args, name)} is out of range (epochs, seeds, batch >= 1; sigma >= 0; clip, lrs > 0)"
+            )
     torch.set_num_threads(1)
     data = load_mnist(args.data_dir, train_limit=args.train_limit)
     if args.batch > len(data.y_train):
@@ -128,17 +145,33 @@ def main(argv: list[str] | None = None) -> None:
     rows, t0 = [], time.monotonic()
     for variant in ("a", "b"):
         for noise in NOISES:
-            accs = {lr: [train(data, variant, noise, lr, s, args) for s in range(args.seeds)] for lr in args.lrs}
+            accs = {
+                lr: [train(data, variant, noise, lr, s, args) for s in range(args.seeds)]
+                for lr in args.lrs
+            }
             lr = max(accs, key=lambda k: np.mean(accs[k]))
-            rows.append({"variant": variant, "noise": noise, "lr": lr, "mean": float(np.mean(accs[lr])),
-                         "std": float(np.std(accs[lr])), "all": {str(k): v for k, v in accs.items()}})
-            print(f"({variant}) {noise:10s} best lr {lr:g}: {100 * rows[-1]['mean']:.1f} ± "
-                  f"{100 * rows[-1]['std']:.1f}%  [{time.monotonic() - t0:.0f} s]", flush=True)
+            rows.append(
+                {
+                    "variant": variant,
+                    "noise": noise,
+                    "lr": lr,
+                    "mean": float(np.mean(accs[lr])),
+                    "std": float(np.std(accs[lr])),
+                    "all": {str(k): v for k, v in accs.items()},
+                }
+            )
+            print(
+                f"({variant}) {noise:10s} best lr {lr:g}: {100 * rows[-1]['mean']:.1f} ± "
+                f"{100 * rows[-1]['std']:.1f}%  [{time.monotonic() - t0:.0f} s]",
+                flush=True,
+            )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
     print("\n| variant | noise | best lr | test acc. (mean ± sd over seeds) |\n|---|---|---|---|")
     for r in rows:
-        print(f"| ({r['variant']}) | {r['noise']} | {r['lr']:g} | {100 * r['mean']:.1f} ± {100 * r['std']:.1f}% |")
+        print(
+            f"| ({r['variant']}) | {r['noise']} | {r['lr']:g} | {100 * r['mean']:.1f} ± {100 * r['std']:.1f}% |"
+        )
 
 
 if __name__ == "__main__":

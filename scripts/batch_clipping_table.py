@@ -39,17 +39,29 @@ GROUPS = (1, 2, 4, 8)
 def variant_overrides(variant: str, batch: int, lr: float) -> list[str]:
     """Hydra overrides of variant ``a`` (batch clipping + shuffling) or ``b`` (individual + subsampling)."""
     if variant == "a":
-        return ["client=batch_clipping", "client.sampler=shuffle", "client.num_groups=1",
-                f"client.group_size={batch}", f"client.lr={lr}"]
-    return ["client=individual_clipping", "client.sampler=subsample", f"client.num_groups={batch}",
-            "client.group_size=1", f"client.lr={lr}"]
+        return [
+            "client=batch_clipping",
+            "client.sampler=shuffle",
+            "client.num_groups=1",
+            f"client.group_size={batch}",
+            f"client.lr={lr}",
+        ]
+    return [
+        "client=individual_clipping",
+        "client.sampler=subsample",
+        f"client.num_groups={batch}",
+        "client.group_size=1",
+        f"client.lr={lr}",
+    ]
 
 
 def compose_variant(overrides: list[str]) -> Any:
     """The experiment's config with ``overrides`` (a Hydra DictConfig)."""
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=["+experiment=batch_clipping_vs_dpsgd", *overrides])
+        return compose(
+            config_name="config", overrides=["+experiment=batch_clipping_vs_dpsgd", *overrides]
+        )
 
 
 def run_variant(overrides: list[str], out_dir: Path) -> dict[str, Any]:
@@ -59,8 +71,13 @@ def run_variant(overrides: list[str], out_dir: Path) -> dict[str, Any]:
     summary = run_experiment(cfg, out_dir)
     wall = time.monotonic() - t0
     last = [r for r in summary["rounds"] if r.get("status") == "ok"][-1]
-    row: dict[str, Any] = {"accuracy": last["accuracy"], "epsilon": last["epsilon"], "wall_time_s": wall,
-                           "rounds": last["server_round"], "status": summary["status"]}
+    row: dict[str, Any] = {
+        "accuracy": last["accuracy"],
+        "epsilon": last["epsilon"],
+        "wall_time_s": wall,
+        "rounds": last["server_round"],
+        "status": summary["status"],
+    }
     for g in GROUPS:
         row[f"epsilon_g{g}"] = last.get(f"epsilon_g{g}")
         row[f"epsilon_g{g}_closed"] = last.get(f"epsilon_g{g}_closed")
@@ -73,8 +90,11 @@ def format_table(rows: Sequence[dict[str, Any]], target_delta: float = 1e-5) -> 
     ``μ-equiv. g=8/g=1`` is the ratio of the GDP parameters with the same ε at ``target_delta``
     (``gdp_mu``): ≈ √8 = 2.83 for a √g law, 8 for a linear one.
     """
-    head = ("| clients | variant | test acc. | " + " | ".join(f"ε g={g}" for g in GROUPS)
-            + " | μ-equiv. g=8/g=1 | Table 1 closed form ε g=1 / g=8 | wall time |")
+    head = (
+        "| clients | variant | test acc. | "
+        + " | ".join(f"ε g={g}" for g in GROUPS)
+        + " | μ-equiv. g=8/g=1 | Table 1 closed form ε g=1 / g=8 | wall time |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         eps = [r[f"epsilon_g{g}"] for g in GROUPS]
@@ -107,11 +127,19 @@ def per_clients(values: list[float] | None, clients: list[int], variant: str) ->
     flag = f"--lr-{variant}"
     if values is None:
         untuned = [n for n in clients if n not in TUNED_LR]
-        check(not untuned, "--clients", untuned,
-              f"have no tuned step sizes (tuned: {sorted(TUNED_LR)}); give {flag} (and --lr-{'b' if variant == 'a' else 'a'})")
+        check(
+            not untuned,
+            "--clients",
+            untuned,
+            f"have no tuned step sizes (tuned: {sorted(TUNED_LR)}); give {flag} (and --lr-{'b' if variant == 'a' else 'a'})",
+        )
         return [TUNED_LR[n][variant == "b"] for n in clients]
-    check(len(values) in (1, len(clients)), flag, values,
-          f"must give one value or one per --clients entry ({len(clients)})")
+    check(
+        len(values) in (1, len(clients)),
+        flag,
+        values,
+        f"must give one value or one per --clients entry ({len(clients)})",
+    )
     return values * len(clients) if len(values) == 1 else values
 
 
@@ -127,7 +155,12 @@ def plan(args: argparse.Namespace) -> list[tuple[int, str, list[str]]]:
     runs = []
     for i, n in enumerate(args.clients):
         for v in ("a", "b"):
-            ov = [f"num_clients={n}", "progress=false", *variant_overrides(v, args.batch, lrs[v][i]), *args.overrides]
+            ov = [
+                f"num_clients={n}",
+                "progress=false",
+                *variant_overrides(v, args.batch, lrs[v][i]),
+                *args.overrides,
+            ]
             prepare(compose_variant(ov))
             runs.append((n, v, ov))
     return runs
@@ -166,8 +199,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         row.update(clients=n, variant=NAMES[v], overrides=ov)
         rows.append(row)
         save(rows, args.out)  # a later failure keeps the finished rows
-        print(json.dumps({k: row[k] for k in ("clients", "variant", "accuracy", "epsilon_g1", "epsilon_g8",
-                                              "wall_time_s")}), flush=True)
+        print(
+            json.dumps(
+                {
+                    k: row[k]
+                    for k in (
+                        "clients",
+                        "variant",
+                        "accuracy",
+                        "epsilon_g1",
+                        "epsilon_g8",
+                        "wall_time_s",
+                    )
+                }
+            ),
+            flush=True,
+        )
     print(save(rows, args.out))
     return 0
 

@@ -27,11 +27,27 @@ OUT = REPO / "outputs" / "checkin_table"
 
 ROWS: dict[str, list[str]] = {
     "fixed-e1": ["+experiment=checkin_adult", "client.variant=fixed", "privacy.local_epsilon=1"],
-    "averaged-e1": ["+experiment=checkin_adult", "client.variant=averaged", "privacy.local_epsilon=1"],
-    "poisson-e1": ["+experiment=checkin_adult", "client.variant=poisson", "privacy.local_epsilon=1"],
+    "averaged-e1": [
+        "+experiment=checkin_adult",
+        "client.variant=averaged",
+        "privacy.local_epsilon=1",
+    ],
+    "poisson-e1": [
+        "+experiment=checkin_adult",
+        "client.variant=poisson",
+        "privacy.local_epsilon=1",
+    ],
     "fixed-e2": ["+experiment=checkin_adult", "client.variant=fixed", "privacy.local_epsilon=2"],
-    "averaged-e2": ["+experiment=checkin_adult", "client.variant=averaged", "privacy.local_epsilon=2"],
-    "poisson-e2": ["+experiment=checkin_adult", "client.variant=poisson", "privacy.local_epsilon=2"],
+    "averaged-e2": [
+        "+experiment=checkin_adult",
+        "client.variant=averaged",
+        "privacy.local_epsilon=2",
+    ],
+    "poisson-e2": [
+        "+experiment=checkin_adult",
+        "client.variant=poisson",
+        "privacy.local_epsilon=2",
+    ],
     "sliding-fmnist": ["+experiment=checkin_sliding_window"],
 }
 
@@ -59,22 +75,30 @@ def table_row(row: str) -> str | None:
         empty = f"{last['dummies']:.0f} dummies (exp. {last['expected_dummies']:.1f})"
     else:
         empty = f"{last['skipped']:.0f} skipped (exp. {last['expected_skipped']:.1f})"
-    return (f"| {cfg['dataset']['name']} | {cfg['client']['variant']} | {cfg['num_clients']} | "
-            f"{cfg['client']['num_slots']} | {cfg['privacy']['local_epsilon']:g} | {last['accuracy']:.4f} | "
-            f"{float(res['privacy']['epsilon']):.3f} | {empty} | {last['updates_used']:.0f} | "
-            f"{last['slot_ms']:.1f} |")
+    return (
+        f"| {cfg['dataset']['name']} | {cfg['client']['variant']} | {cfg['num_clients']} | "
+        f"{cfg['client']['num_slots']} | {cfg['privacy']['local_epsilon']:g} | {last['accuracy']:.4f} | "
+        f"{float(res['privacy']['epsilon']):.3f} | {empty} | {last['updates_used']:.0f} | "
+        f"{last['slot_ms']:.1f} |"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reuse", action="store_true", help="do not run, only read existing results")
-    parser.add_argument("--only", nargs="*", choices=sorted(ROWS), help="rows to run (default: all)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="do not run, only read existing results"
+    )
+    parser.add_argument(
+        "--only", nargs="*", choices=sorted(ROWS), help="rows to run (default: all)"
+    )
     args = parser.parse_args()
     rows = args.only or list(ROWS)
     if not args.reuse:
         for row in rows:
             run(row)
-    print("| data | variant | n | m | eps0 | test acc. | central eps (delta=1e-6) | empty slots | updates | ms/slot |")
+    print(
+        "| data | variant | n | m | eps0 | test acc. | central eps (delta=1e-6) | empty slots | updates | ms/slot |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         line = table_row(row)

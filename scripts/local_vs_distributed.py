@@ -34,12 +34,18 @@ from fedpriv.errors import check
 #: to 2 decimals (σ) and 2-3 significant digits (ε). The N = 1 rows' ε = 5.0 is the calibration
 #: target itself, hence exact.
 PAPER_TABLE: tuple[tuple[str, int, int, float, float], ...] = (
-    ("1 step", 1, 1, 0.69, 5.0), ("1 step", 1, 2, 0.98, 2.78),
-    ("1 step", 1, 5, 1.54, 1.22), ("1 step", 1, 10, 2.18, 0.64),
-    ("1 epoch", 10, 1, 0.90, 5.0), ("1 epoch", 10, 2, 1.28, 2.61),
-    ("1 epoch", 10, 5, 2.02, 1.19), ("1 epoch", 10, 10, 2.85, 0.72),
-    ("5 epochs", 50, 1, 1.18, 5.0), ("5 epochs", 50, 2, 1.67, 2.85),
-    ("5 epochs", 50, 5, 2.64, 1.55), ("5 epochs", 50, 10, 3.73, 1.03),
+    ("1 step", 1, 1, 0.69, 5.0),
+    ("1 step", 1, 2, 0.98, 2.78),
+    ("1 step", 1, 5, 1.54, 1.22),
+    ("1 step", 1, 10, 2.18, 0.64),
+    ("1 epoch", 10, 1, 0.90, 5.0),
+    ("1 epoch", 10, 2, 1.28, 2.61),
+    ("1 epoch", 10, 5, 2.02, 1.19),
+    ("1 epoch", 10, 10, 2.85, 0.72),
+    ("5 epochs", 50, 1, 1.18, 5.0),
+    ("5 epochs", 50, 2, 1.67, 2.85),
+    ("5 epochs", 50, 5, 2.64, 1.55),
+    ("5 epochs", 50, 10, 3.73, 1.03),
 )
 SAMPLE_RATE = 0.1
 LOCAL_EPSILON = 5.0
@@ -51,8 +57,14 @@ NUM_PARAMS = 26_010
 
 
 def central_epsilon(
-    noise_multiplier: float, parties: int, steps: int, *, mechanism: str = "skellam",
-    conversion: str = "mironov", sample_rate: float = SAMPLE_RATE, target_delta: float = TARGET_DELTA,
+    noise_multiplier: float,
+    parties: int,
+    steps: int,
+    *,
+    mechanism: str = "skellam",
+    conversion: str = "mironov",
+    sample_rate: float = SAMPLE_RATE,
+    target_delta: float = TARGET_DELTA,
 ) -> dict[str, Any]:
     """ε of the sum of ``parties`` parties' DP-SGD runs, each with per-party σ_i.
 
@@ -78,13 +90,27 @@ def central_epsilon(
         ``noise_multiplier_total``, ...).
     """
     extra = {"num_params": NUM_PARAMS, "bits": 32} if mechanism == "skellam" else {}
-    return secagg_dpsgd(mechanism, noise_multiplier, parties, sample_rate, steps, 1, target_delta,
-                        accountant="rdp", conversion=conversion, **extra)
+    return secagg_dpsgd(
+        mechanism,
+        noise_multiplier,
+        parties,
+        sample_rate,
+        steps,
+        1,
+        target_delta,
+        accountant="rdp",
+        conversion=conversion,
+        **extra,
+    )
 
 
 def local_noise_multiplier(
-    steps: int, *, local_epsilon: float = LOCAL_EPSILON, mechanism: str = "skellam",
-    conversion: str = "mironov", rtol: float = 1e-9,
+    steps: int,
+    *,
+    local_epsilon: float = LOCAL_EPSILON,
+    mechanism: str = "skellam",
+    conversion: str = "mironov",
+    rtol: float = 1e-9,
 ) -> float:
     """Smallest σ_i with which one party alone is (``local_epsilon``, δ)-DP after ``steps`` steps.
 
@@ -96,34 +122,52 @@ def local_noise_multiplier(
     check(local_epsilon > 0, "local_epsilon", local_epsilon, "must be > 0")
 
     def eps_of(sigma: float) -> float:
-        return central_epsilon(sigma, 1, steps, mechanism=mechanism, conversion=conversion)["epsilon"]
+        return central_epsilon(sigma, 1, steps, mechanism=mechanism, conversion=conversion)[
+            "epsilon"
+        ]
 
     return bisect_noise(eps_of, local_epsilon, field="noise_multiplier", rtol=rtol)
 
 
 def table(mechanism: str = "skellam", conversion: str = "mironov") -> list[dict[str, Any]]:
     """Recompute every row of :data:`PAPER_TABLE`; each dict also holds the paper's values."""
-    sigma_i = {steps: local_noise_multiplier(steps, mechanism=mechanism, conversion=conversion)
-               for steps in sorted({row[1] for row in PAPER_TABLE})}
+    sigma_i = {
+        steps: local_noise_multiplier(steps, mechanism=mechanism, conversion=conversion)
+        for steps in sorted({row[1] for row in PAPER_TABLE})
+    }
     rows = []
     for label, steps, parties, paper_sigma, paper_eps in PAPER_TABLE:
-        out = central_epsilon(sigma_i[steps], parties, steps, mechanism=mechanism, conversion=conversion)
-        rows.append({
-            "local_steps": label, "steps": steps, "parties": parties, "sigma_local": sigma_i[steps],
-            "sigma_total": out["noise_multiplier_total"], "epsilon": out["epsilon"],
-            "local_epsilon": out["local_epsilon"], "paper_sigma_total": paper_sigma, "paper_epsilon": paper_eps,
-        })
+        out = central_epsilon(
+            sigma_i[steps], parties, steps, mechanism=mechanism, conversion=conversion
+        )
+        rows.append(
+            {
+                "local_steps": label,
+                "steps": steps,
+                "parties": parties,
+                "sigma_local": sigma_i[steps],
+                "sigma_total": out["noise_multiplier_total"],
+                "epsilon": out["epsilon"],
+                "local_epsilon": out["local_epsilon"],
+                "paper_sigma_total": paper_sigma,
+                "paper_epsilon": paper_eps,
+            }
+        )
     return rows
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Markdown table, ours next to the paper's."""
-    lines = ["| local steps | parties | σ_i | σ total | paper σ total | avg model ε | paper ε | local ε |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| local steps | parties | σ_i | σ total | paper σ total | avg model ε | paper ε | local ε |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['local_steps']} | {r['parties']} | {r['sigma_local']:.4f} | {r['sigma_total']:.4f} | "
-                     f"{r['paper_sigma_total']:.2f} | {r['epsilon']:.4f} | {r['paper_epsilon']:g} | "
-                     f"{r['local_epsilon']:.4f} |")
+        lines.append(
+            f"| {r['local_steps']} | {r['parties']} | {r['sigma_local']:.4f} | {r['sigma_total']:.4f} | "
+            f"{r['paper_sigma_total']:.2f} | {r['epsilon']:.4f} | {r['paper_epsilon']:g} | "
+            f"{r['local_epsilon']:.4f} |"
+        )
     return "\n".join(lines)
 
 
@@ -134,8 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, help="also write the rows as CSV")
     args = ap.parse_args(argv)
     rows = table(args.mechanism, args.conversion)
-    print(f"q = {SAMPLE_RATE}, δ = {TARGET_DELTA:g}, each party ({LOCAL_EPSILON:g}, δ)-LDP, "
-          f"{args.mechanism} (32 bits), RDP with {args.conversion} conversion")
+    print(
+        f"q = {SAMPLE_RATE}, δ = {TARGET_DELTA:g}, each party ({LOCAL_EPSILON:g}, δ)-LDP, "
+        f"{args.mechanism} (32 bits), RDP with {args.conversion} conversion"
+    )
     print(format_table(rows))
     if args.csv:
         with args.csv.open("w", newline="") as f:

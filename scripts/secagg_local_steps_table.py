@@ -40,12 +40,30 @@ from fedpriv.runner import run_experiment
 #: (Appendix A.6) and lr 2.0 (the epoch variant's 0.5 is picked per variant, see
 #: docs/secagg-experiments.md); ACS Income: the same q = 0.05 as the epoch variant (Appendix A.6).
 STEP_VARIANTS: dict[str, list[str]] = {
-    "secagg_fmnist_local_steps": ["client.steps=1", f"privacy.sample_rate={128 / 6000!r}", "client.lr=2.0"],
+    "secagg_fmnist_local_steps": [
+        "client.steps=1",
+        f"privacy.sample_rate={128 / 6000!r}",
+        "client.lr=2.0",
+    ],
     "secagg_acs_income": ["client.steps=1"],
 }
 VARIANTS = ("1 step", "1 epoch")
-FIELDS = ("experiment", "variant", "seed", "status", "accuracy", "loss", "epsilon", "local_epsilon",
-          "noise_multiplier", "steps", "sample_rate", "rounds", "wall_time_s", "overrides")
+FIELDS = (
+    "experiment",
+    "variant",
+    "seed",
+    "status",
+    "accuracy",
+    "loss",
+    "epsilon",
+    "local_epsilon",
+    "noise_multiplier",
+    "steps",
+    "sample_rate",
+    "rounds",
+    "wall_time_s",
+    "overrides",
+)
 
 
 def variant_overrides(experiment: str, variant: str) -> list[str]:
@@ -75,10 +93,16 @@ def run_one(experiment: str, overrides: list[str], out_dir: Path) -> dict[str, A
     last = ok[-1] if ok else {}
     priv = summary["privacy"]
     return {
-        "status": summary["status"], "accuracy": last.get("accuracy", math.nan), "loss": last.get("loss", math.nan),
-        "epsilon": last.get("epsilon", math.nan), "local_epsilon": last.get("local_epsilon", math.nan),
-        "noise_multiplier": priv.get("noise_multiplier"), "steps": priv.get("steps"),
-        "sample_rate": priv.get("sample_rate"), "rounds": len(ok), "wall_time_s": round(wall, 1),
+        "status": summary["status"],
+        "accuracy": last.get("accuracy", math.nan),
+        "loss": last.get("loss", math.nan),
+        "epsilon": last.get("epsilon", math.nan),
+        "local_epsilon": last.get("local_epsilon", math.nan),
+        "noise_multiplier": priv.get("noise_multiplier"),
+        "steps": priv.get("steps"),
+        "sample_rate": priv.get("sample_rate"),
+        "rounds": len(ok),
+        "wall_time_s": round(wall, 1),
     }
 
 
@@ -90,8 +114,10 @@ def mean_sem(values: Sequence[float]) -> tuple[float, float]:
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Markdown table: one line per variant (accuracy mean ± SEM in points) and the gap."""
-    lines = ["| variant | steps/round | q | σ (sum) | ε | local ε | test accuracy (mean ± SEM) | seeds | wall time/run |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | steps/round | q | σ (sum) | ε | local ε | test accuracy (mean ± SEM) | seeds | wall time/run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     means: dict[str, float] = {}
     for v in VARIANTS:
         sel = [r for r in rows if r["variant"] == v and r["status"] == "complete"]
@@ -103,7 +129,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| {v} | {r0['steps']} | {float(r0['sample_rate']):.4g} | {float(r0['noise_multiplier']):.3f} | "
             f"{max(float(r['epsilon']) for r in sel):.3f} | {max(float(r['local_epsilon']) for r in sel):.2f} | "
-            f"{acc:.1f} ± {sem:.1f} | {len(sel)} | {statistics.fmean(float(r['wall_time_s']) for r in sel):.0f} s |")
+            f"{acc:.1f} ± {sem:.1f} | {len(sel)} | {statistics.fmean(float(r['wall_time_s']) for r in sel):.0f} s |"
+        )
     if len(means) == 2:
         lines.append(f"\n1 epoch − 1 step: **{means['1 epoch'] - means['1 step']:+.1f} points**")
     return "\n".join(lines)
@@ -117,7 +144,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--experiment", choices=sorted(STEP_VARIANTS), default="secagg_fmnist_local_steps")
+    ap.add_argument(
+        "--experiment", choices=sorted(STEP_VARIANTS), default="secagg_fmnist_local_steps"
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--out", type=Path, default=Path("outputs/secagg_local_steps"))
@@ -136,14 +165,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             writer.writeheader()
         for seed in args.seeds:  # seed-major: an interrupted sweep still has paired variants
             for v in args.variants:
-                ov = [f"seed={seed}", "progress=false", "plot=false", *variant_overrides(args.experiment, v),
-                      *args.overrides]
-                row = {"experiment": args.experiment, "variant": v, "seed": seed, "overrides": " ".join(ov),
-                       **run_one(args.experiment, ov, args.out / f"{v.replace(' ', '_')}_seed{seed}")}
+                ov = [
+                    f"seed={seed}",
+                    "progress=false",
+                    "plot=false",
+                    *variant_overrides(args.experiment, v),
+                    *args.overrides,
+                ]
+                row = {
+                    "experiment": args.experiment,
+                    "variant": v,
+                    "seed": seed,
+                    "overrides": " ".join(ov),
+                    **run_one(args.experiment, ov, args.out / f"{v.replace(' ', '_')}_seed{seed}"),
+                }
                 writer.writerow(row)
                 f.flush()
                 rows.append(row)
-                print({k: row[k] for k in ("variant", "seed", "accuracy", "epsilon", "wall_time_s")}, flush=True)
+                print(
+                    {k: row[k] for k in ("variant", "seed", "accuracy", "epsilon", "wall_time_s")},
+                    flush=True,
+                )
     table = format_table(rows)
     print(table)
     (args.out / "table.md").write_text(table + "\n")

@@ -8,16 +8,16 @@ protocol. Either way the strategy never sees a single client's update.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-UPDATE_KEY = "update"    # ArrayRecord in a reply: the client's (noisy) update
+UPDATE_KEY = "update"  # ArrayRecord in a reply: the client's (noisy) update
 METRICS_KEY = "metrics"  # MetricRecord in a reply: counters that are summed too
 
 

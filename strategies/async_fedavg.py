@@ -55,8 +55,12 @@ class AsyncDPFedAvg(DPFedAvg):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(isinstance(self.max_staleness, int) and self.max_staleness >= 0, "strategy.max_staleness",
-              self.max_staleness, "must be an integer >= 0")
+        check(
+            isinstance(self.max_staleness, int) and self.max_staleness >= 0,
+            "strategy.max_staleness",
+            self.max_staleness,
+            "must be an integer >= 0",
+        )
 
     def staleness(self, server_round: int, client_index: int, released: int) -> int:
         """Age ``tau`` of the model client ``client_index`` computes on in ``server_round``.
@@ -70,8 +74,9 @@ class AsyncDPFedAvg(DPFedAvg):
         rng = np.random.default_rng([int(self.seed), int(server_round), int(client_index), 0xA5])
         return int(rng.integers(0, hi + 1))
 
-    def stale_messages(self, node_ids: list[int], history: list[dict[str, np.ndarray]],
-                       server_round: int) -> tuple[list[Message], list[int]]:
+    def stale_messages(
+        self, node_ids: list[int], history: list[dict[str, np.ndarray]], server_round: int
+    ) -> tuple[list[Message], list[int]]:
         """One TRAIN message per node with its (possibly stale) model; also the ages used.
 
         ``history[-1]`` is the current model, ``history[-1 - tau]`` the one ``tau`` releases ago.
@@ -94,14 +99,21 @@ class AsyncDPFedAvg(DPFedAvg):
             t0 = time.monotonic()
             messages, ages = self.stale_messages(node_ids, history, server_round)
             try:
-                result = job.aggregator.sum_updates(grid, messages, server_round=server_round,
-                                                    timeout=job.round_timeout)
+                result = job.aggregator.sum_updates(
+                    grid, messages, server_round=server_round, timeout=job.round_timeout
+                )
             except RoundFailed as exc:
                 job.round_failed(server_round, exc, time.monotonic() - t0)
                 continue
             result.total = job.decode_sum(result.total, server_round)
             state = self.apply(history[-1], result, job.num_clients)
-            history = (history + [state])[-(self.max_staleness + 1):]
-            job.round_released(server_round, state, result, time.monotonic() - t0,
-                               extra={"mean_staleness": float(np.mean(ages))}, contributors=result.num_clients)
+            history = (history + [state])[-(self.max_staleness + 1) :]
+            job.round_released(
+                server_round,
+                state,
+                result,
+                time.monotonic() - t0,
+                extra={"mean_staleness": float(np.mean(ages))},
+                contributors=result.num_clients,
+            )
         return history[-1]

@@ -52,7 +52,14 @@ from fedpriv.noise import make_generator
 from strategies.aggregators import AggregateResult, error_reason, sum_replies
 from strategies.fedavg import CONFIG_KEY, MODEL_KEY, numpy_state, wait_for_nodes
 
-__all__ = ["SlotTask", "occupancy", "update_slots", "plan_pass", "poisson_occupancy", "CheckinStrategy"]
+__all__ = [
+    "SlotTask",
+    "occupancy",
+    "update_slots",
+    "plan_pass",
+    "poisson_occupancy",
+    "CheckinStrategy",
+]
 
 _SERVER_STREAM = 0x5E12
 
@@ -65,8 +72,9 @@ class SlotTask:
     nodes: tuple[int, ...]
 
 
-def occupancy(answers: dict[int, int], slots: Iterable[int],
-              tickets: dict[int, int] | None = None) -> dict[int, list[int]]:
+def occupancy(
+    answers: dict[int, int], slots: Iterable[int], tickets: dict[int, int] | None = None
+) -> dict[int, list[int]]:
     """``slot -> node ids`` that checked into it, for the given update ``slots``.
 
     ``answers`` maps a replying node id to its answer (a slot or ``ABSTAIN``); answers
@@ -100,18 +108,24 @@ def plan_pass(variant: str, occ: dict[int, list[int]], rng: np.random.Generator)
     return tasks
 
 
-def poisson_occupancy(node_ids: Sequence[int], num_slots: int, sample_rate: float,
-                      rng: np.random.Generator) -> dict[int, list[int]]:
+def poisson_occupancy(
+    node_ids: Sequence[int], num_slots: int, sample_rate: float, rng: np.random.Generator
+) -> dict[int, list[int]]:
     """Server-side Poisson sampling (baseline): each node joins each slot with probability ``q``."""
     hits = rng.random((num_slots, len(node_ids))) < sample_rate
     return {s + 1: [int(node_ids[i]) for i in np.flatnonzero(hits[s])] for s in range(num_slots)}
 
 
 def _slot_message(node: int, arrays: ArrayRecord, server_round: int, slot: int) -> Message:
-    content = RecordDict({MODEL_KEY: arrays,
-                          CONFIG_KEY: ConfigRecord({"server_round": server_round, "slot": slot})})
-    return Message(content=content, dst_node_id=node, message_type=MessageType.TRAIN,
-                   group_id=f"{server_round}:{slot}")
+    content = RecordDict(
+        {MODEL_KEY: arrays, CONFIG_KEY: ConfigRecord({"server_round": server_round, "slot": slot})}
+    )
+    return Message(
+        content=content,
+        dst_node_id=node,
+        message_type=MessageType.TRAIN,
+        group_id=f"{server_round}:{slot}",
+    )
 
 
 def _waves(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
@@ -163,14 +177,31 @@ class CheckinStrategy:
     query_chunk: int | None = 100
 
     def __post_init__(self) -> None:
-        check(isinstance(self.batch_size, int) and self.batch_size >= 1, "strategy.batch_size", self.batch_size,
-              "must be an integer >= 1")
+        check(
+            isinstance(self.batch_size, int) and self.batch_size >= 1,
+            "strategy.batch_size",
+            self.batch_size,
+            "must be an integer >= 1",
+        )
         check(self.lr > 0, "strategy.lr", self.lr, "must be > 0")
-        check(self.eval_every is None or self.eval_every >= 1, "strategy.eval_every", self.eval_every,
-              "must be >= 1 or null")
-        check(0 < self.pull_interval <= 1, "strategy.pull_interval", self.pull_interval, "must be in (0, 1] seconds")
-        check(self.query_chunk is None or self.query_chunk >= 1, "strategy.query_chunk", self.query_chunk,
-              "must be >= 1 or null")
+        check(
+            self.eval_every is None or self.eval_every >= 1,
+            "strategy.eval_every",
+            self.eval_every,
+            "must be >= 1 or null",
+        )
+        check(
+            0 < self.pull_interval <= 1,
+            "strategy.pull_interval",
+            self.pull_interval,
+            "must be in (0, 1] seconds",
+        )
+        check(
+            self.query_chunk is None or self.query_chunk >= 1,
+            "strategy.query_chunk",
+            self.query_chunk,
+            "must be >= 1 or null",
+        )
 
     # ------------------------------------------------------------------ main loop
     def check_algorithm(self, algorithm: Any) -> None:
@@ -178,7 +209,9 @@ class CheckinStrategy:
         if not hasattr(algorithm, "query_handler"):
             from fedpriv.errors import ConfigError
 
-            raise ConfigError("strategy", "checkin", f"needs client=checkin (got {type(algorithm).__name__})")
+            raise ConfigError(
+                "strategy", "checkin", f"needs client=checkin (got {type(algorithm).__name__})"
+            )
 
     def run(self, grid: Grid, job: Any) -> dict[str, np.ndarray]:
         """The server's main loop; returns the final global state."""
@@ -200,22 +233,32 @@ class CheckinStrategy:
                 answers, missing = {}, 0
                 occ = poisson_occupancy(node_ids, len(slots), algo.sample_rate, rng)
             else:
-                answers, tickets, missing = self.check_in(grid, node_ids, server_round, algo, job.round_timeout)
+                answers, tickets, missing = self.check_in(
+                    grid, node_ids, server_round, algo, job.round_timeout
+                )
                 occ = occupancy(answers, slots, tickets)
             t_checkin = time.monotonic() - t0
             tasks = plan_pass(algo.variant, occ, rng)
             try:
-                state, stats = self.run_slots(grid, job, algo, tasks, state, server_round, generator)
+                state, stats = self.run_slots(
+                    grid, job, algo, tasks, state, server_round, generator
+                )
             except Exception:
                 self.account_aborted_pass(job)
                 raise
             seconds = time.monotonic() - t0
             extra = self.pass_report(algo, job.num_clients, answers, occ, missing, stats)
-            extra.update(checkin_s=t_checkin, slot_ms=1000.0 * (seconds - t_checkin) / max(len(tasks), 1))
-            job.round_released(server_round, state, AggregateResult({}, stats["updates"], {}), seconds, extra=extra)
+            extra.update(
+                checkin_s=t_checkin, slot_ms=1000.0 * (seconds - t_checkin) / max(len(tasks), 1)
+            )
+            job.round_released(
+                server_round, state, AggregateResult({}, stats["updates"], {}), seconds, extra=extra
+            )
             if hasattr(job, "note"):
                 blocks = " ".join(f"{a:.3f}" for a in stats["block_accuracy"])
-                job.note(f"pass {server_round}: accuracy after each block of {stats['block']} slots: {blocks}")
+                job.note(
+                    f"pass {server_round}: accuracy after each block of {stats['block']} slots: {blocks}"
+                )
         return state
 
     @staticmethod
@@ -223,25 +266,44 @@ class CheckinStrategy:
         """The server saw part of a pass that then failed: account the whole pass (a prefix of
         the pass's transcript is post-processing of it), so ε is never under-reported."""
         job.privacy.record_round()
-        job.recorder.update_privacy(epsilon=job.privacy.epsilon(), ledger=job.privacy.central.to_dict(),
-                                    note="the last pass aborted midway and is accounted in full")
+        job.recorder.update_privacy(
+            epsilon=job.privacy.epsilon(),
+            ledger=job.privacy.central.to_dict(),
+            note="the last pass aborted midway and is accounted in full",
+        )
 
     # ------------------------------------------------------------------ check-in
-    def check_in(self, grid: Grid, node_ids: Sequence[int], server_round: int, algo: Any,
-                 timeout: float) -> tuple[dict[int, int], dict[int, int], int]:
+    def check_in(
+        self, grid: Grid, node_ids: Sequence[int], server_round: int, algo: Any, timeout: float
+    ) -> tuple[dict[int, int], dict[int, int], int]:
         """Send the check-in query to every node (``query_chunk`` at a time).
 
         Returns ``({node: slot or ABSTAIN}, {node: ticket}, number of nodes that did not answer)``.
 
         A node that does not answer (or answers with an error) counts as abstaining.
         """
-        record = ConfigRecord({"server_round": server_round, "variant": algo.variant,
-                               "num_slots": int(algo.num_slots)})
-        messages = [Message(content=RecordDict({CHECKIN_KEY: record}), dst_node_id=int(n),
-                            message_type=MessageType.QUERY, group_id=f"checkin:{server_round}") for n in node_ids]
+        record = ConfigRecord(
+            {
+                "server_round": server_round,
+                "variant": algo.variant,
+                "num_slots": int(algo.num_slots),
+            }
+        )
+        messages = [
+            Message(
+                content=RecordDict({CHECKIN_KEY: record}),
+                dst_node_id=int(n),
+                message_type=MessageType.QUERY,
+                group_id=f"checkin:{server_round}",
+            )
+            for n in node_ids
+        ]
         chunk = self.query_chunk or len(messages)
-        replies = [r for i in range(0, len(messages), chunk)
-                   for r in grid.send_and_receive(messages[i:i + chunk], timeout=timeout)]
+        replies = [
+            r
+            for i in range(0, len(messages), chunk)
+            for r in grid.send_and_receive(messages[i : i + chunk], timeout=timeout)
+        ]
         answers, tickets = {}, {}
         for reply in replies:
             if not reply.has_error() and CHECKIN_KEY in reply.content.config_records:
@@ -251,19 +313,35 @@ class CheckinStrategy:
         return answers, tickets, len(node_ids) - len(answers)
 
     # ------------------------------------------------------------------ slots
-    def run_slots(self, grid: Grid, job: Any, algo: Any, tasks: list[SlotTask], state: dict[str, np.ndarray],
-                  server_round: int, generator: torch.Generator) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def run_slots(
+        self,
+        grid: Grid,
+        job: Any,
+        algo: Any,
+        tasks: list[SlotTask],
+        state: dict[str, np.ndarray],
+        server_round: int,
+        generator: torch.Generator,
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Run the update slots in blocks of ``batch_size``; returns the new state and counters."""
         block = self.eval_every or max(1, len(tasks) // 10)
         shapes = {k: v.shape for k, v in state.items() if np.issubdtype(v.dtype, np.floating)}
-        stats: dict[str, Any] = {"updates": 0, "dummies": 0, "skipped": 0, "block_accuracy": [], "block": block}
+        stats: dict[str, Any] = {
+            "updates": 0,
+            "dummies": 0,
+            "skipped": 0,
+            "block_accuracy": [],
+            "block": block,
+        }
         for start in range(0, len(tasks), self.batch_size):
-            chunk = tasks[start:start + self.batch_size]
+            chunk = tasks[start : start + self.batch_size]
             sums = self.ask(grid, chunk, state, server_round, job.round_timeout)
             updates = []
             for task in chunk:
                 if task.nodes:
-                    updates.append({k: v / len(task.nodes) for k, v in sums[task.slot].total.items()})
+                    updates.append(
+                        {k: v / len(task.nodes) for k, v in sums[task.slot].total.items()}
+                    )
                     stats["updates"] += len(task.nodes)
                 elif algo.variant in ("fixed", "sliding-window"):
                     noise = algo.local_randomizer.noise(shapes, generator, dtype=torch.float64)
@@ -278,8 +356,14 @@ class CheckinStrategy:
                 stats["block_accuracy"].append(job.evaluate_state(state)[0])
         return state, stats
 
-    def ask(self, grid: Grid, chunk: Sequence[SlotTask], state: dict[str, np.ndarray], server_round: int,
-            timeout: float) -> dict[int, AggregateResult]:
+    def ask(
+        self,
+        grid: Grid,
+        chunk: Sequence[SlotTask],
+        state: dict[str, np.ndarray],
+        server_round: int,
+        timeout: float,
+    ) -> dict[int, AggregateResult]:
         """One ``send_and_receive`` for every client asked in ``chunk``; per-slot sums of their updates.
 
         Raises
@@ -292,17 +376,25 @@ class CheckinStrategy:
         arrays = ArrayRecord(numpy_state(state)) if any(t.nodes for t in chunk) else None
         for wave in _waves([(node, t.slot) for t in chunk for node in t.nodes]):
             asked = dict(wave)
-            replies = list(grid.send_and_receive(
-                [_slot_message(node, arrays, server_round, slot) for node, slot in wave], timeout=timeout))
+            replies = list(
+                grid.send_and_receive(
+                    [_slot_message(node, arrays, server_round, slot) for node, slot in wave],
+                    timeout=timeout,
+                )
+            )
             bad = [error_reason(r) for r in replies if r.has_error()]
             if bad or len(replies) != len(asked):
-                raise RuntimeError(f"pass {server_round}: {len(replies) - len(bad)}/{len(asked)} slot updates "
-                                   f"arrived; errors: {bad[:2]}")
+                raise RuntimeError(
+                    f"pass {server_round}: {len(replies) - len(bad)}/{len(asked)} slot updates "
+                    f"arrived; errors: {bad[:2]}"
+                )
             for r in replies:
                 by_slot.setdefault(asked[int(r.metadata.src_node_id)], []).append(r)
         return {slot: sum_replies(rs) for slot, rs in by_slot.items()}
 
-    def step(self, state: dict[str, np.ndarray], updates: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    def step(
+        self, state: dict[str, np.ndarray], updates: list[dict[str, np.ndarray]]
+    ) -> dict[str, np.ndarray]:
         """``theta - lr * mean(updates)`` for the keys in the updates; other entries unchanged."""
         new = dict(state)
         for key in updates[0]:
@@ -312,8 +404,14 @@ class CheckinStrategy:
 
     # ------------------------------------------------------------------ report
     @staticmethod
-    def pass_report(algo: Any, num_clients: int, answers: dict[int, int], occ: dict[int, list[int]],
-                    missing: int, stats: dict[str, Any]) -> dict[str, Any]:
+    def pass_report(
+        algo: Any,
+        num_clients: int,
+        answers: dict[int, int],
+        occ: dict[int, list[int]],
+        missing: int,
+        stats: dict[str, Any],
+    ) -> dict[str, Any]:
         """A pass's slot figures against the paper's expectation (floats are printed per round)."""
         loads = np.array([len(v) for v in occ.values()], dtype=float)
         empty = float((loads == 0).sum())
@@ -329,10 +427,17 @@ class CheckinStrategy:
             expected = float(len(occ) * (1.0 - algo.sample_rate) ** num_clients)
             out.update(skipped=float(stats["skipped"]), expected_skipped=expected)
         else:
-            exp = expected_dummy_updates(algo.variant, num_clients, int(algo.num_slots), algo.checkin_probability)
+            exp = expected_dummy_updates(
+                algo.variant, num_clients, int(algo.num_slots), algo.checkin_probability
+            )
             kind = "skipped" if algo.variant == "averaged" else "dummies"
-            out.update({kind: float(stats[kind]), f"expected_{kind}": exp["expected"],
-                        f"{kind}_bound": exp["bound"]})
+            out.update(
+                {
+                    kind: float(stats[kind]),
+                    f"expected_{kind}": exp["expected"],
+                    f"{kind}_bound": exp["bound"],
+                }
+            )
         if missing:
             out["no_answer"] = float(missing)
         assert math.isclose(empty, stats["dummies"] + stats["skipped"])

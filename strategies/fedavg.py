@@ -30,10 +30,19 @@ class ServerJob(Protocol):
     aggregator: Aggregator
 
     def initial_state(self) -> dict[str, np.ndarray]: ...
-    def decode_sum(self, total: dict[str, np.ndarray], server_round: int) -> dict[str, np.ndarray]: ...
+    def decode_sum(
+        self, total: dict[str, np.ndarray], server_round: int
+    ) -> dict[str, np.ndarray]: ...
     def may_start_round(self, server_round: int) -> bool: ...
-    def round_released(self, server_round: int, state: dict[str, np.ndarray], result: AggregateResult, seconds: float,
-                       extra: dict | None = None, contributors: int | None = None) -> None: ...
+    def round_released(
+        self,
+        server_round: int,
+        state: dict[str, np.ndarray],
+        result: AggregateResult,
+        seconds: float,
+        extra: dict | None = None,
+        contributors: int | None = None,
+    ) -> None: ...
     def round_failed(self, server_round: int, error: RoundFailed, seconds: float) -> None: ...
 
 
@@ -45,17 +54,25 @@ def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float) -> list[int]:
         if len(ids) >= num_nodes:
             return ids[:num_nodes]
         if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(ids)} of {num_nodes} Flower nodes registered after {timeout:.0f} s")
+            raise TimeoutError(
+                f"only {len(ids)} of {num_nodes} Flower nodes registered after {timeout:.0f} s"
+            )
         time.sleep(0.05)
 
 
-def train_messages(node_ids: list[int], state: dict[str, np.ndarray], server_round: int) -> list[Message]:
+def train_messages(
+    node_ids: list[int], state: dict[str, np.ndarray], server_round: int
+) -> list[Message]:
     """One TRAIN message per node carrying the global model and the round number."""
     arrays = ArrayRecord(numpy_state(state))
     return [
         Message(
-            content=RecordDict({MODEL_KEY: arrays, CONFIG_KEY: ConfigRecord({"server_round": server_round})}),
-            dst_node_id=nid, message_type=MessageType.TRAIN, group_id=str(server_round),
+            content=RecordDict(
+                {MODEL_KEY: arrays, CONFIG_KEY: ConfigRecord({"server_round": server_round})}
+            ),
+            dst_node_id=nid,
+            message_type=MessageType.TRAIN,
+            group_id=str(server_round),
         )
         for nid in node_ids
     ]
@@ -103,18 +120,24 @@ class DPFedAvg:
             t0 = time.monotonic()
             try:
                 result = job.aggregator.sum_updates(
-                    grid, train_messages(node_ids, state, server_round),
-                    server_round=server_round, timeout=job.round_timeout,
+                    grid,
+                    train_messages(node_ids, state, server_round),
+                    server_round=server_round,
+                    timeout=job.round_timeout,
                 )
             except RoundFailed as exc:
                 job.round_failed(server_round, exc, time.monotonic() - t0)
                 continue
             result.total = job.decode_sum(result.total, server_round)
             state = self.apply(state, result, job.num_clients)
-            job.round_released(server_round, state, result, time.monotonic() - t0, contributors=result.num_clients)
+            job.round_released(
+                server_round, state, result, time.monotonic() - t0, contributors=result.num_clients
+            )
         return state
 
-    def apply(self, state: dict[str, np.ndarray], result: AggregateResult, num_clients: int) -> dict[str, np.ndarray]:
+    def apply(
+        self, state: dict[str, np.ndarray], result: AggregateResult, num_clients: int
+    ) -> dict[str, np.ndarray]:
         """``w + η_s Σ Δ / num_clients`` for the keys in the sum; other entries unchanged."""
         new = dict(state)
         for key, total in result.total.items():

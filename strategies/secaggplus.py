@@ -131,21 +131,31 @@ class _CaptureStrategy(Strategy):
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
         return None
 
-    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[tuple[ClientProxy, FitIns]]:
+    def configure_fit(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[tuple[ClientProxy, FitIns]]:
         run_id = getattr(getattr(self.grid, "run", None), "run_id", 0)
         return [(GridClientProxy(nid, self.grid, run_id), ins) for nid, ins in self.fitins.items()]
 
-    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]) -> tuple[Parameters | None, dict[str, Scalar]]:
+    def aggregate_fit(
+        self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]
+    ) -> tuple[Parameters | None, dict[str, Scalar]]:
         self.results = list(results)
         return None, {}
 
-    def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager) -> list[Any]:
+    def configure_evaluate(
+        self, server_round: int, parameters: Parameters, client_manager: ClientManager
+    ) -> list[Any]:
         return []
 
-    def aggregate_evaluate(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[float | None, dict[str, Scalar]]:
+    def aggregate_evaluate(
+        self, server_round: int, results: list[Any], failures: list[Any]
+    ) -> tuple[float | None, dict[str, Scalar]]:
         return None, {}
 
-    def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
+    def evaluate(
+        self, server_round: int, parameters: Parameters
+    ) -> tuple[float, dict[str, Scalar]] | None:
         return None
 
 
@@ -219,13 +229,30 @@ class SecAggPlusAggregator(Aggregator):
 
     def __post_init__(self) -> None:
         s, t = self.num_shares, self.reconstruction_threshold
-        check(not isinstance(s, bool) and (s == 1 or (isinstance(s, int) and s >= 3) or (isinstance(s, float) and 0 < s <= 1)),
-              "num_shares", s, "must be an int >= 3 or a float in (0, 1]")
-        check(not isinstance(t, bool) and ((isinstance(t, int) and t >= 1) or (isinstance(t, float) and 0 < t <= 1)),
-              "reconstruction_threshold", t, "must be an int >= 2 or a float in (0, 1]")
+        check(
+            not isinstance(s, bool)
+            and (
+                s == 1 or (isinstance(s, int) and s >= 3) or (isinstance(s, float) and 0 < s <= 1)
+            ),
+            "num_shares",
+            s,
+            "must be an int >= 3 or a float in (0, 1]",
+        )
+        check(
+            not isinstance(t, bool)
+            and ((isinstance(t, int) and t >= 1) or (isinstance(t, float) and 0 < t <= 1)),
+            "reconstruction_threshold",
+            t,
+            "must be an int >= 2 or a float in (0, 1]",
+        )
         if isinstance(s, int) and s >= 3 and isinstance(t, int) and t != 1:
             check(t < s, "reconstruction_threshold", t, f"must be < num_shares={s}")
-        check(isinstance(self.bits, int) and 1 <= self.bits <= 62, "bits", self.bits, "must be an integer in [1, 62]")
+        check(
+            isinstance(self.bits, int) and 1 <= self.bits <= 62,
+            "bits",
+            self.bits,
+            "must be an integer in [1, 62]",
+        )
         check(self.stage_timeout > 0, "stage_timeout", self.stage_timeout, "must be > 0")
         if self.num_clients is not None:
             self._check_round(self.num_clients)
@@ -233,16 +260,25 @@ class SecAggPlusAggregator(Aggregator):
     def _check_round(self, n: int) -> tuple[int, int]:
         """Shares and threshold for ``n`` clients, or ConfigError if the round cannot work."""
         check(n >= 2, "num_clients", n, "must be >= 2 for SecAgg+")
-        check(self.bits + math.ceil(math.log2(n)) <= 62, "bits", self.bits,
-              f"is too large for an int64 sum of {n} clients")
+        check(
+            self.bits + math.ceil(math.log2(n)) <= 62,
+            "bits",
+            self.bits,
+            f"is too large for an int64 sum of {n} clients",
+        )
         shares, threshold = resolve_shares(self.num_shares, self.reconstruction_threshold, n)
         if threshold > min(shares, n):
-            raise ConfigError("reconstruction_threshold", self.reconstruction_threshold,
-                              f"needs {threshold} shares but each client has only {min(shares, n)} "
-                              f"(num_shares={self.num_shares}, {n} clients)")
+            raise ConfigError(
+                "reconstruction_threshold",
+                self.reconstruction_threshold,
+                f"needs {threshold} shares but each client has only {min(shares, n)} "
+                f"(num_shares={self.num_shares}, {n} clients)",
+            )
         return shares, threshold
 
-    def sum_updates(self, grid: Grid, messages: Sequence[Message], *, server_round: int, timeout: float) -> AggregateResult:
+    def sum_updates(
+        self, grid: Grid, messages: Sequence[Message], *, server_round: int, timeout: float
+    ) -> AggregateResult:
         """Run one SecAgg+ round over ``messages`` and return the exact sum of the updates.
 
         Raises
@@ -255,25 +291,38 @@ class SecAggPlusAggregator(Aggregator):
         """
         self._check_round(len(messages))
         limb_bits = limb_bits_for(self.bits, len(messages))
-        strategy = _CaptureStrategy(grid, {int(m.metadata.dst_node_id): self._fitins(m, limb_bits) for m in messages})
+        strategy = _CaptureStrategy(
+            grid, {int(m.metadata.dst_node_id): self._fitins(m, limb_bits) for m in messages}
+        )
         workflow = _TimedWorkflow(
-            self.num_shares, self.reconstruction_threshold, max_weight=1.0,
-            clipping_range=float(1 << (limb_bits - 1)), quantization_range=1 << limb_bits,
-            modulus_range=1 << MODULUS_BITS, timeout=self.stage_timeout, train_timeout=timeout,
+            self.num_shares,
+            self.reconstruction_threshold,
+            max_weight=1.0,
+            clipping_range=float(1 << (limb_bits - 1)),
+            quantization_range=1 << limb_bits,
+            modulus_range=1 << MODULUS_BITS,
+            timeout=self.stage_timeout,
+            train_timeout=timeout,
         )
         try:
             workflow(grid, self._legacy_context(strategy, server_round))
         except (KeyError, TypeError, ValueError) as exc:  # a malformed reply or share
             raise RoundFailed(f"round {server_round}: SecAgg+ protocol error: {exc!r}") from exc
         if not strategy.results:
-            raise RoundFailed(f"round {server_round}: SecAgg+ halted (too many dropouts for "
-                              f"reconstruction_threshold={self.reconstruction_threshold}); "
-                              f"client errors: {workflow.failures[:3]}")
+            raise RoundFailed(
+                f"round {server_round}: SecAgg+ halted (too many dropouts for "
+                f"reconstruction_threshold={self.reconstruction_threshold}); "
+                f"client errors: {workflow.failures[:3]}"
+            )
         self.last_num_dropped = len(messages) - len(strategy.results)
         return self._decode(strategy.results, limb_bits)
 
     def _fitins(self, msg: Message, limb_bits: int) -> FitIns:
-        config: dict[str, Scalar] = {CONTENT_KEY: pack_content(msg.content), BITS_KEY: self.bits, LIMB_KEY: limb_bits}
+        config: dict[str, Scalar] = {
+            CONTENT_KEY: pack_content(msg.content),
+            BITS_KEY: self.bits,
+            LIMB_KEY: limb_bits,
+        }
         return FitIns(parameters=Parameters(tensors=[], tensor_type=""), config=config)
 
     @staticmethod
@@ -284,22 +333,32 @@ class SecAggPlusAggregator(Aggregator):
             manager.register(proxy)
         legacy = LegacyContext(context, strategy=strategy, client_manager=manager)
         legacy.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
-        legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: server_round})
+        legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
+            {WorkflowKey.CURRENT_ROUND: server_round}
+        )
         return legacy
 
     def _decode(self, results: list[tuple[ClientProxy, FitRes]], limb_bits: int) -> AggregateResult:
         layouts = {str(res.metrics.get(LAYOUT_KEY)) for _, res in results}
         if len(layouts) != 1:
-            raise RoundFailed(f"SecAgg+ clients disagree on the update layout: {sorted(layouts)[:2]}")
-        flat = join_limb_means(parameters_to_ndarrays(results[0][1].parameters), len(results), limb_bits)
+            raise RoundFailed(
+                f"SecAgg+ clients disagree on the update layout: {sorted(layouts)[:2]}"
+            )
+        flat = join_limb_means(
+            parameters_to_ndarrays(results[0][1].parameters), len(results), limb_bits
+        )
         total, offset = {}, 0
         for key, shape in json.loads(layouts.pop()):
             size = int(np.prod(shape, dtype=np.int64))
-            total[key] = flat[offset: offset + size].reshape(shape)
+            total[key] = flat[offset : offset + size].reshape(shape)
             offset += size
         metrics: dict[str, float] = {}
         for _, res in results:
             for key, val in res.metrics.items():
-                if key != LAYOUT_KEY and isinstance(val, (int, float)) and not isinstance(val, bool):
+                if (
+                    key != LAYOUT_KEY
+                    and isinstance(val, (int, float))
+                    and not isinstance(val, bool)
+                ):
                     metrics[key] = metrics.get(key, 0.0) + float(val)
         return AggregateResult(total=total, num_clients=len(results), metrics=metrics)

@@ -15,7 +15,13 @@ from fedpriv.accounting.params import Params, parse_assignments
 from fedpriv.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
-PG = ["poisson-gaussian", "noise_multiplier=1.1", "sample_rate=0.01", "steps=1000", "target_delta=1e-5"]
+PG = [
+    "poisson-gaussian",
+    "noise_multiplier=1.1",
+    "sample_rate=0.01",
+    "steps=1000",
+    "target_delta=1e-5",
+]
 
 
 def run_json(capsys, args):
@@ -32,7 +38,14 @@ def test_poisson_gaussian_json_matches_python(capsys):
 
 
 def test_target_epsilon_calibrates(capsys):
-    args = ["poisson-gaussian", "target_epsilon=2", "sample_rate=0.01", "steps=1000", "target_delta=1e-5", "accountant=rdp"]
+    args = [
+        "poisson-gaussian",
+        "target_epsilon=2",
+        "sample_rate=0.01",
+        "steps=1000",
+        "target_delta=1e-5",
+        "accountant=rdp",
+    ]
     out = run_json(capsys, args)
     assert out["calibrated"] == "noise_multiplier"
     assert out["epsilon"] <= 2.0
@@ -46,20 +59,67 @@ def test_readable_summary(capsys):
 
 
 def test_skellam_and_secagg(capsys):
-    sk = run_json(capsys, ["skellam", "noise_multiplier=0.69", "bits=32", "num_params=1000", "num_clients=1",
-                           "sample_rate=0.1", "steps=1", "max_grad_norm=1", "target_delta=1e-5", "conversion=mironov"])
+    sk = run_json(
+        capsys,
+        [
+            "skellam",
+            "noise_multiplier=0.69",
+            "bits=32",
+            "num_params=1000",
+            "num_clients=1",
+            "sample_rate=0.1",
+            "steps=1",
+            "max_grad_norm=1",
+            "target_delta=1e-5",
+            "conversion=mironov",
+        ],
+    )
     assert sk["epsilon"] == pytest.approx(5.0, rel=0.01)  # third paper, Table 1, first row
-    sa = run_json(capsys, ["secagg-dpsgd", "mechanism=gaussian", "noise_multiplier=0.69", "num_clients=10",
-                           "sample_rate=0.1", "steps=1", "num_rounds=1", "target_delta=1e-5",
-                           "accountant=rdp", "conversion=mironov"])
-    assert sa["epsilon"] == pytest.approx(0.64, rel=0.01) and sa["local_epsilon"] == pytest.approx(5.0, rel=0.01)
-    cal = run_json(capsys, ["secagg-dpsgd", "target_epsilon=1", "num_clients=4", "sample_rate=0.1", "steps=5",
-                            "num_rounds=2", "target_delta=1e-5", "accountant=rdp"])
+    sa = run_json(
+        capsys,
+        [
+            "secagg-dpsgd",
+            "mechanism=gaussian",
+            "noise_multiplier=0.69",
+            "num_clients=10",
+            "sample_rate=0.1",
+            "steps=1",
+            "num_rounds=1",
+            "target_delta=1e-5",
+            "accountant=rdp",
+            "conversion=mironov",
+        ],
+    )
+    assert sa["epsilon"] == pytest.approx(0.64, rel=0.01) and sa["local_epsilon"] == pytest.approx(
+        5.0, rel=0.01
+    )
+    cal = run_json(
+        capsys,
+        [
+            "secagg-dpsgd",
+            "target_epsilon=1",
+            "num_clients=4",
+            "sample_rate=0.1",
+            "steps=5",
+            "num_rounds=2",
+            "target_delta=1e-5",
+            "accountant=rdp",
+        ],
+    )
     assert cal["calibrated"] == "noise_multiplier" and cal["epsilon"] <= 1.0
 
 
 def test_zero_noise_is_infinite_and_json_stays_valid(capsys):
-    out = run_json(capsys, ["poisson-gaussian", "noise_multiplier=0", "sample_rate=0.1", "steps=3", "target_delta=1e-5"])
+    out = run_json(
+        capsys,
+        [
+            "poisson-gaussian",
+            "noise_multiplier=0",
+            "sample_rate=0.1",
+            "steps=3",
+            "target_delta=1e-5",
+        ],
+    )
     assert out["epsilon"] == "inf"
 
 
@@ -76,8 +136,20 @@ def test_zero_noise_is_infinite_and_json_stays_valid(capsys):
         ([*PG, "steps=1.5"], "steps"),
         ([*PG, "oops"], "argument='oops'"),
         ([*PG, "target_epsilon=1"], "target_epsilon"),
-        (["secagg-dpsgd", "mechanism=skellam", "noise_multiplier=1", "num_clients=2", "sample_rate=0.1",
-          "steps=1", "target_delta=1e-5", "accountant=pld", "num_params=10"], "accountant='pld'"),
+        (
+            [
+                "secagg-dpsgd",
+                "mechanism=skellam",
+                "noise_multiplier=1",
+                "num_clients=2",
+                "sample_rate=0.1",
+                "steps=1",
+                "target_delta=1e-5",
+                "accountant=pld",
+                "num_params=10",
+            ],
+            "accountant='pld'",
+        ),
     ],
 )
 def test_bad_arguments_one_line_nonzero(capsys, args, needle):
@@ -90,7 +162,13 @@ def test_bad_arguments_one_line_nonzero(capsys, args, needle):
 
 def test_registry_is_lazy_and_complete():
     assert set(cli.ANALYSES) == {
-        "gaussian", "gdp", "poisson-gaussian", "batch-clipping", "checkin", "skellam", "secagg-dpsgd",
+        "gaussian",
+        "gdp",
+        "poisson-gaussian",
+        "batch-clipping",
+        "checkin",
+        "skellam",
+        "secagg-dpsgd",
     }
     for target in cli.ANALYSES.values():
         module, _, func = target.partition(":")
@@ -102,8 +180,14 @@ def test_console_script_subprocess():
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fedpriv.accounting.cli"]
     ok = subprocess.run([*cmd, *PG, "--json"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "epsilon" in json.loads(ok.stdout)
-    bad = subprocess.run([*cmd, *PG[:-1], "target_delta=2"], capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1 and "target_delta" in bad.stderr
+    bad = subprocess.run(
+        [*cmd, *PG[:-1], "target_delta=2"], capture_output=True, text=True, timeout=120
+    )
+    assert (
+        bad.returncode != 0
+        and len(bad.stderr.strip().splitlines()) == 1
+        and "target_delta" in bad.stderr
+    )
 
 
 def test_params_helper():

@@ -26,7 +26,9 @@ def exact_gaussian_epsilon(mu: float, delta: float) -> float:
     """ε(δ) of G_μ by mpmath root finding on δ(ε) = Φ(−ε/μ+μ/2) − e^ε Φ(−ε/μ−μ/2)."""
     mpmath.mp.dps = 50
     mu = mpmath.mpf(mu)
-    f = lambda e: mpmath.ncdf(-e / mu + mu / 2) - mpmath.e**e * mpmath.ncdf(-e / mu - mu / 2) - delta  # noqa: E731
+    f = lambda e: (
+        mpmath.ncdf(-e / mu + mu / 2) - mpmath.e**e * mpmath.ncdf(-e / mu - mu / 2) - delta
+    )  # noqa: E731
     if f(0) <= 0:
         return 0.0
     lo, hi = mpmath.mpf(0), mpmath.mpf(1)
@@ -40,8 +42,16 @@ def exact_gaussian_epsilon(mu: float, delta: float) -> float:
 
 def test_event_shapes_and_validation():
     assert poisson_gaussian_event(1.5, 1.0) == dp_event.GaussianDpEvent(1.5)
-    assert poisson_gaussian_event(1.5, 0.1) == dp_event.PoissonSampledDpEvent(0.1, dp_event.GaussianDpEvent(1.5))
-    for sigma, q in [(-1.0, 0.1), (float("nan"), 0.1), (float("inf"), 0.1), (1.0, 1.5), (1.0, -0.1)]:
+    assert poisson_gaussian_event(1.5, 0.1) == dp_event.PoissonSampledDpEvent(
+        0.1, dp_event.GaussianDpEvent(1.5)
+    )
+    for sigma, q in [
+        (-1.0, 0.1),
+        (float("nan"), 0.1),
+        (float("inf"), 0.1),
+        (1.0, 1.5),
+        (1.0, -0.1),
+    ]:
         with pytest.raises(ConfigError):
             poisson_gaussian_event(sigma, q)
     with pytest.raises(ConfigError, match="sampling='shuffle'.*under-reports"):
@@ -56,7 +66,9 @@ def test_against_dp_accounting_direct(sigma, q, steps):
     rdp.compose(ev, steps)
     ledger = PrivacyLedger("pld")
     ledger.record(poisson_gaussian_event(sigma, q), steps)
-    same_grid = pld_privacy_accountant.PLDAccountant(value_discretization_interval=ledger.pld_interval)
+    same_grid = pld_privacy_accountant.PLDAccountant(
+        value_discretization_interval=ledger.pld_interval
+    )
     same_grid.compose(ev, steps)
     default_grid = pld_privacy_accountant.PLDAccountant()  # 1e-4
     default_grid.compose(ev, steps)
@@ -64,9 +76,13 @@ def test_against_dp_accounting_direct(sigma, q, steps):
     # RDP: identical computation (rel 1e-12). PLD: ours is min(PLD, RDP) on the ledger's
     # grid: identical to dp-accounting on that grid; vs dp-accounting's default grid 1e-4
     # (a coarser grid is pessimistic): never below it, at most 1e-3 relative above it.
-    assert poisson_gaussian_epsilon(sigma, q, steps, 1e-5, "rdp") == pytest.approx(rdp.get_epsilon(1e-5), rel=1e-12)
+    assert poisson_gaussian_epsilon(sigma, q, steps, 1e-5, "rdp") == pytest.approx(
+        rdp.get_epsilon(1e-5), rel=1e-12
+    )
     assert ours == pytest.approx(min(same_grid.get_epsilon(1e-5), rdp.get_epsilon(1e-5)), rel=1e-12)
-    assert default_grid.get_epsilon(1e-5) - 1e-9 <= ours <= default_grid.get_epsilon(1e-5) * (1 + 1e-3)
+    assert (
+        default_grid.get_epsilon(1e-5) - 1e-9 <= ours <= default_grid.get_epsilon(1e-5) * (1 + 1e-3)
+    )
 
 
 @pytest.mark.parametrize("sigma,q,steps", CASES)
@@ -91,7 +107,9 @@ def test_against_opacus(sigma, q, steps):
     assert abs(ours_pld - eps_prv) <= 0.01 * eps_prv + 0.01
 
 
-@pytest.mark.parametrize("sigma,steps,delta", [(1.0, 1, 1e-5), (4.0, 100, 1e-6), (0.7, 3, 1e-3), (20.0, 1, 1e-5)])
+@pytest.mark.parametrize(
+    "sigma,steps,delta", [(1.0, 1, 1e-5), (4.0, 100, 1e-6), (0.7, 3, 1e-3), (20.0, 1, 1e-5)]
+)
 def test_sample_rate_one_is_the_exact_gaussian(sigma, steps, delta):
     exact = exact_gaussian_epsilon(math.sqrt(steps) / sigma, delta)
     for acc in ("pld", "rdp"):

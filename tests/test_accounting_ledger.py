@@ -13,7 +13,12 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedpriv.accounting import PrivacyLedger, poisson_gaussian_event
-from fedpriv.accounting.ledger import FedprivEvent, IncompatibleEventsError, event_from_dict, event_to_dict
+from fedpriv.accounting.ledger import (
+    FedprivEvent,
+    IncompatibleEventsError,
+    event_from_dict,
+    event_to_dict,
+)
 from fedpriv.errors import ConfigError
 
 CONFIGS = [("pld", "default"), ("rdp", "default"), ("rdp", "mironov")]
@@ -188,7 +193,9 @@ def test_event_from_dict_only_loads_event_classes():
         event_from_dict({"fedpriv_event": "os:system"})
     with pytest.raises(ConfigError):
         event_from_dict({"dp_event": "compute_epsilon"})
-    nested = dp_event.ComposedDpEvent([poisson_gaussian_event(1.0, 0.5), dp_event.GaussianDpEvent(2.0)])
+    nested = dp_event.ComposedDpEvent(
+        [poisson_gaussian_event(1.0, 0.5), dp_event.GaussianDpEvent(2.0)]
+    )
     assert event_from_dict(json.loads(json.dumps(event_to_dict(nested)))) == nested
 
 

@@ -17,9 +17,18 @@ logging.getLogger("absl").setLevel(logging.ERROR)
 # "1 step" = 1 step; "1 epoch" = 1/q = 10 steps; "5 epochs" = 50 steps (one FL round).
 # The per-party σ is total/√N: 0.69 (1 step), 0.90 (1 epoch), 1.18 (5 epochs).
 TABLE1 = [
-    (1, 1, 0.69, 5.0), (1, 2, 0.98, 2.78), (1, 5, 1.54, 1.22), (1, 10, 2.18, 0.64),
-    (10, 1, 0.90, 5.0), (10, 2, 1.28, 2.61), (10, 5, 2.02, 1.19), (10, 10, 2.85, 0.72),
-    (50, 1, 1.18, 5.0), (50, 2, 1.67, 2.85), (50, 5, 2.64, 1.55), (50, 10, 3.73, 1.03),
+    (1, 1, 0.69, 5.0),
+    (1, 2, 0.98, 2.78),
+    (1, 5, 1.54, 1.22),
+    (1, 10, 2.18, 0.64),
+    (10, 1, 0.90, 5.0),
+    (10, 2, 1.28, 2.61),
+    (10, 5, 2.02, 1.19),
+    (10, 10, 2.85, 0.72),
+    (50, 1, 1.18, 5.0),
+    (50, 2, 1.67, 2.85),
+    (50, 5, 2.64, 1.55),
+    (50, 10, 3.73, 1.03),
 ]
 LOCAL_SIGMA = {1: 0.69, 10: 0.90, 50: 1.18}
 
@@ -29,8 +38,16 @@ LOCAL_SIGMA = {1: 0.69, 10: 0.90, 50: 1.18}
 def test_third_paper_table1(mechanism, steps, parties, sigma_total, eps):
     extra = {"num_params": 100_000, "bits": 32} if mechanism == "skellam" else {}
     out = secagg_dpsgd(
-        mechanism, LOCAL_SIGMA[steps], parties, 0.1, steps, 1, 1e-5,
-        accountant="rdp", conversion="mironov", **extra,
+        mechanism,
+        LOCAL_SIGMA[steps],
+        parties,
+        0.1,
+        steps,
+        1,
+        1e-5,
+        accountant="rdp",
+        conversion="mironov",
+        **extra,
     )
     # σ_total = σ_i·√N matches the table's column to within 0.01: the table rounds the exact
     # σ_i (≈ 0.902 for 1 epoch, which gives ε = 5.00) to 0.90, √2·0.90 = 1.273 vs 1.28.
@@ -51,11 +68,24 @@ def test_gaussian_central_is_poisson_gaussian_with_summed_noise():
 
 
 def test_honest_but_curious_counts_one_client_less():
-    hbc = secagg_dpsgd("gaussian", 1.0, 5, 0.1, 3, 4, 1e-5, honest_but_curious=True, accountant="rdp")
+    hbc = secagg_dpsgd(
+        "gaussian", 1.0, 5, 0.1, 3, 4, 1e-5, honest_but_curious=True, accountant="rdp"
+    )
     four = secagg_dpsgd("gaussian", 1.0, 4, 0.1, 3, 4, 1e-5, accountant="rdp")
     assert hbc["epsilon"] == four["epsilon"]
     assert hbc["noise_clients"] == 4 and hbc["num_clients"] == 5
-    sk = secagg_dpsgd("skellam", 1.0, 5, 0.1, 3, 4, 1e-5, honest_but_curious=True, accountant="rdp", num_params=100)
+    sk = secagg_dpsgd(
+        "skellam",
+        1.0,
+        5,
+        0.1,
+        3,
+        4,
+        1e-5,
+        honest_but_curious=True,
+        accountant="rdp",
+        num_params=100,
+    )
     assert sk["mu_total"] == pytest.approx(4 * sk["mu_local"], rel=1e-12)
     with pytest.raises(ConfigError, match="num_clients"):
         secagg_dpsgd("gaussian", 1.0, 1, 0.1, 3, 4, 1e-5, honest_but_curious=True)

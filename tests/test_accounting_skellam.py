@@ -49,7 +49,9 @@ def test_steinke_bound_equals_exact_subsampled_gaussian(sigma, q):
 def test_skellam_tends_to_gaussian_for_large_mu():
     # Sk(μ) has variance 2μ; for μ → ∞ its RDP → the Gaussian's αΔ2²/(2·2μ).
     mu, d1, d2 = 1e8, 30.0, 3.0
-    np.testing.assert_allclose(skellam_rdp(ORDERS, mu, d1, d2), ORDERS * d2**2 / (4 * mu), rtol=1e-6)
+    np.testing.assert_allclose(
+        skellam_rdp(ORDERS, mu, d1, d2), ORDERS * d2**2 / (4 * mu), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("mu,shift", [(2.0, 1), (10.0, 1), (50.0, 2), (200.0, 3)])
@@ -106,7 +108,9 @@ def test_rounded_sensitivities_by_hand():
 
 
 def test_scale_for_bits_fills_the_range():
-    s = scale_for_bits(bits=16, num_clients=10, num_params=1000, noise_stddev=2.0, signal_norm=10.0, k=4.0)
+    s = scale_for_bits(
+        bits=16, num_clients=10, num_params=1000, noise_stddev=2.0, signal_norm=10.0, k=4.0
+    )
     std = math.sqrt(s**2 * (10.0**2 / 1000 + 2.0**2) + 10 / 4)
     assert 4.0 * std == pytest.approx(2.0**15, rel=1e-12)
     with pytest.raises(ConfigError, match="bits"):
@@ -126,8 +130,11 @@ def test_32_bit_skellam_matches_gaussian_accounting():
 def test_few_bits_cost_privacy():
     # Fewer bits → smaller scale → relatively larger rounding inflation → larger ε.
     eps = [
-        SkellamConfig(noise_multiplier=1.0, num_params=10_000, sample_rate=0.05, bits=b, num_clients=10)
-        .event().epsilon(1e-5, 100)
+        SkellamConfig(
+            noise_multiplier=1.0, num_params=10_000, sample_rate=0.05, bits=b, num_clients=10
+        )
+        .event()
+        .epsilon(1e-5, 100)
         for b in (12, 16, 20, 32)
     ]
     assert eps[0] > eps[1] > eps[2] >= eps[3]

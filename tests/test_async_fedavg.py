@@ -34,10 +34,14 @@ class EchoAggregator:
     def __init__(self) -> None:
         self.sent: list[list[float]] = []
 
-    def sum_updates(self, grid: Any, messages: list, *, server_round: int, timeout: float) -> AggregateResult:
+    def sum_updates(
+        self, grid: Any, messages: list, *, server_round: int, timeout: float
+    ) -> AggregateResult:
         ws = [float(m.content.array_records["arrays"].to_numpy_ndarrays()[0][0]) for m in messages]
         self.sent.append(ws)
-        return AggregateResult(total={"w": np.array([sum(w + 1.0 for w in ws)])}, num_clients=len(ws), metrics={})
+        return AggregateResult(
+            total={"w": np.array([sum(w + 1.0 for w in ws)])}, num_clients=len(ws), metrics={}
+        )
 
 
 class FakeJob:
@@ -56,8 +60,15 @@ class FakeJob:
     def may_start_round(self, server_round: int) -> bool:
         return True
 
-    def round_released(self, server_round: int, state: dict, result: AggregateResult, seconds: float,
-                       extra: dict | None = None, contributors: int | None = None) -> None:
+    def round_released(
+        self,
+        server_round: int,
+        state: dict,
+        result: AggregateResult,
+        seconds: float,
+        extra: dict | None = None,
+        contributors: int | None = None,
+    ) -> None:
         self.released.append((server_round, float(state["w"][0]), extra or {}))
 
     def round_failed(self, *args: Any) -> None:
@@ -82,7 +93,7 @@ def test_stale_models_within_bound_and_applied_to_current() -> None:
     job, states = _run(2, seed=3)
     history = [0.0, *states]
     for r, ws in enumerate(job.aggregator.sent, start=1):
-        allowed = history[max(0, r - 1 - 2): r]  # models released at most 2 rounds before round r
+        allowed = history[max(0, r - 1 - 2) : r]  # models released at most 2 rounds before round r
         assert all(w in allowed for w in ws), (r, ws, allowed)
         # the server adds the mean of the updates to its CURRENT model
         assert history[r] == pytest.approx(history[r - 1] + np.mean([w + 1 for w in ws]))

@@ -67,8 +67,9 @@ def partition_shuffle_epoch(n: int, m: int, s: int, g: int) -> dict[int, Fractio
     rounds, unused = n // batch, n - (n // batch) * batch
     occ: dict[int, Counter] = {}
     for j in range(g + 1):
-        occ[j] = Counter(len({slot // s for slot in c}) ** 2
-                         for c in itertools.combinations(range(batch), j))
+        occ[j] = Counter(
+            len({slot // s for slot in c}) ** 2 for c in itertools.combinations(range(batch), j)
+        )
     law: dict[int, Fraction] = Counter()
     for split in itertools.product(range(g + 1), repeat=rounds + 1):
         if sum(split) != g or split[-1] > unused:
@@ -95,8 +96,10 @@ def assert_law(got: bc.SumSquaresLaw, want: dict[int, Fraction], rel: float = 1e
 
 
 # --------------------------------------------------------------------------- q_E exact
-@pytest.mark.parametrize("m, s, g", [(1, 2, 1), (1, 2, 2), (2, 1, 2), (1, 3, 2), (3, 1, 3),
-                                     (2, 2, 2), (2, 2, 3), (1, 1, 2)])
+@pytest.mark.parametrize(
+    "m, s, g",
+    [(1, 2, 1), (1, 2, 2), (2, 1, 2), (1, 3, 2), (3, 1, 3), (2, 2, 2), (2, 2, 3), (1, 1, 2)],
+)
 def test_shuffle_epoch_against_all_permutations(m: int, s: int, g: int) -> None:
     n = 7  # 5040 permutations; leaves unused records when m s does not divide 7
     want = brute_shuffle(n, m, s, g, 1)
@@ -125,15 +128,18 @@ def test_partial_epoch() -> None:
     assert_law(law, dict(expect))
 
 
-@pytest.mark.parametrize("m, s, g", [(2, 4, 3), (1, 8, 4), (8, 1, 3), (3, 3, 4), (2, 3, 6), (6, 1, 5)])
+@pytest.mark.parametrize(
+    "m, s, g", [(2, 4, 3), (1, 8, 4), (8, 1, 3), (3, 3, 4), (2, 3, 6), (6, 1, 5)]
+)
 def test_shuffle_epoch_against_partition_method(m: int, s: int, g: int) -> None:
     n = 43  # several rounds plus unused records
     want = partition_shuffle_epoch(n, m, s, g)
     assert_law(bc.shuffle_epoch_law(n, m, s, g), want)
 
 
-@pytest.mark.parametrize("m, s, g, rounds", [(1, 2, 2, 2), (2, 1, 2, 2), (2, 2, 3, 1),
-                                             (1, 3, 3, 2), (2, 1, 1, 3)])
+@pytest.mark.parametrize(
+    "m, s, g, rounds", [(1, 2, 2, 2), (2, 1, 2, 2), (2, 2, 3, 1), (1, 3, 3, 2), (2, 1, 1, 3)]
+)
 def test_subsample_against_brute_force(m: int, s: int, g: int, rounds: int) -> None:
     n = 6
     want = brute_subsample(n, m, s, g, rounds)
@@ -180,9 +186,17 @@ def test_shuffle_against_monte_carlo() -> None:
 # --------------------------------------------------------------------------- Table 1
 def test_table1_batch_clipping_shuffling_g1_is_exact() -> None:
     # m = 1, g = 1, m s | N: every epoch touches exactly one round, q = point mass at E.
-    out = bc.run_cli({"sampling": "shuffle", "num_samples": "1000", "num_groups": "1",
-                      "group_size": "10", "epochs": "7", "noise_multiplier": "1.5",
-                      "target_delta": "1e-5"})
+    out = bc.run_cli(
+        {
+            "sampling": "shuffle",
+            "num_samples": "1000",
+            "num_groups": "1",
+            "group_size": "10",
+            "epochs": "7",
+            "noise_multiplier": "1.5",
+            "target_delta": "1e-5",
+        }
+    )
     assert out["q_E"] == {"7": pytest.approx(1.0)}
     want = gdp.gdp_epsilon(1e-5, math.sqrt(7) / 1.5)  # G_{sqrt(E)/sigma}
     assert out["epsilon"] == pytest.approx(want, rel=1e-9)
@@ -191,8 +205,14 @@ def test_table1_batch_clipping_shuffling_g1_is_exact() -> None:
 
 @pytest.mark.parametrize("g", [2, 4, 8])
 def test_table1_bounds_hold_and_are_attained_in_the_worst_case(g: int) -> None:
-    base = {"sampling": "shuffle", "num_samples": "2000", "epochs": "5",
-            "noise_multiplier": "2", "target_delta": "1e-5", "group_privacy": str(g)}
+    base = {
+        "sampling": "shuffle",
+        "num_samples": "2000",
+        "epochs": "5",
+        "noise_multiplier": "2",
+        "target_delta": "1e-5",
+        "group_privacy": str(g),
+    }
     batch = bc.run_cli({**base, "num_groups": "1", "group_size": "20"})
     assert batch["closed_form"]["mu"] == pytest.approx(math.sqrt(g * 5) / 2)
     assert batch["worst_case"]["mu"] == pytest.approx(math.sqrt(g * 5) / 2)  # t_max = g E
@@ -234,9 +254,18 @@ def test_lumping_is_conservative() -> None:
 
 
 def test_calibration_round_trip() -> None:
-    out = bc.run_cli({"sampling": "subsample", "num_samples": "5000", "num_groups": "1",
-                      "group_size": "50", "epochs": "3", "group_privacy": "2",
-                      "target_epsilon": "3", "target_delta": "1e-5"})
+    out = bc.run_cli(
+        {
+            "sampling": "subsample",
+            "num_samples": "5000",
+            "num_groups": "1",
+            "group_size": "50",
+            "epochs": "3",
+            "group_privacy": "2",
+            "target_epsilon": "3",
+            "target_delta": "1e-5",
+        }
+    )
     sigma = out["noise_multiplier"]
     assert out["calibrated"] == "noise_multiplier" and out["delta"] <= 1e-5
     law = bc.sum_squares_law("subsample", 5000, 1, 50, 300, 2)
@@ -250,9 +279,18 @@ def test_event_in_ledger_matches_cli_and_round_trips() -> None:
     ledger = PrivacyLedger(neighboring_relation="replace_one")
     for _ in range(4):
         ledger.record(ev, 50)  # 2 epochs of 100 rounds
-    cli = bc.run_cli({"sampling": "shuffle", "num_samples": 1000, "num_groups": 2,
-                      "group_size": 5, "epochs": 2, "noise_multiplier": 1.2,
-                      "group_privacy": 3, "target_delta": 1e-5})
+    cli = bc.run_cli(
+        {
+            "sampling": "shuffle",
+            "num_samples": 1000,
+            "num_groups": 2,
+            "group_size": 5,
+            "epochs": 2,
+            "noise_multiplier": 1.2,
+            "group_privacy": 3,
+            "target_delta": 1e-5,
+        }
+    )
     assert ledger.get_epsilon(1e-5) == pytest.approx(cli["epsilon"], rel=1e-12)
     again = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
     assert again.get_epsilon(1e-5) == ledger.get_epsilon(1e-5)
@@ -262,18 +300,27 @@ def test_event_in_ledger_matches_cli_and_round_trips() -> None:
 
 
 # --------------------------------------------------------------------------- refusals
-@pytest.mark.parametrize("params, key", [
-    ({"sampling": "poisson"}, "sampling"),
-    ({"sampling": "shuffle", "num_groups": "20", "group_size": "60"}, "num_groups"),
-    ({"sampling": "shuffle", "group_privacy": "2000"}, "group_privacy"),
-    ({"sampling": "shuffle", "epochs": "0"}, "epochs"),
-    ({"sampling": "shuffle", "noise_multiplier": "-1"}, "noise_multiplier"),
-    ({"sampling": "shuffle", "target_delta": "0"}, "target_delta"),
-    ({"sampling": "shuffle", "typo": "1"}, "typo"),
-])
+@pytest.mark.parametrize(
+    "params, key",
+    [
+        ({"sampling": "poisson"}, "sampling"),
+        ({"sampling": "shuffle", "num_groups": "20", "group_size": "60"}, "num_groups"),
+        ({"sampling": "shuffle", "group_privacy": "2000"}, "group_privacy"),
+        ({"sampling": "shuffle", "epochs": "0"}, "epochs"),
+        ({"sampling": "shuffle", "noise_multiplier": "-1"}, "noise_multiplier"),
+        ({"sampling": "shuffle", "target_delta": "0"}, "target_delta"),
+        ({"sampling": "shuffle", "typo": "1"}, "typo"),
+    ],
+)
 def test_refusals_name_the_key(params: dict[str, str], key: str) -> None:
-    base = {"num_samples": "1000", "num_groups": "1", "group_size": "10", "epochs": "2",
-            "noise_multiplier": "1", "target_delta": "1e-5"}
+    base = {
+        "num_samples": "1000",
+        "num_groups": "1",
+        "group_size": "10",
+        "epochs": "2",
+        "noise_multiplier": "1",
+        "target_delta": "1e-5",
+    }
     with pytest.raises(ConfigError) as err:
         bc.run_cli({**base, **params})
     assert str(err.value).startswith(key + "=")
@@ -287,22 +334,28 @@ def test_poisson_refusal_points_to_the_right_analysis() -> None:
 def test_no_noise_is_infinite_only_when_touched() -> None:
     law = bc.sum_squares_law("shuffle", 100, 1, 10, 10, 1)
     assert bc.batch_clipping_epsilon(law, 0.0, 1e-5) == math.inf
-    assert bc.batch_clipping_epsilon(bc.sum_squares_law("shuffle", 100, 1, 10, 0, 1),
-                                     0.0, 1e-5) == 0.0
+    assert (
+        bc.batch_clipping_epsilon(bc.sum_squares_law("shuffle", 100, 1, 10, 0, 1), 0.0, 1e-5) == 0.0
+    )
 
 
 # --------------------------------------------------------------------------- properties
 small = dict(
-    n=st.integers(20, 300), m=st.integers(1, 4), s=st.integers(1, 5), g=st.integers(1, 4),
-    epochs=st.integers(1, 4), sigma=st.floats(0.5, 5.0),
+    n=st.integers(20, 300),
+    m=st.integers(1, 4),
+    s=st.integers(1, 5),
+    g=st.integers(1, 4),
+    epochs=st.integers(1, 4),
+    sigma=st.floats(0.5, 5.0),
     sampling=st.sampled_from(["shuffle", "subsample"]),
 )
 
 
 @settings(max_examples=25, deadline=None)
 @given(**small)
-def test_epsilon_monotone(n: int, m: int, s: int, g: int, epochs: int, sigma: float,
-                          sampling: str) -> None:
+def test_epsilon_monotone(
+    n: int, m: int, s: int, g: int, epochs: int, sigma: float, sampling: str
+) -> None:
     per = n // (m * s)
     if per == 0:
         return

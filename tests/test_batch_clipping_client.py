@@ -36,7 +36,12 @@ def _cfg(overrides: list[str]):
 
 
 def _ctx(seed: int, server_round: int = 1) -> TrainContext:
-    return TrainContext(server_round, np.random.default_rng(seed), torch.Generator().manual_seed(seed), torch.device("cpu"))
+    return TrainContext(
+        server_round,
+        np.random.default_rng(seed),
+        torch.Generator().manual_seed(seed),
+        torch.device("cpu"),
+    )
 
 
 def _mlp(seed: int, features: int = 5, classes: int = 3) -> nn.Module:
@@ -53,11 +58,22 @@ def test_poisson_individual_clipping_reproduces_local_dpsgd_exactly() -> None:
     privacy = {"noise_multiplier": 1.3, "max_grad_norm": 0.7, "sample_rate": 0.2}
     torch.manual_seed(0)
     data = ClientData(torch.randn(40, 1, 6, 6), torch.randint(0, 3, (40,)), 0)
-    ref_model, model = build_model("mlp", (1, 6, 6), 3, hidden=(8,)), build_model("mlp", (1, 6, 6), 3, hidden=(8,))
+    ref_model, model = (
+        build_model("mlp", (1, 6, 6), 3, hidden=(8,)),
+        build_model("mlp", (1, 6, 6), 3, hidden=(8,)),
+    )
     model.load_state_dict(ref_model.state_dict())
     ref = LocalDPSGD(steps=4, lr=0.3, privacy=privacy, num_clients=1)
-    ours = GeneralizedDPSGD(sampler="poisson", num_groups=1, group_size=1, local_rounds=4, epochs=None, lr=0.3,
-                            privacy=privacy, num_samples=40)
+    ours = GeneralizedDPSGD(
+        sampler="poisson",
+        num_groups=1,
+        group_size=1,
+        local_rounds=4,
+        epochs=None,
+        lr=0.3,
+        privacy=privacy,
+        num_samples=40,
+    )
     ref_update, _ = ref.train(ref_model, data, _ctx(5))
     update, _ = ours.train(model, data, _ctx(5))
     for k in ref_update:  # same sampler draws, clipped sums, noise draws and step: bit-identical
@@ -71,7 +87,9 @@ def test_individual_clipping_sum_equals_per_sample_loop() -> None:
     model = _mlp(1)
     torch.manual_seed(2)
     x, y = torch.randn(6, 1, 5) * 3, torch.randint(0, 3, (6, 1))
-    algo = GeneralizedDPSGD(sampler="subsample", num_groups=6, group_size=1, privacy={"noise_multiplier": 1.0})
+    algo = GeneralizedDPSGD(
+        sampler="subsample", num_groups=6, group_size=1, privacy={"noise_multiplier": 1.0}
+    )
     u = algo.clipped_sum(model, x, y, eta=0.1, clipping_norm=0.5)
     expected = None
     for i in range(6):
@@ -90,15 +108,27 @@ def test_sgd_settings_are_honoured_not_dropped_by_the_fast_path() -> None:
     torch.manual_seed(3)
     x, y = torch.randn(2, 4, 5) * 3, torch.randint(0, 3, (2, 4))
     plain = GeneralizedDPSGD(num_groups=2, group_size=4, privacy={"noise_multiplier": 1.0})
-    maxim = GeneralizedDPSGD(num_groups=2, group_size=4, privacy={"noise_multiplier": 1.0},
-                             optimizer={"_target_": "torch.optim.SGD", "maximize": True})
+    maxim = GeneralizedDPSGD(
+        num_groups=2,
+        group_size=4,
+        privacy={"noise_multiplier": 1.0},
+        optimizer={"_target_": "torch.optim.SGD", "maximize": True},
+    )
     assert plain._plain_sgd and not maxim._plain_sgd
-    u, v = _flat(plain.clipped_sum(model, x, y, 0.1, 0.5)), _flat(maxim.clipped_sum(model, x, y, 0.1, 0.5))
+    u, v = (
+        _flat(plain.clipped_sum(model, x, y, 0.1, 0.5)),
+        _flat(maxim.clipped_sum(model, x, y, 0.1, 0.5)),
+    )
     torch.testing.assert_close(v.float(), -u.float(), rtol=1e-5, atol=1e-6)
-    for spec, plain_ in (({"_target_": "torch.optim.sgd.SGD"}, True), ({"_target_": "torch.optim.SGD", "momentum": 0.0}, True),
-                         ({"_target_": "torch.optim.SGD", "momentum": 0.9}, False),
-                         ({"_target_": "torch.optim.Adam"}, False)):
-        assert GeneralizedDPSGD(optimizer=spec, privacy={"noise_multiplier": 1.0})._plain_sgd is plain_
+    for spec, plain_ in (
+        ({"_target_": "torch.optim.sgd.SGD"}, True),
+        ({"_target_": "torch.optim.SGD", "momentum": 0.0}, True),
+        ({"_target_": "torch.optim.SGD", "momentum": 0.9}, False),
+        ({"_target_": "torch.optim.Adam"}, False),
+    ):
+        assert (
+            GeneralizedDPSGD(optimizer=spec, privacy={"noise_multiplier": 1.0})._plain_sgd is plain_
+        )
 
 
 def test_sequential_sgd_group_update_is_sum_of_trajectory_gradients() -> None:
@@ -108,8 +138,9 @@ def test_sequential_sgd_group_update_is_sum_of_trajectory_gradients() -> None:
     torch.manual_seed(4)
     x, y = torch.randn(1, 3, 5), torch.randint(0, 3, (1, 3))
     eta = 0.05
-    algo = GeneralizedDPSGD(num_groups=1, group_size=3, group_update="sequential",
-                            privacy={"noise_multiplier": 1.0})
+    algo = GeneralizedDPSGD(
+        num_groups=1, group_size=3, group_update="sequential", privacy={"noise_multiplier": 1.0}
+    )
     w0 = [p.detach().clone() for p in model.parameters()]
     u = algo.clipped_sum(model, x, y, eta=eta, clipping_norm=1e6)
     for p, w in zip(model.parameters(), w0, strict=True):
@@ -118,7 +149,7 @@ def test_sequential_sgd_group_update_is_sum_of_trajectory_gradients() -> None:
     total = torch.zeros_like(_flat(u)).float()
     for i in range(3):
         twin.zero_grad()
-        nn.functional.cross_entropy(twin(x[0, i:i + 1]), y[0, i:i + 1]).backward()
+        nn.functional.cross_entropy(twin(x[0, i : i + 1]), y[0, i : i + 1]).backward()
         g = torch.cat([p.grad.reshape(-1) for p in twin.parameters()])
         total += g
         with torch.no_grad():
@@ -138,11 +169,18 @@ OPTIMIZERS = [
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2**30), m=st.integers(1, 3), s=st.integers(1, 4),
-       opt=st.sampled_from(OPTIMIZERS), mode=st.sampled_from(["minibatch", "sequential"]),
-       clip=st.floats(0.05, 5.0), scale=st.floats(0.1, 30.0))
-def test_replacing_one_record_moves_u_by_at_most_2c(seed: int, m: int, s: int, opt: dict, mode: str,
-                                                    clip: float, scale: float) -> None:
+@given(
+    seed=st.integers(0, 2**30),
+    m=st.integers(1, 3),
+    s=st.integers(1, 4),
+    opt=st.sampled_from(OPTIMIZERS),
+    mode=st.sampled_from(["minibatch", "sequential"]),
+    clip=st.floats(0.05, 5.0),
+    scale=st.floats(0.1, 30.0),
+)
+def test_replacing_one_record_moves_u_by_at_most_2c(
+    seed: int, m: int, s: int, opt: dict, mode: str, clip: float, scale: float
+) -> None:
     # Sec. 5: a round whose differing record sits in one group has sensitivity 2C (replace relation)
     gen = torch.Generator().manual_seed(seed)
     model = _mlp(seed % 1000)
@@ -152,8 +190,13 @@ def test_replacing_one_record_moves_u_by_at_most_2c(seed: int, m: int, s: int, o
     h, i = seed % m, (seed // 7) % s
     x2[h, i] = torch.randn(5, generator=gen) * scale
     y2[h, i] = (y[h, i] + 1) % 3
-    algo = GeneralizedDPSGD(num_groups=m, group_size=s, group_update=mode, optimizer=opt,
-                            privacy={"noise_multiplier": 1.0})
+    algo = GeneralizedDPSGD(
+        num_groups=m,
+        group_size=s,
+        group_update=mode,
+        optimizer=opt,
+        privacy={"noise_multiplier": 1.0},
+    )
     u = _flat(algo.clipped_sum(model, x, y, eta=0.05, clipping_norm=clip))
     u2 = _flat(algo.clipped_sum(model, x2, y2, eta=0.05, clipping_norm=clip))
     assert float((u - u2).norm()) <= 2 * clip * (1 + 1e-5)  # float32 rounding margin
@@ -166,7 +209,9 @@ def test_batchnorm_allowed_for_batch_clipping_refused_for_individual() -> None:
     x, y = torch.randn(2, 4, 5), torch.randint(0, 3, (2, 4))
     batch = GeneralizedDPSGD(num_groups=2, group_size=4, privacy={"noise_multiplier": 1.0})
     assert float(_flat(batch.clipped_sum(model, x, y, 0.1, 1.0)).norm()) <= 2.0 + 1e-6
-    individual = GeneralizedDPSGD(sampler="subsample", num_groups=8, group_size=1, privacy={"noise_multiplier": 1.0})
+    individual = GeneralizedDPSGD(
+        sampler="subsample", num_groups=8, group_size=1, privacy={"noise_multiplier": 1.0}
+    )
     with pytest.raises(ConfigError, match="BatchNorm1d"):
         individual.clipped_sum(model, x.reshape(8, 1, 5), y.reshape(8, 1), 0.1, 1.0)
 
@@ -177,7 +222,9 @@ def test_step_size_schedules() -> None:
     assert step_size("cosine", 0.5, 0, 1.0, 100) == pytest.approx(0.5)
     assert step_size("cosine", 0.5, 50, 1.0, 100) == pytest.approx(0.25)
     assert step_size("cosine", 0.5, 150, 1.0, 100) == pytest.approx(0.0)
-    algo = GeneralizedDPSGD(clipping_norms=[2.0, 1.0, 0.5], privacy={"max_grad_norm": 3.0, "noise_multiplier": 1.5})
+    algo = GeneralizedDPSGD(
+        clipping_norms=[2.0, 1.0, 0.5], privacy={"max_grad_norm": 3.0, "noise_multiplier": 1.5}
+    )
     assert [algo.clipping_norm_at(r) for r in (1, 2, 3, 7)] == [2.0, 1.0, 0.5, 0.5]
     assert algo.noise_stddev(0.5) == pytest.approx(2 * 0.5 * 1.5)  # N(0, (2 C sigma)^2)
 
@@ -186,24 +233,54 @@ def test_step_size_schedules() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["client.group_size=601"], "client.num_groups=1 times client.group_size=601 must be <= the client's 600 samples"),
+        (
+            ["client.group_size=601"],
+            "client.num_groups=1 times client.group_size=601 must be <= the client's 600 samples",
+        ),
         (["client.group_size=0"], "client.group_size=0 must be an integer >= 1"),
-        (["client.optimizer._target_=torch.optim.Nope"], "client.optimizer._target_='torch.optim.Nope' must name"),
+        (
+            ["client.optimizer._target_=torch.optim.Nope"],
+            "client.optimizer._target_='torch.optim.Nope' must name",
+        ),
         (["client.epochs=0"], "client.epochs=0 must be an integer >= 1"),
         (["privacy.noise_multiplier=-1"], "privacy.noise_multiplier=-1.0 must be >= 0"),
         (["privacy.group_sizes=[1,0]"], "privacy.group_sizes=[1, 0] must all be integers >= 1"),
-        (["privacy.group_sizes=[1,601]"], "privacy.group_sizes=[1, 601] must all be <= the client's 600 samples"),
+        (
+            ["privacy.group_sizes=[1,601]"],
+            "privacy.group_sizes=[1, 601] must all be <= the client's 600 samples",
+        ),
         (["client.analysis=poisson-gaussian"], "does not cover sampler='shuffle'"),
         (["client.sampler=poisson"], "client.group_size=64 must be 1 with sampler=poisson"),
-        (["client=individual_clipping", "client.sampler=poisson", "client.analysis=batch-clipping"],
-         "client.analysis='batch-clipping' does not cover sampler='poisson'"),
+        (
+            [
+                "client=individual_clipping",
+                "client.sampler=poisson",
+                "client.analysis=batch-clipping",
+            ],
+            "client.analysis='batch-clipping' does not cover sampler='poisson'",
+        ),
         (["client.sampler=nope"], "client.sampler='nope' must be one of"),
-        (["+client.optimizer.momentun=0.9"], "client.optimizer.momentun=0.9 is not a parameter of torch.optim.SGD"),
-        (["+client.optimizer.momentum=-1"], "cannot run as the local optimizer A: Invalid momentum value: -1"),
-        (["client.optimizer._target_=torch.optim.LBFGS"], "missing 1 required positional argument: 'closure'"),
+        (
+            ["+client.optimizer.momentun=0.9"],
+            "client.optimizer.momentun=0.9 is not a parameter of torch.optim.SGD",
+        ),
+        (
+            ["+client.optimizer.momentum=-1"],
+            "cannot run as the local optimizer A: Invalid momentum value: -1",
+        ),
+        (
+            ["client.optimizer._target_=torch.optim.LBFGS"],
+            "missing 1 required positional argument: 'closure'",
+        ),
         (["client.optimizer=null"], "client.optimizer=None must be a mapping with _target_"),
-        (["client.clipping_norms=[]"], "client.clipping_norms=[] must be null or a non-empty list of values > 0"),
-        (["client.clipping_norms=[1,-1]"], "client.clipping_norms=[1, -1] must be null or a non-empty list"),
+        (
+            ["client.clipping_norms=[]"],
+            "client.clipping_norms=[] must be null or a non-empty list of values > 0",
+        ),
+        (
+            ["client.clipping_norms=[1,-1]"],
+            "client.clipping_norms=[1, -1] must be null or a non-empty list",
+        ),
     ],
 )
 def test_bad_input_refused_before_training(overrides: list[str], message: str) -> None:
@@ -218,16 +295,29 @@ def test_sampler_shorthand_sets_the_client_sampler() -> None:
     for name in ("shuffle", "subsample"):
         _, algo = prepare(_cfg(["client=batch_clipping", f"sampler={name}"]))
         assert algo.sampler == name
-    _, algo = prepare(_cfg(["client=individual_clipping", "sampler=poisson", "privacy.sample_rate=0.1"]))
+    _, algo = prepare(
+        _cfg(["client=individual_clipping", "sampler=poisson", "privacy.sample_rate=0.1"])
+    )
     assert algo.sampler == "poisson"
     with pytest.raises(ConfigError) as info:
         prepare(_cfg(["sampler=shuffle"]))  # the default client (LocalDPSGD) has no sampler
-    assert str(info.value) == "client.sampler='shuffle' is not a parameter of clients.dpsgd.LocalDPSGD"
+    assert (
+        str(info.value) == "client.sampler='shuffle' is not a parameter of clients.dpsgd.LocalDPSGD"
+    )
 
 
 def test_calibration_meets_target() -> None:
-    _, algo = prepare(_cfg(["client=batch_clipping", "privacy.noise_multiplier=null", "privacy.target_epsilon=3",
-                            "num_rounds=4", "client.group_size=100"]))
+    _, algo = prepare(
+        _cfg(
+            [
+                "client=batch_clipping",
+                "privacy.noise_multiplier=null",
+                "privacy.target_epsilon=3",
+                "num_rounds=4",
+                "client.group_size=100",
+            ]
+        )
+    )
     sigma = algo.noise_multiplier
     eps = bc.BatchClippingEvent("shuffle", 600, 1, 100, sigma).epsilon(1e-5, 4 * 6)
     assert eps <= 3.0 and eps == pytest.approx(3.0, rel=1e-3)
@@ -237,17 +327,40 @@ def test_calibration_meets_target() -> None:
 @pytest.mark.slow
 def test_flower_run_epsilon_equals_engine_batch_clipping_analysis(tmp_path: Path) -> None:
     # 2 clients x 3000 embedded images; m = 1, s = 500: 6 local rounds = 1 epoch per server round
-    summary = run_experiment(_cfg(["client=batch_clipping", "num_clients=2", "num_rounds=2", "client.group_size=500",
-                                   "client.lr=0.001", "privacy.noise_multiplier=1.5", *FAST]), tmp_path)
+    summary = run_experiment(
+        _cfg(
+            [
+                "client=batch_clipping",
+                "num_clients=2",
+                "num_rounds=2",
+                "client.group_size=500",
+                "client.lr=0.001",
+                "privacy.noise_multiplier=1.5",
+                *FAST,
+            ]
+        ),
+        tmp_path,
+    )
     assert summary["status"] == "complete"
     rounds = summary["rounds"]
     for r, row in enumerate(rounds, start=1):
         for g in (1, 2, 4, 8):
-            cli = bc.run_cli({"sampling": "shuffle", "num_samples": "3000", "num_groups": "1", "group_size": "500",
-                              "epochs": str(r), "noise_multiplier": "1.5", "group_privacy": str(g),
-                              "target_delta": "1e-5"})
+            cli = bc.run_cli(
+                {
+                    "sampling": "shuffle",
+                    "num_samples": "3000",
+                    "num_groups": "1",
+                    "group_size": "500",
+                    "epochs": str(r),
+                    "noise_multiplier": "1.5",
+                    "group_privacy": str(g),
+                    "target_delta": "1e-5",
+                }
+            )
             assert row[f"epsilon_g{g}"] == pytest.approx(cli["epsilon"], rel=1e-9)
-            assert row[f"epsilon_g{g}_closed"] == pytest.approx(cli["closed_form"]["epsilon"], rel=1e-9)
+            assert row[f"epsilon_g{g}_closed"] == pytest.approx(
+                cli["closed_form"]["epsilon"], rel=1e-9
+            )
         # g = 1, batch clipping + shuffling: exactly G_{sqrt(E)/sigma} (paper, Table 1), independently
         assert row["epsilon"] == pytest.approx(gdp.gdp_epsilon(1e-5, math.sqrt(r) / 1.5), rel=1e-6)
         assert row["epsilon"] == pytest.approx(row["epsilon_g1"], rel=1e-9)
@@ -256,7 +369,9 @@ def test_flower_run_epsilon_equals_engine_batch_clipping_analysis(tmp_path: Path
 
 
 def _table_script():
-    spec = importlib.util.spec_from_file_location("batch_clipping_table", REPO / "scripts" / "batch_clipping_table.py")
+    spec = importlib.util.spec_from_file_location(
+        "batch_clipping_table", REPO / "scripts" / "batch_clipping_table.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(mod)
@@ -266,8 +381,14 @@ def _table_script():
 @pytest.mark.slow
 def test_experiment_config_runs_on_small_slice(tmp_path: Path, shared_data: Path) -> None:
     table = _table_script()
-    overrides = ["num_clients=2", "num_rounds=1", f"dataset.data_dir={shared_data / 'mnist'}",
-                 "dataset.options.train_limit=400", *FAST, *table.variant_overrides("b", 20, 0.2)]
+    overrides = [
+        "num_clients=2",
+        "num_rounds=1",
+        f"dataset.data_dir={shared_data / 'mnist'}",
+        "dataset.options.train_limit=400",
+        *FAST,
+        *table.variant_overrides("b", 20, 0.2),
+    ]
     row = table.run_variant(overrides, tmp_path)
     assert row["status"] == "complete" and 0.0 <= row["accuracy"] <= 1.0
     # (b): 2 clients x 200 records, m = 20 groups of 1, subsampling, 10 local rounds (1 epoch)
@@ -305,7 +426,9 @@ def test_diagnosis_noises_have_the_stated_law() -> None:
     # accounted: i.i.d. N(0, (2 C sigma)^2) per coordinate for (a), divided by B for (b); 20,010
     # draws estimate the std to ~0.5% (1 sd), tolerance 3%
     for variant, std in (("a", 2 * 0.5 * 2.0), ("b", 2 * 0.5 * 2.0 / 64)):
-        z = torch.cat([t.reshape(-1) for t in diag.noise_like(upd, "accounted", variant, 2.0, 0.5, 64, gen)])
+        z = torch.cat(
+            [t.reshape(-1) for t in diag.noise_like(upd, "accounted", variant, 2.0, 0.5, 64, gen)]
+        )
         assert z.std().item() == pytest.approx(std, rel=0.03)
     # paper-code: one scalar per tensor (constant over its coordinates), std sigma C / B
     draws = [diag.noise_like(upd, "paper-code", "a", 2.0, 0.5, 64, gen) for _ in range(4000)]

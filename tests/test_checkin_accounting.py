@@ -25,14 +25,16 @@ E = mp.e
 # Transcribed from ../shared/papers/random-check-ins.txt, independently of the module.
 def hand_fixed(e0, n, m, p0, d):  # Theorem 3.2
     e0 = mp.mpf(e0)
-    return (p0 * (E**e0 - 1) * mp.sqrt(2 * E**e0 * mp.log(1 / mp.mpf(d)) / m)
-            + p0**2 * E**e0 * (E**e0 - 1) ** 2 / (2 * m))
+    return p0 * (E**e0 - 1) * mp.sqrt(2 * E**e0 * mp.log(1 / mp.mpf(d)) / m) + p0**2 * E**e0 * (
+        E**e0 - 1
+    ) ** 2 / (2 * m)
 
 
 def hand_fixed_approx(e0, n, m, p0, d):  # Theorem 3.2, (eps0, delta0) form as printed
     e0 = mp.mpf(e0)
-    return (p0**2 * E ** (8 * e0) * (E ** (8 * e0) - 1) ** 2 / (2 * m)
-            + p0 * (E ** (8 * e0) - 1) * mp.sqrt(2 * E ** (8 * e0) * mp.log(1 / mp.mpf(d)) / m))
+    return p0**2 * E ** (8 * e0) * (E ** (8 * e0) - 1) ** 2 / (2 * m) + p0 * (
+        E ** (8 * e0) - 1
+    ) * mp.sqrt(2 * E ** (8 * e0) * mp.log(1 / mp.mpf(d)) / m)
 
 
 def hand_eps1(n, m, d2):
@@ -41,26 +43,30 @@ def hand_eps1(n, m, d2):
 
 def hand_averaged_approx(e0, n, m, d, d2):  # Theorem 4.1, (eps0, delta0) form as printed
     e0, e1 = mp.mpf(e0), hand_eps1(n, m, d2)
-    return (E ** (32 * e0) * (E ** (8 * e0) - 1) ** 2 * e1**2 / 2
-            + E ** (16 * e0) * (E ** (8 * e0) - 1) * e1 * mp.sqrt(2 * mp.log(1 / mp.mpf(d))))
+    return E ** (32 * e0) * (E ** (8 * e0) - 1) ** 2 * e1**2 / 2 + E ** (16 * e0) * (
+        E ** (8 * e0) - 1
+    ) * e1 * mp.sqrt(2 * mp.log(1 / mp.mpf(d)))
 
 
 def hand_sliding(e0, n, m, d):  # Theorem 4.3
     e0 = mp.mpf(e0)
-    return (E**e0 * (E**e0 - 1) ** 2 / (2 * m)
-            + (E**e0 - 1) * mp.sqrt(2 * E**e0 * mp.log(1 / mp.mpf(d)) / m))
+    return E**e0 * (E**e0 - 1) ** 2 / (2 * m) + (E**e0 - 1) * mp.sqrt(
+        2 * E**e0 * mp.log(1 / mp.mpf(d)) / m
+    )
 
 
 def hand_shuffle(e0, n, d):  # Theorem 5.1
     e0 = mp.mpf(e0)
-    return (E ** (3 * e0) * (E**e0 - 1) ** 2 / (2 * n)
-            + E ** (3 * e0 / 2) * (E**e0 - 1) * mp.sqrt(2 * mp.log(1 / mp.mpf(d)) / n))
+    return E ** (3 * e0) * (E**e0 - 1) ** 2 / (2 * n) + E ** (3 * e0 / 2) * (E**e0 - 1) * mp.sqrt(
+        2 * mp.log(1 / mp.mpf(d)) / n
+    )
 
 
 def hand_shuffle_approx(e0, n, d):  # Theorem 5.1, (eps0, delta0) form as printed
     e0 = mp.mpf(e0)
-    return (E ** (24 * e0) * (E ** (8 * e0) - 1) ** 2 / (2 * n)
-            + E ** (12 * e0) * (E ** (8 * e0) - 1) * mp.sqrt(2 * mp.log(1 / mp.mpf(d)) / n))
+    return E ** (24 * e0) * (E ** (8 * e0) - 1) ** 2 / (2 * n) + E ** (12 * e0) * (
+        E ** (8 * e0) - 1
+    ) * mp.sqrt(2 * mp.log(1 / mp.mpf(d)) / n)
 
 
 def hand_delta0_bound(e0, d1):
@@ -75,9 +81,11 @@ SETS = [(0.5, 10_000, 1_000, 0.5, 1e-6), (2.0, 500, 100, 1.0, 1e-8)]
 @pytest.mark.parametrize("e0, n, m, p0, d", SETS)
 def test_pure_theorems_by_hand(e0: float, n: int, m: int, p0: float, d: float) -> None:
     # tolerance: 1e-12 relative (closed forms in double vs 40-digit mpmath)
-    for ev, hand in [(ci.CheckinEvent("fixed", e0, n, m, p0), hand_fixed(e0, n, m, p0, d)),
-                     (ci.CheckinEvent("sliding-window", e0, n, m), hand_sliding(e0, n, m, d)),
-                     (ci.CheckinEvent("shuffle", e0, n), hand_shuffle(e0, n, d))]:
+    for ev, hand in [
+        (ci.CheckinEvent("fixed", e0, n, m, p0), hand_fixed(e0, n, m, p0, d)),
+        (ci.CheckinEvent("sliding-window", e0, n, m), hand_sliding(e0, n, m, d)),
+        (ci.CheckinEvent("shuffle", e0, n), hand_shuffle(e0, n, d)),
+    ]:
         assert ev.pass_epsilon(d) == pytest.approx(float(hand), rel=1e-12)  # the theorem itself
         # reported: never above eps0 (one eps0-DP report per client and pass)
         assert ev.epsilon(d) == pytest.approx(min(float(hand), e0), rel=1e-12)
@@ -94,27 +102,32 @@ def test_averaged_reconstruction_is_consistent_with_printed_form() -> None:
     assert ev.pass_epsilon(1e-6 + 1e-7) == pytest.approx(want, rel=1e-12)
     # the paper: averaging costs at least as much as the fixed window (extra e^{3eps0/2})
     for e0 in [0.1, 0.5, 1.0, 2.0]:
-        assert (ci.CheckinEvent("averaged", e0, 5000, 1000).epsilon(1e-6)
-                >= ci.CheckinEvent("fixed", e0, 5000, 1000).epsilon(1e-6))
+        assert ci.CheckinEvent("averaged", e0, 5000, 1000).epsilon(1e-6) >= ci.CheckinEvent(
+            "fixed", e0, 5000, 1000
+        ).epsilon(1e-6)
 
 
 @settings(max_examples=50, deadline=None)
-@given(e0=st.floats(0.01, 1.0), d=st.floats(1e-12, 1e-2), m=st.integers(1, 100_000),
-       p0=st.floats(0.01, 1.0))
+@given(
+    e0=st.floats(0.01, 1.0),
+    d=st.floats(1e-12, 1e-2),
+    m=st.integers(1, 100_000),
+    p0=st.floats(0.01, 1.0),
+)
 def test_papers_simplified_bound_holds(e0: float, d: float, m: int, p0: float) -> None:
     # Theorem 3.2 / 4.3: for eps0 <= 1 and delta <= 1/100, eps <= 7 p0 eps0 sqrt(log(1/d)/m).
     bound = 7 * p0 * e0 * math.sqrt(math.log(1 / d) / m)
     assert ci.pure_epsilon("fixed", e0, 10 * m, m, d, p0) <= bound * (1 + 1e-12)
     assert ci.pure_epsilon("sliding-window", e0, 10 * m, m, d) <= 7 * e0 * math.sqrt(
-        math.log(1 / d) / m) * (1 + 1e-12)
+        math.log(1 / d) / m
+    ) * (1 + 1e-12)
 
 
 # --------------------------------------------------------------------------- (eps0, delta0)
 def test_delta0_bound_by_hand() -> None:
     for e0, d1 in [(0.05, 1e-9), (1.0, 1e-12), (3.0, 1e-6)]:
         # tolerance: 1e-12 relative
-        assert ci.delta0_bound(e0, d1) == pytest.approx(float(hand_delta0_bound(e0, d1)),
-                                                        rel=1e-12)
+        assert ci.delta0_bound(e0, d1) == pytest.approx(float(hand_delta0_bound(e0, d1)), rel=1e-12)
     d1 = ci.min_delta1(0.5, 1e-15)
     assert ci.delta0_bound(0.5, d1) >= 1e-15
     assert ci.delta0_bound(0.5, d1 * (1 - 1e-6)) < 1e-15
@@ -145,13 +158,22 @@ def test_approx_shuffle_by_hand() -> None:
 def test_pure_is_the_delta0_zero_case() -> None:
     # the pure theorem is the special case delta0 = 0 (no 8x, no delta1 term), and the
     # (eps0, delta0) form is never better than the pure one at the same total delta
-    for variant, kw in [("fixed", {"num_slots": 1000, "checkin_probability": 0.3}),
-                        ("sliding-window", {"num_slots": 1000}), ("shuffle", {})]:
+    for variant, kw in [
+        ("fixed", {"num_slots": 1000, "checkin_probability": 0.3}),
+        ("sliding-window", {"num_slots": 1000}),
+        ("shuffle", {}),
+    ]:
         pure = ci.CheckinEvent(variant, 0.05, 50_000, **kw)
         approx = ci.CheckinEvent(variant, 0.05, 50_000, local_delta=1e-20, **kw)
         assert pure.pass_epsilon(1e-6) < approx.pass_epsilon(1e-6)  # the theorems themselves
-        e8 = ci.pure_epsilon(variant, 0.4, 50_000, kw.get("num_slots", 50_000), 1e-6,
-                             kw.get("checkin_probability", 1.0))
+        e8 = ci.pure_epsilon(
+            variant,
+            0.4,
+            50_000,
+            kw.get("num_slots", 50_000),
+            1e-6,
+            kw.get("checkin_probability", 1.0),
+        )
         assert approx.pass_epsilon(1e-6) >= e8
 
 
@@ -161,8 +183,15 @@ def test_precondition_refused_with_reason() -> None:
     with pytest.raises(ConfigError, match="^local_delta="):
         ci.CheckinEvent("shuffle", 0.01, 1000, local_delta=0.5)
     # no split of target_delta makes the theorem apply here, but eps0 itself still holds
-    out = ci.run_cli({"variant": "shuffle", "local_epsilon": "0.5", "local_delta": "1e-15",
-                      "num_clients": "100000", "target_delta": "1e-6"})
+    out = ci.run_cli(
+        {
+            "variant": "shuffle",
+            "local_epsilon": "0.5",
+            "local_delta": "1e-15",
+            "num_clients": "100000",
+            "target_delta": "1e-6",
+        }
+    )
     assert out["epsilon"] == 0.5 and out["composition"].startswith("local")
 
 
@@ -186,13 +215,15 @@ def test_optimal_composition_against_enumeration(k: int) -> None:
         want = brute_composed_delta(eps, delta, k, eps_g)
         # tolerance: 1e-10 relative (4^k-term enumeration)
         assert ci.optimal_composition_delta(eps, delta, k, eps_g) == pytest.approx(
-            want, rel=1e-10, abs=1e-300)
+            want, rel=1e-10, abs=1e-300
+        )
 
 
 def test_optimal_composition_against_dp_accounting_pld() -> None:
     eps, delta, k = 0.2, 1e-7, 50
     pld = privacy_loss_distribution.from_privacy_parameters(
-        common.DifferentialPrivacyParameters(eps, delta), value_discretization_interval=1e-4)
+        common.DifferentialPrivacyParameters(eps, delta), value_discretization_interval=1e-4
+    )
     composed = pld.self_compose(k)
     for eps_g in [1.0, 2.0, 3.0]:
         ours = ci.optimal_composition_delta(eps, delta, k, eps_g)
@@ -244,48 +275,72 @@ def test_expected_dummies_sliding_window_monte_carlo() -> None:
 
 
 # --------------------------------------------------------------------------- refusals, CLI
-@pytest.mark.parametrize("params, key", [
-    ({"variant": "averaged", "checkin_probability": "0.5"}, "checkin_probability"),
-    ({"variant": "sliding-window", "num_slots": "2000"}, "num_slots"),
-    ({"variant": "fixed", "local_epsilon": "0"}, "local_epsilon"),
-    ({"variant": "fixed", "checkin_probability": "1.5"}, "checkin_probability"),
-    ({"variant": "fixed", "delta2": "1e-7"}, "delta2"),
-    ({"variant": "nope"}, "variant"),
-    ({"variant": "fixed", "target_delta": "1"}, "target_delta"),
-    ({"variant": "fixed", "typo": "1"}, "typo"),
-])
+@pytest.mark.parametrize(
+    "params, key",
+    [
+        ({"variant": "averaged", "checkin_probability": "0.5"}, "checkin_probability"),
+        ({"variant": "sliding-window", "num_slots": "2000"}, "num_slots"),
+        ({"variant": "fixed", "local_epsilon": "0"}, "local_epsilon"),
+        ({"variant": "fixed", "checkin_probability": "1.5"}, "checkin_probability"),
+        ({"variant": "fixed", "delta2": "1e-7"}, "delta2"),
+        ({"variant": "nope"}, "variant"),
+        ({"variant": "fixed", "target_delta": "1"}, "target_delta"),
+        ({"variant": "fixed", "typo": "1"}, "typo"),
+    ],
+)
 def test_cli_refusals_name_the_key(params: dict[str, str], key: str) -> None:
-    base = {"local_epsilon": "1", "num_clients": "1000", "num_slots": "100",
-            "target_delta": "1e-6"}
+    base = {"local_epsilon": "1", "num_clients": "1000", "num_slots": "100", "target_delta": "1e-6"}
     with pytest.raises(ConfigError) as err:
         ci.run_cli({**base, **params})
     assert str(err.value).startswith(key + "=")
 
 
 def test_cli_and_ledger_agree() -> None:
-    out = ci.run_cli({"variant": "fixed", "local_epsilon": "1", "num_clients": "10000",
-                      "num_slots": "1000", "checkin_probability": "0.1",
-                      "target_delta": "1e-6", "repetitions": "10"})
+    out = ci.run_cli(
+        {
+            "variant": "fixed",
+            "local_epsilon": "1",
+            "num_clients": "10000",
+            "num_slots": "1000",
+            "checkin_probability": "0.1",
+            "target_delta": "1e-6",
+            "repetitions": "10",
+        }
+    )
     ev = ci.CheckinEvent("fixed", 1.0, 10_000, 1_000, 0.1)
     ledger = PrivacyLedger(neighboring_relation="replace_one")
     ledger.record(ev, 10)
     assert ledger.get_epsilon(1e-6) == pytest.approx(out["epsilon"], rel=1e-12)
     again = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
     assert again.get_epsilon(1e-6) == ledger.get_epsilon(1e-6)
-    back = ci.run_cli({"variant": "fixed", "local_epsilon": "1", "num_clients": "10000",
-                       "num_slots": "1000", "checkin_probability": "0.1",
-                       "target_epsilon": str(out["epsilon"]), "repetitions": "10"})
+    back = ci.run_cli(
+        {
+            "variant": "fixed",
+            "local_epsilon": "1",
+            "num_clients": "10000",
+            "num_slots": "1000",
+            "checkin_probability": "0.1",
+            "target_epsilon": str(out["epsilon"]),
+            "repetitions": "10",
+        }
+    )
     assert ev.epsilon(back["delta"], 10) <= out["epsilon"] + 1e-12
     assert back["delta"] == pytest.approx(1e-6, rel=5e-3)
 
 
 # --------------------------------------------------------------------------- properties
 @settings(max_examples=40, deadline=None)
-@given(variant=st.sampled_from(ci.VARIANTS), e0=st.floats(0.01, 3.0),
-       n=st.integers(100, 100_000), frac=st.floats(0.01, 1.0), d=st.floats(1e-12, 1e-3),
-       factor=st.floats(1.05, 2.0))
-def test_monotone_and_never_nan(variant: str, e0: float, n: int, frac: float, d: float,
-                                factor: float) -> None:
+@given(
+    variant=st.sampled_from(ci.VARIANTS),
+    e0=st.floats(0.01, 3.0),
+    n=st.integers(100, 100_000),
+    frac=st.floats(0.01, 1.0),
+    d=st.floats(1e-12, 1e-3),
+    factor=st.floats(1.05, 2.0),
+)
+def test_monotone_and_never_nan(
+    variant: str, e0: float, n: int, frac: float, d: float, factor: float
+) -> None:
     m = max(1, int(frac * n))
     ev = ci.CheckinEvent(variant, e0, n, m)
     base = ev.epsilon(d)

@@ -17,8 +17,16 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 from hydra import compose, initialize_config_dir
 
-from clients.checkin import (ABSTAIN, CHECKIN_KEY, CheckinClient, LocalRandomizer, PoissonLocalEvent,
-                             checkin_rng, checkin_window, draw_checkin)
+from clients.checkin import (
+    ABSTAIN,
+    CHECKIN_KEY,
+    CheckinClient,
+    LocalRandomizer,
+    PoissonLocalEvent,
+    checkin_rng,
+    checkin_window,
+    draw_checkin,
+)
 from fedpriv.accounting.checkin import CheckinEvent, expected_dummy_updates
 from fedpriv.accounting.gdp import analytic_gaussian_sigma
 from fedpriv.config import conf_dir, register_schema
@@ -50,8 +58,16 @@ def task_identity():
 # --------------------------------------------------------------------------- client randomness
 def test_slot_choices_are_reproducible_and_uniform() -> None:
     m, draws = 10, 20_000
-    slots = [draw_checkin(checkin_rng(0, r, pid, False), 1.0, (1, m)) for r in range(20) for pid in range(1000)]
-    again = [draw_checkin(checkin_rng(0, r, pid, False), 1.0, (1, m)) for r in range(20) for pid in range(1000)]
+    slots = [
+        draw_checkin(checkin_rng(0, r, pid, False), 1.0, (1, m))
+        for r in range(20)
+        for pid in range(1000)
+    ]
+    again = [
+        draw_checkin(checkin_rng(0, r, pid, False), 1.0, (1, m))
+        for r in range(20)
+        for pid in range(1000)
+    ]
     assert slots == again
     counts = np.bincount(slots, minlength=m + 1)[1:]
     assert counts.sum() == draws
@@ -97,9 +113,19 @@ def test_server_code_path_sees_only_replies() -> None:
     docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
-    used |= {n.value for n in ast.walk(tree)
-             if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings}
-    for word in ("partition-id", "node_config", "client_partition", "partitions", "Context", "run_dataset"):
+    used |= {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+    }
+    for word in (
+        "partition-id",
+        "node_config",
+        "client_partition",
+        "partitions",
+        "Context",
+        "run_dataset",
+    ):
         assert word not in used, word
     # planning is a function of (node id -> slot) replies and the server's own rng only
     answers = {101: 1, 102: 1, 103: 3, 104: ABSTAIN}
@@ -126,7 +152,9 @@ class FakeGrid:
     def __init__(self, answers: dict[int, int], shapes: dict[str, tuple[int, ...]]) -> None:
         self.answers, self.shapes, self.asked, self.calls = answers, shapes, [], 0
 
-    def send_and_receive(self, messages: list[Message], timeout: float | None = None) -> list[Message]:
+    def send_and_receive(
+        self, messages: list[Message], timeout: float | None = None
+    ) -> list[Message]:
         from flwr.app import ArrayRecord, MetricRecord
 
         self.calls += 1
@@ -151,7 +179,9 @@ class FakeJob:
 class MarkerRandomizer:
     """Dummy noise = a marker value, so dummy steps are visible in the state."""
 
-    def noise(self, shapes: dict[str, Any], generator: Any, dtype: Any = None) -> dict[str, torch.Tensor]:
+    def noise(
+        self, shapes: dict[str, Any], generator: Any, dtype: Any = None
+    ) -> dict[str, torch.Tensor]:
         return {k: torch.full(tuple(s), 1000.0, dtype=torch.float64) for k, s in shapes.items()}
 
 
@@ -161,7 +191,9 @@ class FakeAlgo:
 
 
 @pytest.mark.parametrize("variant", ["fixed", "averaged"])
-def test_dummies_exactly_on_empty_slots_and_averaged_skips(task_identity: None, variant: str) -> None:
+def test_dummies_exactly_on_empty_slots_and_averaged_skips(
+    task_identity: None, variant: str
+) -> None:
     answers = {11: 1, 12: 1, 13: 3, 14: 3, 15: 3, 16: ABSTAIN}
     occ = occupancy(answers, range(1, 6))
     tasks = plan_pass(variant, occ, np.random.default_rng(0))
@@ -171,7 +203,9 @@ def test_dummies_exactly_on_empty_slots_and_averaged_skips(task_identity: None, 
     state0 = {"w": np.zeros(2)}
     trace, state = [], state0
     for task in tasks:  # one slot at a time, to see each step
-        new, stats = strat.run_slots(grid, FakeJob(), FakeAlgo(variant), [task], state, 1, torch.Generator())
+        new, stats = strat.run_slots(
+            grid, FakeJob(), FakeAlgo(variant), [task], state, 1, torch.Generator()
+        )
         trace.append(float(state["w"][0] - new["w"][0]))
         state = new
     if variant == "fixed":
@@ -188,14 +222,17 @@ def test_minibatch_sends_one_request_per_step(task_identity: None) -> None:
     tasks = plan_pass("fixed", occupancy(answers, range(1, 11)), np.random.default_rng(1))
     grid = FakeGrid(answers, {"w": (1,)})
     new, stats = CheckinStrategy(batch_size=5, lr=1.0).run_slots(
-        grid, FakeJob(), FakeAlgo("fixed"), tasks, {"w": np.zeros(1)}, 1, torch.Generator())
+        grid, FakeJob(), FakeAlgo("fixed"), tasks, {"w": np.zeros(1)}, 1, torch.Generator()
+    )
     assert grid.calls == 2 and stats["updates"] == 10 and stats["dummies"] == 0
     # two steps, each the mean of its 5 slot updates
     picked = [n for n, _ in grid.asked]
     assert new["w"][0] == pytest.approx(-(np.mean(picked[:5]) + np.mean(picked[5:])))
 
 
-def test_poisson_node_in_several_slots_of_a_block_reports_once_per_slot(task_identity: None) -> None:
+def test_poisson_node_in_several_slots_of_a_block_reports_once_per_slot(
+    task_identity: None,
+) -> None:
     occ = {1: [5, 6], 2: [5], 3: [], 4: [5, 7]}
     tasks = plan_pass("poisson", occ, np.random.default_rng(0))
     grid = FakeGrid({5: None, 6: None, 7: None}, {"w": (1,)})
@@ -210,7 +247,8 @@ def test_poisson_node_in_several_slots_of_a_block_reports_once_per_slot(task_ide
 
     grid.send_and_receive = send
     new, stats = CheckinStrategy(batch_size=4, lr=1.0).run_slots(
-        grid, FakeJob(), FakeAlgo("poisson"), tasks, {"w": np.zeros(1)}, 1, torch.Generator())
+        grid, FakeJob(), FakeAlgo("poisson"), tasks, {"w": np.zeros(1)}, 1, torch.Generator()
+    )
     assert sorted(grid.asked) == [(5, 1), (5, 2), (5, 4), (6, 1), (7, 4)]
     assert stats["updates"] == 5 and stats["skipped"] == 1 and grid.calls == 3
     # one step: mean of the slot means (5.5, 5, 6) over the 3 non-empty slots
@@ -218,19 +256,33 @@ def test_poisson_node_in_several_slots_of_a_block_reports_once_per_slot(task_ide
 
 
 def test_client_refuses_slots_it_did_not_check_into(task_identity: None) -> None:
-    algo = CheckinClient(variant="fixed", num_slots=5, privacy={"local_epsilon": 1.0}, num_clients=10)
+    algo = CheckinClient(
+        variant="fixed", num_slots=5, privacy={"local_epsilon": 1.0}, num_clients=10
+    )
     cfg = {"seed": 0, "privacy": {"secure_mode": False}}
-    ctx = Context(run_id=1, node_id=3, node_config={"partition-id": 2}, state=RecordDict(), run_config={})
-    query = Message(content=RecordDict({CHECKIN_KEY: ConfigRecord({"server_round": 1, "variant": "fixed",
-                                                                   "num_slots": 5})}),
-                    dst_node_id=3, message_type=MessageType.QUERY)
+    ctx = Context(
+        run_id=1, node_id=3, node_config={"partition-id": 2}, state=RecordDict(), run_config={}
+    )
+    query = Message(
+        content=RecordDict(
+            {CHECKIN_KEY: ConfigRecord({"server_round": 1, "variant": "fixed", "num_slots": 5})}
+        ),
+        dst_node_id=3,
+        message_type=MessageType.QUERY,
+    )
     reply = algo.query_handler(cfg, query, ctx)
     slot = int(reply.content.config_records[CHECKIN_KEY]["slot"])
     assert slot == draw_checkin(checkin_rng(0, 1, 2, False), 1.0, (1, 5))
-    assert set(reply.content.config_records[CHECKIN_KEY]) == {"slot", "ticket"}  # no identity, no data
+    assert set(reply.content.config_records[CHECKIN_KEY]) == {
+        "slot",
+        "ticket",
+    }  # no identity, no data
     other = slot % 5 + 1
-    train = Message(content=RecordDict({"config": ConfigRecord({"server_round": 1, "slot": other})}),
-                    dst_node_id=3, message_type=MessageType.TRAIN)
+    train = Message(
+        content=RecordDict({"config": ConfigRecord({"server_round": 1, "slot": other})}),
+        dst_node_id=3,
+        message_type=MessageType.TRAIN,
+    )
     with pytest.raises(RuntimeError, match="checked into"):
         algo.train_message_handler(cfg, train, ctx)
 
@@ -277,13 +329,19 @@ def test_dummy_is_the_randomizer_on_no_data() -> None:
 
 # --------------------------------------------------------------------------- accounting
 def test_pass_event_matches_the_engine_and_theorem_3_2() -> None:
-    algo = CheckinClient(variant="fixed", num_slots=1000, privacy={"local_epsilon": 1.0, "checkin_probability": 0.5},
-                         num_clients=1000)
+    algo = CheckinClient(
+        variant="fixed",
+        num_slots=1000,
+        privacy={"local_epsilon": 1.0, "checkin_probability": 0.5},
+        num_clients=1000,
+    )
     event = algo.round_events()[0][0]
     assert event == CheckinEvent("fixed", 1.0, 1000, 1000, 0.5, 0.0)
     # Theorem 3.2 by hand: p0 (e^e0 - 1) sqrt(2 e^e0 ln(1/delta) / m) + p0^2 e^e0 (e^e0 - 1)^2 / (2m)
     e0, p0, m, d = 1.0, 0.5, 1000, 1e-6
-    thm = p0 * math.expm1(e0) * math.sqrt(2 * math.e * math.log(1 / d) / m) + p0**2 * math.e * math.expm1(e0)**2 / (2 * m)
+    thm = p0 * math.expm1(e0) * math.sqrt(
+        2 * math.e * math.log(1 / d) / m
+    ) + p0**2 * math.e * math.expm1(e0) ** 2 / (2 * m)
     assert thm == pytest.approx(0.2364594, abs=1e-6)  # 0.235455 + 0.001003, by hand
     assert event.epsilon(d) <= thm * (1 + 1e-12)
 
@@ -306,16 +364,25 @@ def test_poisson_baseline_gaussian_mixture_matches_mpmath() -> None:
         return mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
 
     def mix(e: float) -> float:
-        return float(sum(mpmath.binomial(steps, k) * mpmath.mpf(q)**k * (1 - mpmath.mpf(q))**(steps - k)
-                         * gdp(e, math.sqrt(k) * mu) for k in range(1, steps + 1)))
+        return float(
+            sum(
+                mpmath.binomial(steps, k)
+                * mpmath.mpf(q) ** k
+                * (1 - mpmath.mpf(q)) ** (steps - k)
+                * gdp(e, math.sqrt(k) * mu)
+                for k in range(1, steps + 1)
+            )
+        )
 
     # the engine charges the Binomial tail beyond k_max (<= 1e-3 delta): exact delta within that
     assert delta * (1 - 2e-3) <= mix(eps) <= delta * (1 + 1e-6)
 
 
 def test_local_epsilon_is_the_randomizers_own() -> None:
-    algo = CheckinClient(variant="fixed", num_slots=10, privacy={"local_epsilon": 2.0}, num_clients=10)
-    (ev, count), = algo.local_events()
+    algo = CheckinClient(
+        variant="fixed", num_slots=10, privacy={"local_epsilon": 2.0}, num_clients=10
+    )
+    ((ev, count),) = algo.local_events()
     # pure Laplace: eps at any delta <= eps0, and > eps0 - 0.05 at delta = 1e-6 (PLD grid)
     assert 1.95 < ev.epsilon(1e-6, count) <= 2.0 + 1e-6
     assert algo.privacy_report(1, 1e-6) == {"local_epsilon0": 2.0}
@@ -327,16 +394,29 @@ def test_local_epsilon_is_the_randomizers_own() -> None:
     [
         (["privacy.checkin_probability=0"], "privacy.checkin_probability=0.0 must be in (0, 1]"),
         (["privacy.checkin_probability=1.5"], "privacy.checkin_probability=1.5 must be in (0, 1]"),
-        (["client.variant=averaged", "privacy.checkin_probability=0.5"],
-         "privacy.checkin_probability=0.5 must be 1: Theorem 4.1"),
+        (
+            ["client.variant=averaged", "privacy.checkin_probability=0.5"],
+            "privacy.checkin_probability=0.5 must be 1: Theorem 4.1",
+        ),
         (["client.num_slots=0"], "client.num_slots=0 must be an integer >= 1"),
-        (["num_clients=5", "client.variant=sliding-window", "client.num_slots=6"],
-         "client.num_slots=6 must be <= num_clients=5"),
+        (
+            ["num_clients=5", "client.variant=sliding-window", "client.num_slots=6"],
+            "client.num_slots=6 must be <= num_clients=5",
+        ),
         (["privacy.local_epsilon=0"], "privacy.local_epsilon=0.0 must be > 0"),
         (["privacy.local_epsilon=-1"], "privacy.local_epsilon=-1.0 must be > 0"),
-        (["client.randomizer=gaussian", "privacy.local_delta=0.01"], "privacy.local_delta=0.01 violates"),
-        (["client.randomizer=laplace", "privacy.local_delta=1e-9"], "privacy.local_delta=1e-09 must be 0"),
-        (["+client.window=[0,200]", "client.num_slots=100"], "client.window=[0, 200] lies outside the run's slots"),
+        (
+            ["client.randomizer=gaussian", "privacy.local_delta=0.01"],
+            "privacy.local_delta=0.01 violates",
+        ),
+        (
+            ["client.randomizer=laplace", "privacy.local_delta=1e-9"],
+            "privacy.local_delta=1e-09 must be 0",
+        ),
+        (
+            ["+client.window=[0,200]", "client.num_slots=100"],
+            "client.window=[0, 200] lies outside the run's slots",
+        ),
         (["+client.window=[1,50]", "client.num_slots=100"], "cover only R_j = [m]"),
         (["privacy.noise_multiplier=1.0"], "privacy.noise_multiplier=1.0 must be null"),
     ],
@@ -349,24 +429,37 @@ def test_bad_input_is_one_clear_line(overrides: list[str], message: str) -> None
 
 
 def test_calibrating_eps0_to_a_central_target() -> None:
-    cfg, algo = prepare(_cfg(["num_clients=100", "client.num_slots=100", "privacy.target_epsilon=1.0"]))
+    cfg, algo = prepare(
+        _cfg(["num_clients=100", "client.num_slots=100", "privacy.target_epsilon=1.0"])
+    )
     eps = algo.event.epsilon(1e-6, 20)  # num_rounds=20 passes (conf/config.yaml)
-    assert eps <= 1.0 and eps > 0.98  # the largest eps0 meeting the target, to the bisection's precision
+    assert (
+        eps <= 1.0 and eps > 0.98
+    )  # the largest eps0 meeting the target, to the bisection's precision
     assert cfg["privacy"]["local_epsilon"] == algo.local_epsilon
 
 
 # --------------------------------------------------------------------------- Flower runs
-SMALL = ["num_clients=5", "num_rounds=2", "client.num_slots=4", "progress=false", "plot=false",
-         "save_model=false", "ray_init_args.num_cpus=2"]
+SMALL = [
+    "num_clients=5",
+    "num_rounds=2",
+    "client.num_slots=4",
+    "progress=false",
+    "plot=false",
+    "save_model=false",
+    "ray_init_args.num_cpus=2",
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("variant", "extra"),
-    [("fixed", ["privacy.checkin_probability=0.8", "strategy.batch_size=2"]),
-     ("averaged", []),
-     ("sliding-window", ["client.num_slots=3"]),
-     ("poisson", [])],
+    [
+        ("fixed", ["privacy.checkin_probability=0.8", "strategy.batch_size=2"]),
+        ("averaged", []),
+        ("sliding-window", ["client.num_slots=3"]),
+        ("poisson", []),
+    ],
 )
 def test_short_flower_run(tmp_path: Path, variant: str, extra: list[str]) -> None:
     summary = run_experiment(_cfg([*SMALL, f"client.variant={variant}", *extra]), tmp_path)

@@ -16,8 +16,15 @@ shapes = st.lists(st.lists(st.integers(1, 4), min_size=0, max_size=3), min_size=
 
 
 @settings(max_examples=60, deadline=None)
-@given(shapes=shapes, scale=st.floats(1e-3, 1e3), clip=st.floats(1e-3, 10.0), seed=st.integers(0, 2**31))
-def test_clipped_norm_at_most_c(shapes: list[list[int]], scale: float, clip: float, seed: int) -> None:
+@given(
+    shapes=shapes,
+    scale=st.floats(1e-3, 1e3),
+    clip=st.floats(1e-3, 10.0),
+    seed=st.integers(0, 2**31),
+)
+def test_clipped_norm_at_most_c(
+    shapes: list[list[int]], scale: float, clip: float, seed: int
+) -> None:
     g = torch.Generator().manual_seed(seed)
     ts = [scale * torch.randn(s, generator=g) for s in shapes]  # s == [] gives a 0-d tensor
     out = clip_tensors(ts, clip)

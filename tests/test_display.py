@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from fedpriv.display import HEADER, fixed, format_row
 
-BASE = {"server_round": 2, "accuracy": 0.074, "loss": 0.5, "epsilon": 1.99, "local_epsilon": None, "round_time_s": 7.0}
+BASE = {
+    "server_round": 2,
+    "accuracy": 0.074,
+    "loss": 0.5,
+    "epsilon": 1.99,
+    "local_epsilon": None,
+    "round_time_s": 7.0,
+}
 
 
 def _columns(line: str) -> list[int]:
@@ -27,9 +34,18 @@ def test_columns_stay_aligned_for_large_values() -> None:
 
 
 def test_group_epsilons_condensed_and_other_extras_kept() -> None:
-    row = {**BASE, "mean_staleness": 0.5, "epsilon_g1": 1.99, "epsilon_g1_closed": 1.99,
-           "epsilon_g8": 5.951, "epsilon_g8_closed": 6.57}
+    row = {
+        **BASE,
+        "mean_staleness": 0.5,
+        "epsilon_g1": 1.99,
+        "epsilon_g1_closed": 1.99,
+        "epsilon_g8": 5.951,
+        "epsilon_g8_closed": 6.57,
+    }
     line = format_row(row)
     assert line.endswith("mean_staleness=0.5  ε g=1,8: 1.99/5.95 (closed form 1.99/6.57)")
     assert "epsilon_g" not in line
-    assert format_row({**BASE, "status": "failed", "message": "timeout"}) == "    2  round failed: timeout"
+    assert (
+        format_row({**BASE, "status": "failed", "message": "timeout"})
+        == "    2  round failed: timeout"
+    )

@@ -17,7 +17,12 @@ from fedpriv.noise import make_generator
 
 
 def _ctx(seed: int = 0) -> TrainContext:
-    return TrainContext(server_round=1, rng=np.random.default_rng(seed), generator=make_generator(seed), device=torch.device("cpu"))
+    return TrainContext(
+        server_round=1,
+        rng=np.random.default_rng(seed),
+        generator=make_generator(seed),
+        device=torch.device("cpu"),
+    )
 
 
 def _data(n: int = 12, d: int = 5) -> ClientData:
@@ -30,13 +35,20 @@ def test_noiseless_full_batch_step_matches_manual_clipped_sgd() -> None:
     model = build_model("logistic", (5,), 3)
     ref = build_model("logistic", (5,), 3)
     ref.load_state_dict(model.state_dict())
-    algo = LocalDPSGD(steps=1, lr=0.5, privacy={"noise_multiplier": 0.0, "max_grad_norm": 0.3, "sample_rate": 1.0}, num_clients=4)
+    algo = LocalDPSGD(
+        steps=1,
+        lr=0.5,
+        privacy={"noise_multiplier": 0.0, "max_grad_norm": 0.3, "sample_rate": 1.0},
+        num_clients=4,
+    )
     update, metrics = algo.train(model, data, _ctx())
     # manual: per-example autograd, clip each to C, sum, divide by expected batch q*n = n
     total = {k: torch.zeros_like(p) for k, p in ref.named_parameters()}
     for i in range(len(data)):
         ref.zero_grad()
-        nn.functional.cross_entropy(ref(data.x[i : i + 1]), data.y[i : i + 1], reduction="sum").backward()
+        nn.functional.cross_entropy(
+            ref(data.x[i : i + 1]), data.y[i : i + 1], reduction="sum"
+        ).backward()
         grads = {k: p.grad.clone() for k, p in ref.named_parameters()}
         norm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads.values()))
         factor = min(1.0, 0.3 / norm)
@@ -50,14 +62,26 @@ def test_noiseless_full_batch_step_matches_manual_clipped_sgd() -> None:
 def test_empty_batches_take_noise_only_steps() -> None:
     data = _data(n=3)
     model = build_model("logistic", (5,), 3)
-    algo = LocalDPSGD(steps=4, lr=1.0, privacy={"noise_multiplier": 1.0, "max_grad_norm": 1.0, "sample_rate": 1e-9}, num_clients=1)
+    algo = LocalDPSGD(
+        steps=4,
+        lr=1.0,
+        privacy={"noise_multiplier": 1.0, "max_grad_norm": 1.0, "sample_rate": 1e-9},
+        num_clients=1,
+    )
     update, metrics = algo.train(model, data, _ctx())
     assert metrics["empty_batches"] == 4 and metrics["examples"] == 0
     # all four steps still add noise: the update is pure noise, nonzero
     assert any(float(u.abs().sum()) > 0 for u in update.values())
 
 
-@pytest.mark.parametrize(("kw", "field"), [({"steps": 0}, "client.steps"), ({"lr": 0.0}, "client.lr"), ({"momentum": 1.0}, "client.momentum")])
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"steps": 0}, "client.steps"),
+        ({"lr": 0.0}, "client.lr"),
+        ({"momentum": 1.0}, "client.momentum"),
+    ],
+)
 def test_bad_client_fields(kw: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         LocalDPSGD(privacy={"noise_multiplier": 1.0}, num_clients=2, **kw)

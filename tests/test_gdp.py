@@ -118,7 +118,8 @@ def test_composition_matches_pld_of_two_gaussians() -> None:
 def test_group_privacy_is_gaussian_with_g_times_sensitivity() -> None:
     for g in [2, 4, 8]:
         pld = privacy_loss_distribution.from_gaussian_mechanism(
-            standard_deviation=2.0, sensitivity=float(g), value_discretization_interval=1e-4)
+            standard_deviation=2.0, sensitivity=float(g), value_discretization_interval=1e-4
+        )
         mu = gdp.group_mu(0.5, g)
         assert mu == 0.5 * g
         for eps in [1.0, 3.0]:
@@ -174,11 +175,14 @@ def test_edges() -> None:
     e18, e15 = gdp.gdp_epsilon(1e-18, 1.0), gdp.gdp_epsilon(1e-15, 1.0)
     assert math.isfinite(e18) and e18 > e15
     # 10^6 steps
-    out = gdp.run_cli_gaussian({"noise_multiplier": "100", "steps": "1000000",
-                                "target_delta": "1e-5"})
+    out = gdp.run_cli_gaussian(
+        {"noise_multiplier": "100", "steps": "1000000", "target_delta": "1e-5"}
+    )
     assert math.isfinite(out["epsilon"]) and out["mu"] == pytest.approx(10.0)
-    assert gdp.run_cli_gaussian({"noise_multiplier": "0", "target_delta": "1e-5"})["epsilon"] \
+    assert (
+        gdp.run_cli_gaussian({"noise_multiplier": "0", "target_delta": "1e-5"})["epsilon"]
         == math.inf
+    )
 
 
 def test_cli_calibration_round_trip() -> None:
@@ -190,15 +194,19 @@ def test_cli_calibration_round_trip() -> None:
     out = gdp.run_cli({"target_epsilon": "1", "target_delta": "1e-5"})
     assert gdp.gdp_delta(1.0, out["mu"]) <= 1e-5
     assert gdp.run_cli({"mu": "1", "target_epsilon": "1"})["delta"] == pytest.approx(
-        float(mp_delta(1.0, 1.0)), rel=1e-12)
+        float(mp_delta(1.0, 1.0)), rel=1e-12
+    )
 
 
-@pytest.mark.parametrize("params, key", [
-    ({"mu": "1", "target_delta": "1.5"}, "target_delta"),
-    ({"mu": "-1", "target_delta": "1e-5"}, "mu"),
-    ({"mu": "1", "target_delta": "1e-5", "bogus": "2"}, "bogus"),
-    ({"mu": "1"}, "target_delta"),
-])
+@pytest.mark.parametrize(
+    "params, key",
+    [
+        ({"mu": "1", "target_delta": "1.5"}, "target_delta"),
+        ({"mu": "-1", "target_delta": "1e-5"}, "mu"),
+        ({"mu": "1", "target_delta": "1e-5", "bogus": "2"}, "bogus"),
+        ({"mu": "1"}, "target_delta"),
+    ],
+)
 def test_cli_errors_name_the_key(params: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError) as err:
         gdp.run_cli(params)
@@ -217,11 +225,13 @@ def test_epsilon_monotone_never_nan(mu: float, delta: float, factor: float) -> N
 
 @settings(max_examples=40, deadline=None)
 @given(sigma=st.floats(0.2, 20.0), steps=st.integers(1, 10_000), factor=st.floats(1.01, 2.0))
-def test_gaussian_grows_with_steps_falls_with_noise(sigma: float, steps: int,
-                                                    factor: float) -> None:
+def test_gaussian_grows_with_steps_falls_with_noise(
+    sigma: float, steps: int, factor: float
+) -> None:
     def eps(s: float, t: int) -> float:
-        return gdp.run_cli_gaussian({"noise_multiplier": s, "steps": t,
-                                     "target_delta": 1e-5})["epsilon"]
+        return gdp.run_cli_gaussian({"noise_multiplier": s, "steps": t, "target_delta": 1e-5})[
+            "epsilon"
+        ]
 
     base = eps(sigma, steps)
     assert eps(sigma, steps + 1) >= base - 1e-12

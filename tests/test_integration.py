@@ -19,7 +19,13 @@ from fedpriv.errors import ConfigError
 from fedpriv.runner import prepare, run_experiment
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = ["num_clients=3", "num_rounds=2", "client.steps=3", "progress=false", "ray_init_args.num_cpus=2"]
+SMALL = [
+    "num_clients=3",
+    "num_rounds=2",
+    "client.steps=3",
+    "progress=false",
+    "ray_init_args.num_cpus=2",
+]
 
 
 def _cfg(overrides: list[str]):
@@ -52,8 +58,18 @@ def test_small_run_writes_outputs_and_reports_accountant_epsilon(tmp_path: Path)
     # ... and, independently, dp-accounting's PLD composed directly (grid differences: 1e-3)
     assert res["privacy"]["epsilon"] == pytest.approx(_pld_epsilon(1.2, 0.1, 6, 1e-5), rel=1e-3)
     assert res["rounds"][0]["epsilon"] == pytest.approx(_pld_epsilon(1.2, 0.1, 3, 1e-5), rel=1e-3)
-    assert res["privacy"]["local_epsilon"] == pytest.approx(_pld_epsilon(1.2 / math.sqrt(3), 0.1, 6, 1e-5), rel=1e-3)
-    for key in ("delta", "accountant", "noise_multiplier", "sample_rate", "steps", "num_rounds", "num_clients"):
+    assert res["privacy"]["local_epsilon"] == pytest.approx(
+        _pld_epsilon(1.2 / math.sqrt(3), 0.1, 6, 1e-5), rel=1e-3
+    )
+    for key in (
+        "delta",
+        "accountant",
+        "noise_multiplier",
+        "sample_rate",
+        "steps",
+        "num_rounds",
+        "num_clients",
+    ):
         assert key in res["privacy"]
     lines = (tmp_path / "metrics.csv").read_text().strip().splitlines()
     assert len(lines) == 3 and lines[0].startswith("server_round,accuracy,loss,epsilon")
@@ -61,9 +77,14 @@ def test_small_run_writes_outputs_and_reports_accountant_epsilon(tmp_path: Path)
 
 @pytest.mark.slow
 def test_plugin_example_runs(tmp_path: Path) -> None:
-    overrides = SMALL[:-2] + ["num_rounds=1", "progress=false", "client._target_=examples.plugins.ClippedDeltaDPSGD",
-                              "+client.max_delta_norm=0.5", "strategy._target_=examples.plugins.DPFedAvgM",
-                              "+strategy.server_momentum=0.9"]
+    overrides = SMALL[:-2] + [
+        "num_rounds=1",
+        "progress=false",
+        "client._target_=examples.plugins.ClippedDeltaDPSGD",
+        "+client.max_delta_norm=0.5",
+        "strategy._target_=examples.plugins.DPFedAvgM",
+        "+strategy.server_momentum=0.9",
+    ]
     summary = run_experiment(_cfg(overrides), tmp_path)
     assert summary["status"] == "complete"
     assert summary["privacy"]["epsilon"] == pytest.approx(_pld_epsilon(1.2, 0.1, 3, 1e-5), rel=1e-3)
@@ -83,8 +104,13 @@ def test_plugin_example_runs(tmp_path: Path) -> None:
         ("dataset.name=nope", "dataset.name='nope'"),
         ("partition=dirichlet,partition.alpha=0", "partition.alpha=0.0 must be > 0"),
         ("+client.stpes=3", "client.stpes=3 is not a parameter of clients.dpsgd.LocalDPSGD"),
-        ("client._target_=nope.Nope", "client._target_='nope.Nope' could not be built: Error locating target"),
-        ("device=cuda", "no GPU is visible") if not __import__("torch").cuda.is_available() else ("device=gpu", "device='gpu'"),
+        (
+            "client._target_=nope.Nope",
+            "client._target_='nope.Nope' could not be built: Error locating target",
+        ),
+        ("device=cuda", "no GPU is visible")
+        if not __import__("torch").cuda.is_available()
+        else ("device=gpu", "device='gpu'"),
     ],
 )
 def test_bad_config_is_refused_before_training(override: str, message: str) -> None:
@@ -100,14 +126,20 @@ def test_bad_config_is_refused_before_training(override: str, message: str) -> N
         ("dataset=fashion_mnist,dataset.data_dir=/nonexistent", "/nonexistent"),
         ("privacy.noise_multiplier=abc", "privacy.noise_multiplier: Value 'abc'"),
         ("partition=foo", "available: dirichlet, iid"),
-        ("+strategy.fraction=0.5", "strategy.fraction=0.5 is not a parameter of strategies.fedavg.DPFedAvg"),
+        (
+            "+strategy.fraction=0.5",
+            "strategy.fraction=0.5 is not a parameter of strategies.fedavg.DPFedAvg",
+        ),
     ],
 )
 def test_cli_bad_config_exits_with_one_line(tmp_path: Path, override: str, message: str) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "fedpriv.cli", *override.split(","), f"hydra.run.dir={out}"],
-        capture_output=True, text=True, cwd=REPO, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]

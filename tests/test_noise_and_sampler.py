@@ -31,16 +31,30 @@ def test_gaussian_noise_std() -> None:
 
 def test_local_noise_sums_to_sigma_c() -> None:
     sigma, clip, n = 1.3, 0.5, 10
-    algo = LocalDPSGD(privacy={"noise_multiplier": sigma, "max_grad_norm": clip, "sample_rate": 0.1}, num_clients=n)
+    algo = LocalDPSGD(
+        privacy={"noise_multiplier": sigma, "max_grad_norm": clip, "sample_rate": 0.1},
+        num_clients=n,
+    )
     assert algo.local_noise_stddev == pytest.approx(sigma * clip / math.sqrt(n), rel=1e-12)
     gens = [make_generator(100 + i) for i in range(n)]
-    total = sum(add_gaussian_noise({"w": torch.zeros(50_000)}, algo.local_noise_stddev, g)["w"].double() for g in gens)
+    total = sum(
+        add_gaussian_noise({"w": torch.zeros(50_000)}, algo.local_noise_stddev, g)["w"].double()
+        for g in gens
+    )
     lo, hi = _chi2_std_interval(total.numel(), sigma * clip)
     assert lo < float(total.pow(2).mean().sqrt()) < hi
 
 
 def test_honest_but_curious_noise_share() -> None:
-    algo = LocalDPSGD(privacy={"noise_multiplier": 2.0, "max_grad_norm": 1.0, "sample_rate": 0.1, "honest_but_curious": True}, num_clients=5)
+    algo = LocalDPSGD(
+        privacy={
+            "noise_multiplier": 2.0,
+            "max_grad_norm": 1.0,
+            "sample_rate": 0.1,
+            "honest_but_curious": True,
+        },
+        num_clients=5,
+    )
     assert algo.local_noise_stddev == pytest.approx(2.0 / math.sqrt(4))  # N-1 clients must suffice
 
 

@@ -34,7 +34,9 @@ def masked_ce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def targets(batch: int, classes: int, seed: int, zero: tuple[int, ...] = ()) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    y = torch.stack([torch.randint(0, classes, (batch,), generator=gen), torch.ones(batch, dtype=torch.long)], 1)
+    y = torch.stack(
+        [torch.randint(0, classes, (batch,), generator=gen), torch.ones(batch, dtype=torch.long)], 1
+    )
     for i in zero:
         y[i, 1] = 0
     return y
@@ -47,7 +49,9 @@ def brute_force(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, c: 
     total = [torch.zeros_like(p) for p in params]
     norms, clipped = [], []
     for i in range(x.shape[0]):
-        g = torch.autograd.grad(loss_fn(model(x[i : i + 1]), y[i : i + 1]), params, allow_unused=True)
+        g = torch.autograd.grad(
+            loss_fn(model(x[i : i + 1]), y[i : i + 1]), params, allow_unused=True
+        )
         g = [torch.zeros_like(p) if gi is None else gi for gi, p in zip(g, params)]
         n = torch.sqrt(sum((gi.double() ** 2).sum() for gi in g))
         f = min(1.0, c / float(n)) if float(n) > 0 else 1.0
@@ -57,14 +61,22 @@ def brute_force(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, c: 
     return dict(zip(names, total)), torch.tensor(norms, dtype=torch.float64), clipped
 
 
-def assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], rtol: float = RTOL, atol: float = ATOL) -> None:
+def assert_close(
+    a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], rtol: float = RTOL, atol: float = ATOL
+) -> None:
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=rtol, atol=atol, msg=k)
 
 
-def check_all_paths(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, expect_fast: bool = True,
-                    zero: tuple[int, ...] = ()) -> None:
+def check_all_paths(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    expect_fast: bool = True,
+    zero: tuple[int, ...] = (),
+) -> None:
     """Fast == reference == brute force, with C at the median norm (some clipped, some not)."""
     model = model.double()
     x = x.double()
@@ -103,7 +115,9 @@ LINEAR_CASES = [
 
 
 @pytest.mark.parametrize("d,p,seq,bias", LINEAR_CASES)
-def test_linear_matches_reference_and_brute_force(d: int, p: int, seq: tuple[int, ...], bias: bool) -> None:
+def test_linear_matches_reference_and_brute_force(
+    d: int, p: int, seq: tuple[int, ...], bias: bool
+) -> None:
     torch.manual_seed(1)
     t = 1
     for s in seq:
@@ -120,13 +134,22 @@ CONV_CASES = [
     dict(in_channels=3, out_channels=3, kernel_size=3, groups=3, padding="same"),
     dict(in_channels=2, out_channels=4, kernel_size=4, padding="same"),  # asymmetric same-padding
     dict(in_channels=2, out_channels=3, kernel_size=3, padding=2, padding_mode="reflect"),
-    dict(in_channels=2, out_channels=3, kernel_size=3, padding=1, padding_mode="circular", stride=(1, 2)),
+    dict(
+        in_channels=2,
+        out_channels=3,
+        kernel_size=3,
+        padding=1,
+        padding_mode="circular",
+        stride=(1, 2),
+    ),
     dict(in_channels=16, out_channels=32, kernel_size=2, stride=2),  # 4 positions: Gram trick
     dict(in_channels=4, out_channels=8, kernel_size=7),  # one position: Gram trick
 ]
 
 
-@pytest.mark.parametrize("kwargs", CONV_CASES, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+@pytest.mark.parametrize(
+    "kwargs", CONV_CASES, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items())
+)
 def test_conv2d_matches_reference_and_brute_force(kwargs: dict) -> None:
     torch.manual_seed(2)
     conv = nn.Conv2d(**kwargs)
@@ -137,7 +160,9 @@ def test_conv2d_matches_reference_and_brute_force(kwargs: dict) -> None:
     check_all_paths(model, x, targets(5, 3, 4, zero=(0, 3)), zero=(0, 3))
 
 
-@pytest.mark.parametrize("name,shape", [("tanh_cnn", (1, 28, 28)), ("logistic", (1024,)), ("mlp", (784,))])
+@pytest.mark.parametrize(
+    "name,shape", [("tanh_cnn", (1, 28, 28)), ("logistic", (1024,)), ("mlp", (784,))]
+)
 def test_paper_models(name: str, shape: tuple[int, ...]) -> None:
     torch.manual_seed(3)
     model = build_model(name, shape, 10)
@@ -146,8 +171,15 @@ def test_paper_models(name: str, shape: tuple[int, ...]) -> None:
 
 def test_frozen_parameters_and_eval_dropout() -> None:
     torch.manual_seed(4)
-    model = nn.Sequential(nn.Linear(6, 5), nn.Dropout(0.5), nn.GELU(), nn.LayerNorm(5), nn.Linear(5, 4),
-                          nn.Tanh(), nn.Linear(4, 3)).eval()
+    model = nn.Sequential(
+        nn.Linear(6, 5),
+        nn.Dropout(0.5),
+        nn.GELU(),
+        nn.LayerNorm(5),
+        nn.Linear(5, 4),
+        nn.Tanh(),
+        nn.Linear(4, 3),
+    ).eval()
     model[0].bias.requires_grad_(False)
     model[3].requires_grad_(False)  # a fully frozen layer without a fast rule is fine
     model[4].requires_grad_(False)
@@ -170,7 +202,9 @@ def test_under_no_grad_and_train_mode_dropout() -> None:
         torch.manual_seed(i)
         one, n = clipped_grad_sum(drop, masked_ce, x[i : i + 1], y[i : i + 1], 0.3)
         torch.manual_seed(i)
-        g = torch.autograd.grad(masked_ce(drop(x[i : i + 1]), y[i : i + 1]), list(drop.parameters()))
+        g = torch.autograd.grad(
+            masked_ce(drop(x[i : i + 1]), y[i : i + 1]), list(drop.parameters())
+        )
         norm = torch.sqrt(sum((gi**2).sum() for gi in g))
         torch.testing.assert_close(n[0], norm, rtol=RTOL, atol=ATOL)
         assert float(torch.sqrt(sum((v**2).sum() for v in one.values()))) <= 0.3 * (1 + 1e-9)
@@ -187,6 +221,7 @@ def test_float32_paths_agree() -> None:
 
 
 # --- per-sample norms against Opacus (independent library) ----------------------------------
+
 
 def test_norms_match_opacus_grad_sample() -> None:
     from opacus import GradSampleModule
@@ -205,12 +240,19 @@ def test_norms_match_opacus_grad_sample() -> None:
 
 # --- clipping bound, property-based ----------------------------------------------------------
 
+
 @settings(max_examples=12, deadline=None)
 @given(
-    d=st.integers(1, 6), p=st.integers(1, 6), t=st.integers(0, 4), batch=st.integers(1, 5),
-    c=st.floats(1e-3, 10.0), seed=st.integers(0, 2**16),
+    d=st.integers(1, 6),
+    p=st.integers(1, 6),
+    t=st.integers(0, 4),
+    batch=st.integers(1, 5),
+    c=st.floats(1e-3, 10.0),
+    seed=st.integers(0, 2**16),
 )
-def test_each_clipped_gradient_within_bound_linear(d: int, p: int, t: int, batch: int, c: float, seed: int) -> None:
+def test_each_clipped_gradient_within_bound_linear(
+    d: int, p: int, t: int, batch: int, c: float, seed: int
+) -> None:
     torch.manual_seed(seed)
     seq = (t,) if t else ()
     model = nn.Sequential(nn.Linear(d, p), nn.Flatten(), nn.Linear(max(t, 1) * p, 2)).double()
@@ -228,11 +270,18 @@ def test_each_clipped_gradient_within_bound_linear(d: int, p: int, t: int, batch
 
 @settings(max_examples=10, deadline=None)
 @given(
-    cin=st.integers(1, 3), cout=st.integers(1, 3), k=st.integers(1, 3), stride=st.integers(1, 2),
-    padding=st.integers(0, 1), dilation=st.integers(1, 2), size=st.integers(5, 7), seed=st.integers(0, 2**16),
+    cin=st.integers(1, 3),
+    cout=st.integers(1, 3),
+    k=st.integers(1, 3),
+    stride=st.integers(1, 2),
+    padding=st.integers(0, 1),
+    dilation=st.integers(1, 2),
+    size=st.integers(5, 7),
+    seed=st.integers(0, 2**16),
 )
-def test_conv_shapes_property(cin: int, cout: int, k: int, stride: int, padding: int, dilation: int,
-                              size: int, seed: int) -> None:
+def test_conv_shapes_property(
+    cin: int, cout: int, k: int, stride: int, padding: int, dilation: int, size: int, seed: int
+) -> None:
     torch.manual_seed(seed)
     conv = nn.Conv2d(cin, cout, k, stride=stride, padding=padding, dilation=dilation).double()
     x = seeded(3, cin, size, size, seed=seed)
@@ -249,6 +298,7 @@ def test_conv_shapes_property(cin: int, cout: int, k: int, stride: int, padding:
 
 
 # --- fallbacks: never a wrong fast path ------------------------------------------------------
+
 
 class Scale(nn.Module):
     """A custom layer with a parameter and no fast rule."""
@@ -286,12 +336,16 @@ class Tied(nn.Module):
         return self.out(h @ self.fc.weight)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: nn.Sequential(nn.Linear(4, 5), nn.LayerNorm(5), nn.Linear(5, 3)),
-    lambda: nn.Sequential(nn.Linear(4, 5), Scale(5), nn.Linear(5, 3)),
-    lambda: nn.Sequential(nn.Linear(4, 5), nn.ReLU(inplace=True), nn.Linear(5, 3)),
-    lambda: nn.Sequential(nn.Linear(4, 5), nn.Softmax(dim=0), nn.Linear(5, 3)),
-], ids=["layernorm", "custom-param", "inplace-relu", "softmax-over-batch"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: nn.Sequential(nn.Linear(4, 5), nn.LayerNorm(5), nn.Linear(5, 3)),
+        lambda: nn.Sequential(nn.Linear(4, 5), Scale(5), nn.Linear(5, 3)),
+        lambda: nn.Sequential(nn.Linear(4, 5), nn.ReLU(inplace=True), nn.Linear(5, 3)),
+        lambda: nn.Sequential(nn.Linear(4, 5), nn.Softmax(dim=0), nn.Linear(5, 3)),
+    ],
+    ids=["layernorm", "custom-param", "inplace-relu", "softmax-over-batch"],
+)
 def test_unsupported_layers_fall_back_and_match(make) -> None:
     torch.manual_seed(7)
     model = make()
@@ -324,7 +378,10 @@ def test_empty_batch_and_bad_norm() -> None:
     model = build_model("mlp", (784,), 10)
     sums, norms = clipped_grad_sum(model, masked_ce, torch.zeros(0, 784), targets(0, 10, 0), 1.0)
     assert norms.shape == (0,)
-    assert all(float(v.abs().sum()) == 0 and v.shape == p.shape for v, p in zip(sums.values(), model.parameters()))
+    assert all(
+        float(v.abs().sum()) == 0 and v.shape == p.shape
+        for v, p in zip(sums.values(), model.parameters())
+    )
     with pytest.raises(ConfigError, match="max_grad_norm=0.0 must be > 0"):
         clipped_grad_sum(model, masked_ce, torch.zeros(2, 784), targets(2, 10, 0), 0.0)
 
@@ -340,6 +397,7 @@ def test_cuda_matches_cpu() -> None:
 
 
 # --- batch clipping (first paper, Algorithm 1 with m = 1) -------------------------------------
+
 
 def test_batch_clipped_grad_is_clipped_mean_gradient() -> None:
     torch.manual_seed(10)

@@ -62,7 +62,9 @@ def test_poisson_inclusion_frequencies() -> None:
     counts = np.zeros(n)
     for _ in range(reps):
         counts[sampler.sample(n, rng)] += 1
-    chi2 = float(((counts - reps * q) ** 2 / (reps * q * (1 - q))).sum())  # Binomial(reps, q) per index
+    chi2 = float(
+        ((counts - reps * q) ** 2 / (reps * q * (1 - q))).sum()
+    )  # Binomial(reps, q) per index
     assert stats.chi2.sf(chi2, df=n) > 1e-4
 
 
@@ -70,5 +72,7 @@ def test_poisson_inclusion_frequencies() -> None:
 def test_sampler_bad_sizes(cls: type) -> None:
     with pytest.raises(ConfigError, match="group_size=0 must be an integer >= 1"):
         cls(2, 0)
-    with pytest.raises(ConfigError, match="num_groups=3 times group_size=4 must be <= the client's 11 samples"):
+    with pytest.raises(
+        ConfigError, match="num_groups=3 times group_size=4 must be <= the client's 11 samples"
+    ):
         cls(3, 4).rounds_per_epoch(11)

@@ -52,7 +52,9 @@ def test_table1_exact_values_within_1e_6(table1) -> None:
         # One party's own share, at the N-party sum's (smaller) Skellam scale: its rounding
         # inflation adds a measured 1.1e-6 relative for N = 10, hence rel 5e-6 there.
         assert r["local_epsilon"] == pytest.approx(5.0, rel=1e-6 if r["parties"] == 1 else 5e-6)
-        assert r["sigma_total"] == pytest.approx(r["sigma_local"] * math.sqrt(r["parties"]), rel=1e-12)
+        assert r["sigma_total"] == pytest.approx(
+            r["sigma_local"] * math.sqrt(r["parties"]), rel=1e-12
+        )
         if r["parties"] == 1:
             assert r["epsilon"] == pytest.approx(5.0, rel=1e-6)
     # calibration is tight: 1e-6 less noise exceeds the target
@@ -68,7 +70,9 @@ def test_table1_against_opacus_rdp_with_mironov_conversion(table1, steps, partie
     # measured 0.8e-6..1.6e-6 relative, so rel 5e-6 and never below the Gaussian's.
     sigma = next(r["sigma_local"] for r in table1 if r["steps"] == steps)
     orders = np.arange(2, 256)
-    rdp = compute_rdp(q=0.1, noise_multiplier=sigma * math.sqrt(parties), steps=steps, orders=orders)
+    rdp = compute_rdp(
+        q=0.1, noise_multiplier=sigma * math.sqrt(parties), steps=steps, orders=orders
+    )
     ref = float(np.min(rdp + math.log(1 / 1e-5) / (orders - 1)))
     gauss = lvd.central_epsilon(sigma, parties, steps, mechanism="gaussian")["epsilon"]
     skellam = lvd.central_epsilon(sigma, parties, steps)["epsilon"]
@@ -101,11 +105,24 @@ def test_fmnist_config_calibrates_both_variants_to_epsilon_1() -> None:
     # Small data so that prepare() is quick; q and steps are the experiment's own.
     small = ["dataset=fashion_mnist_embedded"]
     for variant, steps, q, lr in (("1 epoch", 12, 512 / 6000, 0.5), ("1 step", 1, 128 / 6000, 2.0)):
-        run_cfg, algo = prepare(_cfg(_exp("secagg_fmnist_local_steps", [*small, *sls.variant_overrides(
-            "secagg_fmnist_local_steps", variant)])))
+        run_cfg, algo = prepare(
+            _cfg(
+                _exp(
+                    "secagg_fmnist_local_steps",
+                    [*small, *sls.variant_overrides("secagg_fmnist_local_steps", variant)],
+                )
+            )
+        )
         assert (algo.steps, algo.sample_rate, algo.lr, algo.bits, run_cfg["num_rounds"]) == (
-            steps, pytest.approx(q), lr, 32, 20)
-        assert run_cfg["model"]["name"] == "tanh_cnn" and run_cfg["aggregator"]["_target_"].endswith("IdealAggregator")
+            steps,
+            pytest.approx(q),
+            lr,
+            32,
+            20,
+        )
+        assert run_cfg["model"]["name"] == "tanh_cnn" and run_cfg["aggregator"][
+            "_target_"
+        ].endswith("IdealAggregator")
         ledger = PrivacyLedger(accountant="rdp")
         for event, count in algo.round_events():
             ledger.record(event, count * 20)
@@ -127,9 +144,20 @@ def test_acs_income_config_has_one_client_per_state(shared_data: Path) -> None:
 def test_ci_sized_fmnist_run_through_the_driver(tmp_path: Path) -> None:
     # Embedded data, 2 clients, 1 round of 2 local steps: the whole path (calibration to ε = 1,
     # Skellam on integers, ideal aggregator, accounting) through the Flower simulation.
-    row = sls.run_one("secagg_fmnist_local_steps", [
-        "dataset=fashion_mnist_embedded", "num_clients=2", "num_rounds=1", "client.steps=2",
-        "progress=false", "plot=false", "save_model=false", "ray_init_args.num_cpus=2"], tmp_path)
+    row = sls.run_one(
+        "secagg_fmnist_local_steps",
+        [
+            "dataset=fashion_mnist_embedded",
+            "num_clients=2",
+            "num_rounds=1",
+            "client.steps=2",
+            "progress=false",
+            "plot=false",
+            "save_model=false",
+            "ray_init_args.num_cpus=2",
+        ],
+        tmp_path,
+    )
     assert row["status"] == "complete" and row["rounds"] == 1
     assert 0.99 <= row["epsilon"] <= 1.0
     assert row["local_epsilon"] > row["epsilon"]  # one client's own noise share is 1/2 of the sum's

@@ -15,8 +15,15 @@ from fedpriv.errors import ConfigError
 from fedpriv.runner import prepare, run_experiment
 from tests.test_integration import _cfg
 
-SKELLAM = ["client=skellam_dpsgd", "privacy.accountant=rdp", "num_clients=3", "num_rounds=2",
-           "client.steps=2", "progress=false", "ray_init_args.num_cpus=2"]
+SKELLAM = [
+    "client=skellam_dpsgd",
+    "privacy.accountant=rdp",
+    "num_clients=3",
+    "num_rounds=2",
+    "client.steps=2",
+    "progress=false",
+    "ray_init_args.num_cpus=2",
+]
 
 
 @pytest.mark.slow
@@ -30,15 +37,35 @@ def test_secaggplus_run_equals_ideal_run_and_accountant(tmp_path: Path) -> None:
     # ε: 4 Poisson-subsampled Skellam steps with the mechanism's own mu, Δ1, Δ2 (RDP)
     _, algo = prepare(_cfg(SKELLAM))
     mech = algo.mechanism
-    assert mech.mu == pytest.approx((mech.scale * 1.2 * 1.0) ** 2 / 2, rel=1e-12)  # mu = (s σ C)² / 2
+    assert mech.mu == pytest.approx(
+        (mech.scale * 1.2 * 1.0) ** 2 / 2, rel=1e-12
+    )  # mu = (s σ C)² / 2
     ledger = PrivacyLedger(accountant="rdp")
-    ledger.record(SkellamEvent(mu=mech.mu, l1_sensitivity=mech.l1_sensitivity,
-                               l2_sensitivity=mech.l2_sensitivity, sample_rate=0.1), 4)
+    ledger.record(
+        SkellamEvent(
+            mu=mech.mu,
+            l1_sensitivity=mech.l1_sensitivity,
+            l2_sensitivity=mech.l2_sensitivity,
+            sample_rate=0.1,
+        ),
+        4,
+    )
     res = json.loads((tmp_path / "secagg" / "results.json").read_text())
     assert res["privacy"]["epsilon"] == pytest.approx(ledger.get_epsilon(1e-5), rel=1e-12)
     # the engine's secagg-dpsgd analysis with the run's scale and rounding gives the same ε
-    engine = secagg_dpsgd("skellam", 1.2 / 3**0.5, 3, 0.1, 2, 2, 1e-5, accountant="rdp",
-                          num_params=mech.dim, scale=res["privacy"]["scale"], beta=res["privacy"]["beta"])
+    engine = secagg_dpsgd(
+        "skellam",
+        1.2 / 3**0.5,
+        3,
+        0.1,
+        2,
+        2,
+        1e-5,
+        accountant="rdp",
+        num_params=mech.dim,
+        scale=res["privacy"]["scale"],
+        beta=res["privacy"]["beta"],
+    )
     assert res["privacy"]["epsilon"] == pytest.approx(engine["epsilon"], rel=1e-9)
 
 
@@ -48,7 +75,16 @@ def test_skellam_refuses_pld_and_secaggplus_refuses_floats() -> None:
     with pytest.raises(ConfigError, match="needs a client algorithm that sends integers"):
         prepare(_cfg(["aggregator=secaggplus"]))
     with pytest.raises(ConfigError, match="aggregator.bits=32 must equal client.bits=40"):
-        prepare(_cfg(["client=skellam_dpsgd", "privacy.accountant=rdp", "aggregator=secaggplus", "client.bits=40"]))
+        prepare(
+            _cfg(
+                [
+                    "client=skellam_dpsgd",
+                    "privacy.accountant=rdp",
+                    "aggregator=secaggplus",
+                    "client.bits=40",
+                ]
+            )
+        )
 
 
 def test_skellam_bits_too_small_is_refused_naming_needed_bits() -> None:
@@ -59,9 +95,11 @@ def test_skellam_bits_too_small_is_refused_naming_needed_bits() -> None:
 def test_degraded_round_accounts_fewer_noise_shares() -> None:
     _, algo = prepare(_cfg(["client=skellam_dpsgd", "privacy.accountant=rdp"]))
     assert isinstance(algo, SkellamDPSGD)
-    (full, _), = algo.round_events()
-    (fewer, _), = algo.degraded_round_events(algo.num_clients - 2)
+    ((full, _),) = algo.round_events()
+    ((fewer, _),) = algo.degraded_round_events(algo.num_clients - 2)
     assert fewer.mu == pytest.approx(full.mu * (algo.num_clients - 2) / algo.num_clients)
-    (gauss_full, _), = prepare(_cfg([]))[1].round_events()
-    (gauss_fewer, _), = prepare(_cfg([]))[1].degraded_round_events(5)
-    assert gauss_fewer.event.noise_multiplier == pytest.approx(gauss_full.event.noise_multiplier * (5 / 10) ** 0.5)
+    ((gauss_full, _),) = prepare(_cfg([]))[1].round_events()
+    ((gauss_fewer, _),) = prepare(_cfg([]))[1].degraded_round_events(5)
+    assert gauss_fewer.event.noise_multiplier == pytest.approx(
+        gauss_full.event.noise_multiplier * (5 / 10) ** 0.5
+    )

@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
 from flwr.common.secure_aggregation.ndarrays_arithmetic import (
     parameters_addition,
     parameters_mod,
@@ -44,7 +52,13 @@ from strategies.secaggplus import (
 N, BITS, SEED = 4, 32, 2024
 SHAPES = {"conv.weight": [2, 3, 4], "fc.bias": [5], "scalar": []}
 # (server_round, partitions that raise, partitions that answer after the timeout, SecAgg+ ok)
-PLAN = [(1, [], [], True), (2, [2], [], True), (3, [], [1], True), (4, [1, 2], [], False), (5, [], [], True)]
+PLAN = [
+    (1, [], [], True),
+    (2, [2], [], True),
+    (3, [], [1], True),
+    (4, [1, 2], [], False),
+    (5, [], [], True),
+]
 SLEEP_S, TRAIN_TIMEOUT_S = 3.0, 1.5
 
 
@@ -85,13 +99,17 @@ class TestCodec:
         assert limb_bits_for(32, 2**20) == 11  # Lmax = 11 -> 3 limbs of 11
 
     def test_content_roundtrip(self) -> None:
-        content = RecordDict({
-            "arrays": ArrayRecord([np.arange(6.0).reshape(2, 3)]),
-            "config": ConfigRecord({"server_round": 3, "name": "x", "ids": [2**63 + 5]}),
-            "metrics": MetricRecord({"loss": 0.5}),
-        })
+        content = RecordDict(
+            {
+                "arrays": ArrayRecord([np.arange(6.0).reshape(2, 3)]),
+                "config": ConfigRecord({"server_round": 3, "name": "x", "ids": [2**63 + 5]}),
+                "metrics": MetricRecord({"loss": 0.5}),
+            }
+        )
         back = unpack_content(pack_content(content))
-        np.testing.assert_array_equal(back["arrays"].to_numpy_ndarrays()[0], np.arange(6.0).reshape(2, 3))
+        np.testing.assert_array_equal(
+            back["arrays"].to_numpy_ndarrays()[0], np.arange(6.0).reshape(2, 3)
+        )
         assert back["config"]["ids"] == [2**63 + 5] and back["config"]["name"] == "x"
         assert back["metrics"]["loss"] == 0.5
 
@@ -111,18 +129,28 @@ class TestCodec:
 
 
 class TestBadInput:
-    @pytest.mark.parametrize(("kwargs", "field"), [
-        ({"num_shares": 2}, "num_shares"), ({"num_shares": 1.5}, "num_shares"),
-        ({"num_shares": 0.0}, "num_shares"), ({"reconstruction_threshold": 0}, "reconstruction_threshold"),
-        ({"num_shares": 5, "reconstruction_threshold": 5}, "reconstruction_threshold"),
-        ({"bits": 0}, "bits"), ({"bits": 63}, "bits"), ({"stage_timeout": 0.0}, "stage_timeout"),
-    ])
+    @pytest.mark.parametrize(
+        ("kwargs", "field"),
+        [
+            ({"num_shares": 2}, "num_shares"),
+            ({"num_shares": 1.5}, "num_shares"),
+            ({"num_shares": 0.0}, "num_shares"),
+            ({"reconstruction_threshold": 0}, "reconstruction_threshold"),
+            ({"num_shares": 5, "reconstruction_threshold": 5}, "reconstruction_threshold"),
+            ({"bits": 0}, "bits"),
+            ({"bits": 63}, "bits"),
+            ({"stage_timeout": 0.0}, "stage_timeout"),
+        ],
+    )
     def test_constructor(self, kwargs: dict[str, Any], field: str) -> None:
         with pytest.raises(ConfigError, match=field):
             SecAggPlusAggregator(**kwargs)
 
     def test_threshold_above_clients(self) -> None:
-        with pytest.raises(ConfigError, match=r"reconstruction_threshold=5 needs 5 shares but each client has only 4"):
+        with pytest.raises(
+            ConfigError,
+            match=r"reconstruction_threshold=5 needs 5 shares but each client has only 4",
+        ):
             SecAggPlusAggregator(num_shares=1.0, reconstruction_threshold=5, num_clients=4)
         agg = SecAggPlusAggregator(num_shares=1.0, reconstruction_threshold=5)
         dummy: list[Any] = [object()] * 4  # never sent: the check comes first
@@ -133,18 +161,42 @@ class TestBadInput:
 
 
 # ---- end to end through the Flower simulation engine -------------------------------------
-def _messages(nodes: list[int], server_round: int, fail: list[int], late: list[int]) -> list[Message]:
-    cfg = ConfigRecord({"seed": SEED, "server_round": server_round, "bits": BITS,
-                        "shapes": json.dumps(SHAPES), "fail_partitions": fail or [-1],
-                        "sleep_partitions": late or [-1], "sleep_seconds": SLEEP_S})
-    return [Message(RecordDict({"config": cfg}), dst_node_id=nid, message_type=MessageType.TRAIN,
-                    group_id=str(server_round)) for nid in nodes]
+def _messages(
+    nodes: list[int], server_round: int, fail: list[int], late: list[int]
+) -> list[Message]:
+    cfg = ConfigRecord(
+        {
+            "seed": SEED,
+            "server_round": server_round,
+            "bits": BITS,
+            "shapes": json.dumps(SHAPES),
+            "fail_partitions": fail or [-1],
+            "sleep_partitions": late or [-1],
+            "sleep_seconds": SLEEP_S,
+        }
+    )
+    return [
+        Message(
+            RecordDict({"config": cfg}),
+            dst_node_id=nid,
+            message_type=MessageType.TRAIN,
+            group_id=str(server_round),
+        )
+        for nid in nodes
+    ]
 
 
-def _run(agg: Any, grid: Grid, nodes: list[int], server_round: int, fail: list[int], late: list[int]) -> Any:
+def _run(
+    agg: Any, grid: Grid, nodes: list[int], server_round: int, fail: list[int], late: list[int]
+) -> Any:
     timeout = TRAIN_TIMEOUT_S if late else 30.0
     try:
-        return agg.sum_updates(grid, _messages(nodes, server_round, fail, late), server_round=server_round, timeout=timeout)
+        return agg.sum_updates(
+            grid,
+            _messages(nodes, server_round, fail, late),
+            server_round=server_round,
+            timeout=timeout,
+        )
     except RoundFailed as exc:
         return exc
 
@@ -161,21 +213,31 @@ def simulation() -> dict[str, Any]:
         try:
             nodes = wait_for_nodes(grid, N, 60.0)
             out["node_ids"] = nodes
-            sec = SecAggPlusAggregator(num_shares=1.0, reconstruction_threshold=3, bits=BITS, stage_timeout=30.0)
+            sec = SecAggPlusAggregator(
+                num_shares=1.0, reconstruction_threshold=3, bits=BITS, stage_timeout=30.0
+            )
             for server_round, fail, late, ok in PLAN:
                 out[("secagg", server_round)] = _run(sec, grid, nodes, server_round, fail, late)
                 out[("dropped", server_round)] = sec.last_num_dropped
                 ideal = IdealAggregator(min_replies=N - len(fail) - len(late) if ok else None)
                 # reference: the late clients raise instead (a sleeping Ray actor would delay the rest)
-                out[("ideal", server_round)] = _run(ideal, grid, nodes, server_round, fail + late, [])
+                out[("ideal", server_round)] = _run(
+                    ideal, grid, nodes, server_round, fail + late, []
+                )
                 if late:  # let the straggler finish: in simulation its stale context write-back
                     time.sleep(SLEEP_S)  # would otherwise clobber the next round's SecAgg+ state
         except BaseException:
             out["error"] = traceback.format_exc()
 
-    run_simulation(server_app=app, client_app=make_probe_client_app(), num_supernodes=N,
-                   backend_config={"init_args": {"num_cpus": 2, "include_dashboard": False},
-                                   "client_resources": {"num_cpus": 1}})
+    run_simulation(
+        server_app=app,
+        client_app=make_probe_client_app(),
+        num_supernodes=N,
+        backend_config={
+            "init_args": {"num_cpus": 2, "include_dashboard": False},
+            "client_resources": {"num_cpus": 1},
+        },
+    )
     assert "error" not in out, out.get("error")
     return out
 
@@ -193,7 +255,12 @@ class TestEndToEnd:
 
     @pytest.mark.parametrize(("server_round", "fail", "late", "ok"), PLAN)
     def test_secagg_equals_ideal_and_expected(
-        self, simulation: dict[str, Any], server_round: int, fail: list[int], late: list[int], ok: bool
+        self,
+        simulation: dict[str, Any],
+        server_round: int,
+        fail: list[int],
+        late: list[int],
+        ok: bool,
     ) -> None:
         sec = simulation[("secagg", server_round)]
         ideal = simulation[("ideal", server_round)]

@@ -31,14 +31,18 @@ from fedpriv.skellam import (
 def chi2_pvalue(samples: np.ndarray, mu: float, kmax: int) -> float:
     """Chi-square goodness of fit of integer ``samples`` to Sk(mu) on bins -kmax..kmax + 2 tails."""
     edges = np.arange(-kmax, kmax + 1)
-    observed = np.array([np.sum(samples < -kmax)] + [np.sum(samples == k) for k in edges] + [np.sum(samples > kmax)])
+    observed = np.array(
+        [np.sum(samples < -kmax)] + [np.sum(samples == k) for k in edges] + [np.sum(samples > kmax)]
+    )
     dist = stats.skellam(mu, mu)
     probs = np.array([dist.cdf(-kmax - 1)] + [dist.pmf(k) for k in edges] + [dist.sf(kmax)])
     return float(stats.chisquare(observed, probs / probs.sum() * samples.size).pvalue)
 
 
 def mech(**kw: object) -> SkellamMechanism:
-    base: dict[str, object] = dict(bits=32, scale=100.0, mu=50.0, clipping_norm=1.0, num_clients=5, dim=37)
+    base: dict[str, object] = dict(
+        bits=32, scale=100.0, mu=50.0, clipping_norm=1.0, num_clients=5, dim=37
+    )
     base.update(kw)
     return SkellamMechanism(**base)  # type: ignore[arg-type]
 
@@ -146,7 +150,9 @@ class TestEncodeDecode:
     @pytest.mark.parametrize("rotation", [False, True])
     def test_modular_sum_decodes_to_signed_sum(self, rotation: bool) -> None:
         n, d = 6, 100
-        m = mech(bits=24, scale=2.0**10, mu=1e4, num_clients=n, dim=d, rotation=rotation, max_summands=3)
+        m = mech(
+            bits=24, scale=2.0**10, mu=1e4, num_clients=n, dim=d, rotation=rotation, max_summands=3
+        )
         rng = np.random.default_rng(12)
         xs = [rng.normal(size=(3, d)) * 0.2 for _ in range(n)]
         signed = [m.privatize(x, rng=100 + i, seed=5) for i, x in enumerate(xs)]
@@ -217,7 +223,9 @@ class TestWrap:
 
 class TestChooseScale:
     def test_largest_scale_that_fits(self) -> None:
-        kw = dict(bits=32, clipping_norm=0.5, num_clients=10, dim=26010, steps=12, max_summands=12 * 6000)
+        kw = dict(
+            bits=32, clipping_norm=0.5, num_clients=10, dim=26010, steps=12, max_summands=12 * 6000
+        )
         m = SkellamMechanism.from_noise_multiplier(1.3, **kw)
         assert m.mu == pytest.approx((m.scale * 1.3 * 0.5) ** 2 / 2)  # noise std s*sigma*C
         assert m.required_bits <= 32
@@ -227,7 +235,9 @@ class TestChooseScale:
 
     def test_no_scale_fits(self) -> None:
         with pytest.raises(ConfigError, match="no room for any scale"):
-            SkellamMechanism.from_noise_multiplier(1.0, bits=8, clipping_norm=1.0, num_clients=100, dim=10, max_summands=10)
+            SkellamMechanism.from_noise_multiplier(
+                1.0, bits=8, clipping_norm=1.0, num_clients=100, dim=10, max_summands=10
+            )
 
     def test_sensitivities_match_the_accountant(self) -> None:
         # the accountant's independent helper (fedpriv.accounting.skellam) on the padded dimension
@@ -240,12 +250,27 @@ class TestChooseScale:
 
 
 class TestBadInput:
-    @pytest.mark.parametrize(("field", "value"), [
-        ("bits", 1), ("bits", 63), ("bits", 16.0), ("scale", 0.0), ("scale", -1.0),
-        ("scale", float("inf")), ("mu", 0.0), ("mu", -2.0), ("clipping_norm", 0.0),
-        ("num_clients", 0), ("dim", 0), ("beta", 1.0), ("steps", 0), ("max_summands", 0),
-        ("wrap_probability", 0.0), ("dropout_tolerance", -1),
-    ])
+    @pytest.mark.parametrize(
+        ("field", "value"),
+        [
+            ("bits", 1),
+            ("bits", 63),
+            ("bits", 16.0),
+            ("scale", 0.0),
+            ("scale", -1.0),
+            ("scale", float("inf")),
+            ("mu", 0.0),
+            ("mu", -2.0),
+            ("clipping_norm", 0.0),
+            ("num_clients", 0),
+            ("dim", 0),
+            ("beta", 1.0),
+            ("steps", 0),
+            ("max_summands", 0),
+            ("wrap_probability", 0.0),
+            ("dropout_tolerance", -1),
+        ],
+    )
     def test_field_out_of_range(self, field: str, value: object) -> None:
         with pytest.raises(ConfigError, match=field):
             mech(**{field: value})

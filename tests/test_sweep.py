@@ -29,8 +29,15 @@ from fedpriv.sweep import job_command
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-TINY = ["num_clients=3", "num_rounds=1", "client.steps=2", "model=logistic", "progress=false", "plot=false",
-        "save_model=false"]
+TINY = [
+    "num_clients=3",
+    "num_rounds=1",
+    "client.steps=2",
+    "model=logistic",
+    "progress=false",
+    "plot=false",
+    "save_model=false",
+]
 
 
 def _free_port() -> int:
@@ -47,7 +54,12 @@ def _pids_with(marker: str) -> set[int]:
         if not entry.isdigit():
             continue
         try:
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmd = (
+                Path(f"/proc/{entry}/cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+            )
             stat = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
@@ -78,21 +90,42 @@ def _stop(pids: set[int]) -> None:
 def _ray_start(args: list[str], temp_dir: str) -> None:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    common = [f"--temp-dir={temp_dir}", f"--dashboard-agent-listen-port={_free_port()}", "--disable-usage-stats",
-              "--object-store-memory=100000000", f"--runtime-env-agent-port={_free_port()}",
-              f"--metrics-export-port={_free_port()}"]
-    proc = subprocess.run([str(BIN / "ray"), "start", *args, *common], env=env, capture_output=True, text=True,
-                          timeout=120)
+    common = [
+        f"--temp-dir={temp_dir}",
+        f"--dashboard-agent-listen-port={_free_port()}",
+        "--disable-usage-stats",
+        "--object-store-memory=100000000",
+        f"--runtime-env-agent-port={_free_port()}",
+        f"--metrics-export-port={_free_port()}",
+    ]
+    proc = subprocess.run(
+        [str(BIN / "ray"), "start", *args, *common],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
     """A head and a second node with 1 CPU each; yields the head's ``HOST:PORT``."""
-    temp_dir = tempfile.mkdtemp(prefix="fpr_", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    temp_dir = tempfile.mkdtemp(
+        prefix="fpr_", dir="/tmp"
+    )  # short: Ray's socket paths must fit 107 bytes
     try:
-        _ray_start(["--head", f"--port={_free_port()}", "--num-cpus=1", "--include-dashboard=false",
-                    f"--dashboard-port={_free_port()}", f"--ray-client-server-port={_free_port()}"], temp_dir)
+        _ray_start(
+            [
+                "--head",
+                f"--port={_free_port()}",
+                "--num-cpus=1",
+                "--include-dashboard=false",
+                f"--dashboard-port={_free_port()}",
+                f"--ray-client-server-port={_free_port()}",
+            ],
+            temp_dir,
+        )
         address = Path(temp_dir, "ray_current_cluster").read_text().strip()
         _ray_start([f"--address={address}", "--num-cpus=1"], temp_dir)
         yield address
@@ -103,8 +136,14 @@ def cluster() -> Iterator[str]:
 
 def _fedpriv(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return subprocess.run([sys.executable, "-m", "fedpriv.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "fedpriv.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _pld_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
@@ -117,8 +156,17 @@ def _pld_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
 @pytest.mark.slow
 def test_sweep_on_two_node_cluster_and_report(cluster: str, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
-    proc = _fedpriv(["-m", "hydra/launcher=ray", "privacy.noise_multiplier=0.8,1.2", "seed=0,1", *TINY,
-                     f"ray_init_args.address={cluster}", f"hydra.sweep.dir={sweep_dir}"])
+    proc = _fedpriv(
+        [
+            "-m",
+            "hydra/launcher=ray",
+            "privacy.noise_multiplier=0.8,1.2",
+            "seed=0,1",
+            *TINY,
+            f"ray_init_args.address={cluster}",
+            f"hydra.sweep.dir={sweep_dir}",
+        ]
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     jobs = json.loads((sweep_dir / "sweep.json").read_text())["jobs"]
     assert len(jobs) == 4 and all(j["status"] == "complete" for j in jobs), jobs
@@ -126,13 +174,21 @@ def test_sweep_on_two_node_cluster_and_report(cluster: str, tmp_path: Path) -> N
     assert len({j["node"] for j in jobs}) == 2, jobs
     for job in jobs:
         res = json.loads(Path(job["dir"], "results.json").read_text())
-        sigma = float(next(o for o in job["overrides"] if o.startswith("privacy.noise_multiplier=")).split("=")[1])
+        sigma = float(
+            next(o for o in job["overrides"] if o.startswith("privacy.noise_multiplier=")).split(
+                "="
+            )[1]
+        )
         assert Path(job["dir"]).parent == sweep_dir and res["status"] == "complete"
         # 1 round x 2 local steps of one Poisson-subsampled Gaussian (q=0.1) on the sum, as in test_integration
-        assert res["privacy"]["epsilon"] == pytest.approx(_pld_epsilon(sigma, 0.1, 2, 1e-5), rel=1e-9)
+        assert res["privacy"]["epsilon"] == pytest.approx(
+            _pld_epsilon(sigma, 0.1, 2, 1e-5), rel=1e-9
+        )
         assert res["privacy"]["noise_multiplier"] == sigma
 
-    report = subprocess.run([str(BIN / "fedpriv-report"), str(sweep_dir)], capture_output=True, text=True, timeout=120)
+    report = subprocess.run(
+        [str(BIN / "fedpriv-report"), str(sweep_dir)], capture_output=True, text=True, timeout=120
+    )
     assert report.returncode == 0, report.stderr
     with (sweep_dir / "report.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -140,7 +196,9 @@ def test_sweep_on_two_node_cluster_and_report(cluster: str, tmp_path: Path) -> N
     for row, job in zip(rows, jobs, strict=True):
         res = json.loads(Path(job["dir"], "results.json").read_text())
         assert row["status"] == "complete"
-        assert float(row["accuracy"]) == pytest.approx(res["rounds"][-1]["accuracy"], rel=1e-3)  # printed to 4 digits
+        assert float(row["accuracy"]) == pytest.approx(
+            res["rounds"][-1]["accuracy"], rel=1e-3
+        )  # printed to 4 digits
         assert float(row["epsilon"]) == pytest.approx(res["privacy"]["epsilon"], rel=1e-3)
         assert row["privacy.noise_multiplier"] in ("0.8", "1.2") and row["seed"] in ("0", "1")
     md = (sweep_dir / "report.md").read_text().splitlines()
@@ -151,26 +209,50 @@ def test_sweep_on_two_node_cluster_and_report(cluster: str, tmp_path: Path) -> N
 @pytest.mark.slow
 def test_failed_job_is_marked_and_the_sweep_goes_on(cluster: str, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
-    proc = _fedpriv(["-m", "hydra/launcher=ray", "privacy.noise_multiplier=1.0,-1", *TINY,
-                     f"ray_init_args.address={cluster}", f"hydra.sweep.dir={sweep_dir}"])
+    proc = _fedpriv(
+        [
+            "-m",
+            "hydra/launcher=ray",
+            "privacy.noise_multiplier=1.0,-1",
+            *TINY,
+            f"ray_init_args.address={cluster}",
+            f"hydra.sweep.dir={sweep_dir}",
+        ]
+    )
     assert proc.returncode == 1
     assert "privacy.noise_multiplier=-1.0 must be >= 0" in proc.stdout
     jobs = {j["num"]: j for j in json.loads((sweep_dir / "sweep.json").read_text())["jobs"]}
     assert jobs[0]["status"] == "complete" and jobs[1]["status"] == "failed"
     assert "privacy.noise_multiplier=-1.0 must be >= 0" in jobs[1]["message"]
-    subprocess.run([str(BIN / "fedpriv-report"), str(sweep_dir)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [str(BIN / "fedpriv-report"), str(sweep_dir)], check=True, capture_output=True, timeout=120
+    )
     with (sweep_dir / "report.csv").open() as f:
         rows = {r["job"]: r for r in csv.DictReader(f)}
-    assert rows["0"]["status"] == "complete" and rows["1"]["status"] == "failed" and rows["1"]["accuracy"] == ""
+    assert (
+        rows["0"]["status"] == "complete"
+        and rows["1"]["status"] == "failed"
+        and rows["1"]["accuracy"] == ""
+    )
 
 
 def test_unreachable_or_missing_address_is_one_clear_message(tmp_path: Path) -> None:
     closed = _free_port()  # nothing listens there
-    proc = _fedpriv(["-m", "hydra/launcher=ray", "seed=0,1", f"ray_init_args.address=127.0.0.1:{closed}",
-                     f"hydra.sweep.dir={tmp_path / 'a'}"], timeout=120)
+    proc = _fedpriv(
+        [
+            "-m",
+            "hydra/launcher=ray",
+            "seed=0,1",
+            f"ray_init_args.address=127.0.0.1:{closed}",
+            f"hydra.sweep.dir={tmp_path / 'a'}",
+        ],
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert f"cannot reach the Ray cluster at 127.0.0.1:{closed}" in proc.stderr
-    proc = _fedpriv(["-m", "hydra/launcher=ray", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'b'}"], timeout=120)
+    proc = _fedpriv(
+        ["-m", "hydra/launcher=ray", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'b'}"], timeout=120
+    )
     assert proc.returncode != 0 and "needs an existing Ray cluster" in proc.stderr
 
 
@@ -180,14 +262,25 @@ def test_connect_drops_resource_arguments(monkeypatch: pytest.MonkeyPatch) -> No
     assert ray_init_args(given)["num_cpus"] == 2  # a new local instance keeps its size
     assert ray_init_args({**given, "address": "local"})["object_store_memory"] == 10**8
     joined = ray_init_args({**given, "address": "10.0.0.1:6379"})
-    assert joined["address"] == "10.0.0.1:6379" and "num_cpus" not in joined and "object_store_memory" not in joined
+    assert (
+        joined["address"] == "10.0.0.1:6379"
+        and "num_cpus" not in joined
+        and "object_store_memory" not in joined
+    )
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert "num_cpus" not in ray_init_args(given)
 
 
 def test_job_command_gives_each_job_its_own_sized_ray_instance() -> None:
-    cmd = job_command(["seed=1", "ray_init_args.address=10.0.0.1:6379", "+ray_init_args.num_cpus=8"],
-                      Path("/abs/sweep/3"), cpus=2)
+    cmd = job_command(
+        ["seed=1", "ray_init_args.address=10.0.0.1:6379", "+ray_init_args.num_cpus=8"],
+        Path("/abs/sweep/3"),
+        cpus=2,
+    )
     assert cmd[1:3] == ["-m", "fedpriv.cli"]
-    assert cmd[3:] == ["seed=1", "hydra.run.dir='/abs/sweep/3'", "ray_init_args.address=local",
-                       "ray_init_args.num_cpus=2"]
+    assert cmd[3:] == [
+        "seed=1",
+        "hydra.run.dir='/abs/sweep/3'",
+        "ray_init_args.address=local",
+        "ray_init_args.num_cpus=2",
+    ]

@@ -179,26 +179,50 @@ def _power(law: SumSquaresLaw, n: int, tol: float) -> SumSquaresLaw:
 
 
 # --------------------------------------------------------------------------- validation
-def _validate(sampling: str, num_samples: int, num_groups: int, group_size: int,
-              group_privacy: int) -> int:
+def _validate(
+    sampling: str, num_samples: int, num_groups: int, group_size: int, group_privacy: int
+) -> int:
     """Check the sampler and sizes; return the number of rounds per epoch."""
     if sampling == "poisson":
-        raise ConfigError("sampling", sampling,
-                          "is not covered by the batch-clipping analysis (fixed-size batches); "
-                          "use the poisson-gaussian analysis for Poisson sampling with "
-                          "individual clipping and noise N(0,(C sigma)^2)")
+        raise ConfigError(
+            "sampling",
+            sampling,
+            "is not covered by the batch-clipping analysis (fixed-size batches); "
+            "use the poisson-gaussian analysis for Poisson sampling with "
+            "individual clipping and noise N(0,(C sigma)^2)",
+        )
     check(sampling in SAMPLINGS, "sampling", sampling, "must be one of: shuffle, subsample")
-    for name, v in (("num_samples", num_samples), ("num_groups", num_groups),
-                    ("group_size", group_size), ("group_privacy", group_privacy)):
-        check(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
-              name, v, "must be an integer >= 1")
+    for name, v in (
+        ("num_samples", num_samples),
+        ("num_groups", num_groups),
+        ("group_size", group_size),
+        ("group_privacy", group_privacy),
+    ):
+        check(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
+            name,
+            v,
+            "must be an integer >= 1",
+        )
     batch = num_groups * group_size
-    check(batch <= num_samples, "num_groups", num_groups,
-          f"times group_size={group_size} must be <= num_samples={num_samples}")
-    check(group_privacy <= num_samples, "group_privacy", group_privacy,
-          f"must be <= num_samples={num_samples}")
-    check(group_privacy <= MAX_GROUP_PRIVACY, "group_privacy", group_privacy,
-          f"must be <= {MAX_GROUP_PRIVACY} (exact q_E is computed up to that size)")
+    check(
+        batch <= num_samples,
+        "num_groups",
+        num_groups,
+        f"times group_size={group_size} must be <= num_samples={num_samples}",
+    )
+    check(
+        group_privacy <= num_samples,
+        "group_privacy",
+        group_privacy,
+        f"must be <= num_samples={num_samples}",
+    )
+    check(
+        group_privacy <= MAX_GROUP_PRIVACY,
+        "group_privacy",
+        group_privacy,
+        f"must be <= {MAX_GROUP_PRIVACY} (exact q_E is computed up to that size)",
+    )
     return num_samples // batch
 
 
@@ -233,8 +257,13 @@ def _poly_mul(a: np.ndarray, b: np.ndarray, reach: list[int]) -> np.ndarray:
     return out
 
 
-def shuffle_epoch_law(num_samples: int, num_groups: int, group_size: int,
-                      group_privacy: int = 1, rounds: int | None = None) -> SumSquaresLaw:
+def shuffle_epoch_law(
+    num_samples: int,
+    num_groups: int,
+    group_size: int,
+    group_privacy: int = 1,
+    rounds: int | None = None,
+) -> SumSquaresLaw:
     """Exact law of ``sum_b k_b^2`` over one shuffled epoch (or its first ``rounds`` rounds).
 
     Parameters
@@ -280,8 +309,11 @@ def shuffle_epoch_law(num_samples: int, num_groups: int, group_size: int,
     counts = np.zeros(q.shape[1])
     for j in range(g + 1):
         if g - j <= unused:
-            log_c = (scipy.special.gammaln(unused + 1) - scipy.special.gammaln(g - j + 1)
-                     - scipy.special.gammaln(unused - g + j + 1))
+            log_c = (
+                scipy.special.gammaln(unused + 1)
+                - scipy.special.gammaln(g - j + 1)
+                - scipy.special.gammaln(unused - g + j + 1)
+            )
             counts += math.exp(log_c + (g - j) * log_theta) * acc[j]
     counts = counts / counts.sum()
     t_max = int(np.flatnonzero(counts)[-1])
@@ -289,8 +321,9 @@ def shuffle_epoch_law(num_samples: int, num_groups: int, group_size: int,
 
 
 # --------------------------------------------------------------------------- subsampling
-def subsample_round_law(num_samples: int, num_groups: int, group_size: int,
-                        group_privacy: int = 1) -> SumSquaresLaw:
+def subsample_round_law(
+    num_samples: int, num_groups: int, group_size: int, group_privacy: int = 1
+) -> SumSquaresLaw:
     """Exact law of ``k^2`` for one subsampled round.
 
     ``j`` (differing records in ``S_b``) is hypergeometric(N, g, m s); given ``j`` the
@@ -306,8 +339,11 @@ def subsample_round_law(num_samples: int, num_groups: int, group_size: int,
     b = m * s
     kmax = min(g, m)
     probs = np.zeros(kmax * kmax + 1)
-    log_total = (scipy.special.gammaln(n + 1) - scipy.special.gammaln(b + 1)
-                 - scipy.special.gammaln(n - b + 1))
+    log_total = (
+        scipy.special.gammaln(n + 1)
+        - scipy.special.gammaln(b + 1)
+        - scipy.special.gammaln(n - b + 1)
+    )
     for j in range(0, min(g, b) + 1):
         if b - j > n - g:
             continue
@@ -320,14 +356,23 @@ def subsample_round_law(num_samples: int, num_groups: int, group_size: int,
 
 
 def _lcomb(n: int, k: int) -> float:
-    return float(scipy.special.gammaln(n + 1) - scipy.special.gammaln(k + 1)
-                 - scipy.special.gammaln(n - k + 1))
+    return float(
+        scipy.special.gammaln(n + 1)
+        - scipy.special.gammaln(k + 1)
+        - scipy.special.gammaln(n - k + 1)
+    )
 
 
 # --------------------------------------------------------------------------- whole run
-def sum_squares_law(sampling: str, num_samples: int, num_groups: int, group_size: int,
-                    num_rounds: int, group_privacy: int = 1,
-                    tail_tol: float = 1e-30) -> SumSquaresLaw:
+def sum_squares_law(
+    sampling: str,
+    num_samples: int,
+    num_groups: int,
+    group_size: int,
+    num_rounds: int,
+    group_privacy: int = 1,
+    tail_tol: float = 1e-30,
+) -> SumSquaresLaw:
     """Law ``q`` of ``c^2 = sum k^2`` after ``num_rounds`` local rounds.
 
     Parameters
@@ -352,17 +397,23 @@ def sum_squares_law(sampling: str, num_samples: int, num_groups: int, group_size
         On invalid or uncovered parameters.
     """
     per_epoch = _validate(sampling, num_samples, num_groups, group_size, group_privacy)
-    check(isinstance(num_rounds, (int, np.integer)) and num_rounds >= 0, "num_rounds",
-          num_rounds, "must be an integer >= 0")
+    check(
+        isinstance(num_rounds, (int, np.integer)) and num_rounds >= 0,
+        "num_rounds",
+        num_rounds,
+        "must be an integer >= 0",
+    )
     check(0.0 <= tail_tol < 1e-6, "tail_tol", tail_tol, "must be in [0, 1e-6)")
     # A truncated tail is reused at most num_rounds times per level of repeated squaring.
     tol = tail_tol / ((int(num_rounds) + 1) * (2 * int(num_rounds).bit_length() + 2))
     if sampling == "subsample":
-        return _power(subsample_round_law(num_samples, num_groups, group_size, group_privacy),
-                      int(num_rounds), tol)
+        return _power(
+            subsample_round_law(num_samples, num_groups, group_size, group_privacy),
+            int(num_rounds),
+            tol,
+        )
     epochs, rest = divmod(int(num_rounds), per_epoch)
-    law = _power(shuffle_epoch_law(num_samples, num_groups, group_size, group_privacy),
-                 epochs, tol)
+    law = _power(shuffle_epoch_law(num_samples, num_groups, group_size, group_privacy), epochs, tol)
     if rest:
         part = shuffle_epoch_law(num_samples, num_groups, group_size, group_privacy, rest)
         law = _combine(law, part, tol)
@@ -380,13 +431,15 @@ def _mixture(law: SumSquaresLaw, noise_multiplier: float) -> tuple[np.ndarray, n
 
 def _check_sigma(noise_multiplier: float) -> float:
     sigma = float(noise_multiplier)
-    check(not math.isnan(sigma) and sigma >= 0.0, "noise_multiplier", noise_multiplier,
-          "must be >= 0")
+    check(
+        not math.isnan(sigma) and sigma >= 0.0, "noise_multiplier", noise_multiplier, "must be >= 0"
+    )
     return sigma
 
 
-def batch_clipping_epsilon(law: SumSquaresLaw, noise_multiplier: float,
-                           target_delta: float) -> float:
+def batch_clipping_epsilon(
+    law: SumSquaresLaw, noise_multiplier: float, target_delta: float
+) -> float:
     """Smallest epsilon with ``sum_t q(t) delta_{G_{sqrt(t)/sigma}}(epsilon) <= target_delta``.
 
     Raises
@@ -402,15 +455,17 @@ def batch_clipping_epsilon(law: SumSquaresLaw, noise_multiplier: float,
     return gdp.mixture_epsilon(target_delta, mus, p)
 
 
-def batch_clipping_delta(law: SumSquaresLaw, noise_multiplier: float,
-                         target_epsilon: float) -> float:
+def batch_clipping_delta(
+    law: SumSquaresLaw, noise_multiplier: float, target_epsilon: float
+) -> float:
     """``delta(eps) = sum_t q(t) delta_{G_{sqrt(t)/sigma}}(eps)`` (exact mixture profile)."""
     mus, p = _mixture(law, _check_sigma(noise_multiplier))
     return gdp.mixture_delta(target_epsilon, mus, p)
 
 
-def calibrate_noise_multiplier(law: SumSquaresLaw, target_epsilon: float,
-                               target_delta: float) -> float:
+def calibrate_noise_multiplier(
+    law: SumSquaresLaw, target_epsilon: float, target_delta: float
+) -> float:
     """Smallest ``noise_multiplier`` (to 1e-6 relative) whose mixture delta meets the targets.
 
     Bisection on the exact mixture delta, which decreases in sigma; the returned value is
@@ -444,8 +499,9 @@ def calibrate_noise_multiplier(law: SumSquaresLaw, target_epsilon: float,
 
 
 # --------------------------------------------------------------------------- closed forms
-def table1_mu(num_groups: int, group_size: int, epochs: float, noise_multiplier: float,
-              group_privacy: int = 1) -> tuple[float, str]:
+def table1_mu(
+    num_groups: int, group_size: int, epochs: float, noise_multiplier: float, group_privacy: int = 1
+) -> tuple[float, str]:
     """The paper's Table 1 closed form for this clipping mode.
 
     Returns ``(mu, formula)``: batch clipping (``m = 1``) ``sqrt(g E)/sigma``; individual
@@ -509,8 +565,9 @@ class BatchClippingEvent(FedprivEvent):
     supported_relations: ClassVar[frozenset[str]] = frozenset({"replace_one"})
 
     def __post_init__(self) -> None:
-        _validate(self.sampling, self.num_samples, self.num_groups, self.group_size,
-                  self.group_privacy)
+        _validate(
+            self.sampling, self.num_samples, self.num_groups, self.group_size, self.group_privacy
+        )
         _check_sigma(self.noise_multiplier)
 
     @property
@@ -520,8 +577,15 @@ class BatchClippingEvent(FedprivEvent):
 
     def law(self, count: int) -> SumSquaresLaw:
         """The law ``q`` of ``c^2`` after ``count`` rounds."""
-        return sum_squares_law(self.sampling, self.num_samples, self.num_groups,
-                               self.group_size, int(count), self.group_privacy, self.tail_tol)
+        return sum_squares_law(
+            self.sampling,
+            self.num_samples,
+            self.num_groups,
+            self.group_size,
+            int(count),
+            self.group_privacy,
+            self.tail_tol,
+        )
 
     def epsilon(self, target_delta: float, count: int = 1) -> float:
         """Exact mixture epsilon after ``count`` rounds."""
@@ -557,7 +621,9 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     n = p.int("num_samples", ge=1)
     m = p.int("num_groups", ge=1)
     s = p.int("group_size", ge=1)
-    epochs = p.int("epochs", ge=1, le=100_000)  # beyond: minutes of exact convolution, and ε is meaningless
+    epochs = p.int(
+        "epochs", ge=1, le=100_000
+    )  # beyond: minutes of exact convolution, and ε is meaningless
     g = p.int("group_privacy", 1, ge=1)
     sigma = p.float("noise_multiplier", None, ge=0.0)
     eps_t, delta_t = gdp.cli_targets(p)
@@ -565,13 +631,20 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     per_epoch = _validate(sampling, n, m, s, g)
     rounds = epochs * per_epoch
     law = sum_squares_law(sampling, n, m, s, rounds, g)
-    out: dict[str, Any] = {"analysis": "batch-clipping", "sampling": sampling,
-                           "rounds_per_epoch": per_epoch, "rounds": rounds,
-                           "group_privacy": g}
+    out: dict[str, Any] = {
+        "analysis": "batch-clipping",
+        "sampling": sampling,
+        "rounds_per_epoch": per_epoch,
+        "rounds": rounds,
+        "group_privacy": g,
+    }
     if sigma is None:
         if eps_t is None or delta_t is None:
-            raise ConfigError("noise_multiplier", None,
-                              "is required unless both target_epsilon and target_delta are given")
+            raise ConfigError(
+                "noise_multiplier",
+                None,
+                "is required unless both target_epsilon and target_delta are given",
+            )
         sigma = calibrate_noise_multiplier(law, eps_t, delta_t)
         out["calibrated"] = "noise_multiplier"
         out["target_epsilon"] = eps_t
@@ -585,13 +658,16 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     mu_wc = worst_case_mu(law, sigma)
     d = out["delta"]
     out["closed_form"] = {
-        "formula": formula, "mu": mu_t1,
+        "formula": formula,
+        "mu": mu_t1,
         "epsilon": gdp.gdp_epsilon(d, mu_t1) if 0 < d < 1 else None,
-        "kind": ("upper bound (shuffling)" if sampling == "shuffle"
-                 else "approximation (Table 1, large N); not a bound for subsampling"),
+        "kind": (
+            "upper bound (shuffling)"
+            if sampling == "shuffle"
+            else "approximation (Table 1, large N); not a bound for subsampling"
+        ),
     }
-    out["worst_case"] = {"mu": mu_wc,
-                         "epsilon": gdp.gdp_epsilon(d, mu_wc) if 0 < d < 1 else None}
+    out["worst_case"] = {"mu": mu_wc, "epsilon": gdp.gdp_epsilon(d, mu_wc) if 0 < d < 1 else None}
     out["lumped_mass"] = law.lumped_mass
     out["mean_c2"] = law.mean()
     out["q_E"] = {str(t): q for t, q in sorted(law.as_dict().items())}

@@ -59,7 +59,9 @@ def bisect_noise(
     """
     check(
         isinstance(target_epsilon, (int, float)) and 0 < target_epsilon < math.inf,
-        "target_epsilon", target_epsilon, "must be a finite number > 0",
+        "target_epsilon",
+        target_epsilon,
+        "must be a finite number > 0",
     )
     check(0 < rtol < 0.5, "rtol", rtol, "must be in (0, 0.5)")
     ok = lambda x: epsilon_of(x) <= target_epsilon  # noqa: E731
@@ -80,7 +82,8 @@ def bisect_noise(
             x *= 2.0
             if x > highest:
                 raise ConfigError(
-                    "target_epsilon", target_epsilon,
+                    "target_epsilon",
+                    target_epsilon,
                     f"is not reachable with {field} <= {highest:g}",
                 )
         hi = x
@@ -147,4 +150,6 @@ def calibrate_noise_multiplier(
     # PLD: bracket with the fast RDP answer (PLD needs at most as much noise, usually
     # 5-20 % less), then bisect on the PLD accountant itself.
     sigma_rdp = bisect_noise(eps("rdp", "default"), target_epsilon, rtol=0.01)
-    return bisect_noise(eps(accountant, conversion), target_epsilon, hint=(0.75 * sigma_rdp, sigma_rdp))
+    return bisect_noise(
+        eps(accountant, conversion), target_epsilon, hint=(0.75 * sigma_rdp, sigma_rdp)
+    )

@@ -64,20 +64,31 @@ __all__ = [
 ]
 
 VARIANTS = ("fixed", "averaged", "sliding-window", "shuffle")
-_THEOREM = {"fixed": "Theorem 3.2", "averaged": "Theorem 4.1",
-            "sliding-window": "Theorem 4.3", "shuffle": "Theorem 5.1"}
+_THEOREM = {
+    "fixed": "Theorem 3.2",
+    "averaged": "Theorem 4.1",
+    "sliding-window": "Theorem 4.3",
+    "shuffle": "Theorem 5.1",
+}
 
 
 # --------------------------------------------------------------------------- formulas
 def _eps1(num_clients: int, num_slots: int, delta2: float) -> float:
     """``eps1`` of Theorem 4.1."""
-    return (math.sqrt(1.0 / num_clients + 1.0 / num_slots)
-            + math.sqrt(math.log(1.0 / delta2) / num_clients))
+    return math.sqrt(1.0 / num_clients + 1.0 / num_slots) + math.sqrt(
+        math.log(1.0 / delta2) / num_clients
+    )
 
 
-def pure_epsilon(variant: str, local_epsilon: float, num_clients: int, num_slots: int,
-                 delta: float, checkin_probability: float = 1.0,
-                 delta2: float | None = None) -> float:
+def pure_epsilon(
+    variant: str,
+    local_epsilon: float,
+    num_clients: int,
+    num_slots: int,
+    delta: float,
+    checkin_probability: float = 1.0,
+    delta2: float | None = None,
+) -> float:
     """The theorem's central epsilon for an ``eps0``-DP randomizer (one pass).
 
     Parameters
@@ -109,18 +120,19 @@ def pure_epsilon(variant: str, local_epsilon: float, num_clients: int, num_slots
     m, n, p = num_slots, num_clients, checkin_probability
     with np.errstate(over="ignore"):
         if variant == "fixed":
-            val = (p * em1 * math.sqrt(2.0 * ex * log_term / m)
-                   + p * p * ex * em1 * em1 / (2.0 * m))
+            val = p * em1 * math.sqrt(2.0 * ex * log_term / m) + p * p * ex * em1 * em1 / (2.0 * m)
         elif variant == "averaged":
             assert delta2 is not None
             e1 = _eps1(n, m, delta2)
-            val = (float(np.exp(4 * e0)) * em1 * em1 * e1 * e1 / 2.0
-                   + float(np.exp(2 * e0)) * em1 * e1 * math.sqrt(2.0 * log_term))
+            val = float(np.exp(4 * e0)) * em1 * em1 * e1 * e1 / 2.0 + float(
+                np.exp(2 * e0)
+            ) * em1 * e1 * math.sqrt(2.0 * log_term)
         elif variant == "sliding-window":
             val = ex * em1 * em1 / (2.0 * m) + em1 * math.sqrt(2.0 * ex * log_term / m)
         elif variant == "shuffle":
-            val = (float(np.exp(3 * e0)) * em1 * em1 / (2.0 * n)
-                   + float(np.exp(1.5 * e0)) * em1 * math.sqrt(2.0 * log_term / n))
+            val = float(np.exp(3 * e0)) * em1 * em1 / (2.0 * n) + float(
+                np.exp(1.5 * e0)
+            ) * em1 * math.sqrt(2.0 * log_term / n)
         else:
             raise ConfigError("variant", variant, "must be one of: " + ", ".join(VARIANTS))
     return val if math.isfinite(val) else math.inf
@@ -134,8 +146,11 @@ def delta0_bound(local_epsilon: float, delta1: float) -> float:
     """
     e0 = float(local_epsilon)
     denom_log = -math.log1p(-math.exp(-5.0 * e0))
-    return (-math.expm1(-e0)) * delta1 / (
-        4.0 * math.exp(e0) * (2.0 + math.log(2.0 / delta1) / denom_log))
+    return (
+        (-math.expm1(-e0))
+        * delta1
+        / (4.0 * math.exp(e0) * (2.0 + math.log(2.0 / delta1) / denom_log))
+    )
 
 
 def min_delta1(local_epsilon: float, local_delta: float) -> float:
@@ -148,10 +163,13 @@ def min_delta1(local_epsilon: float, local_delta: float) -> float:
     """
     hi = 1.0 - 1e-12
     if delta0_bound(local_epsilon, hi) < local_delta:
-        raise ConfigError("local_delta", local_delta,
-                          f"violates the (eps0, delta0) precondition for every delta1 < 1 at "
-                          f"local_epsilon={local_epsilon} (need delta0 <= "
-                          f"{delta0_bound(local_epsilon, hi):.3g} even at delta1 -> 1)")
+        raise ConfigError(
+            "local_delta",
+            local_delta,
+            f"violates the (eps0, delta0) precondition for every delta1 < 1 at "
+            f"local_epsilon={local_epsilon} (need delta0 <= "
+            f"{delta0_bound(local_epsilon, hi):.3g} even at delta1 -> 1)",
+        )
     lo_log, hi_log = math.log(1e-300), math.log(hi)
     if delta0_bound(local_epsilon, 1e-300) >= local_delta:
         return 1e-300
@@ -187,8 +205,15 @@ class _Pass:
 
     def eps_at(self, delta: float, delta2: float | None) -> float:
         e0 = self.local_epsilon if self.local_delta == 0.0 else 8.0 * self.local_epsilon
-        return pure_epsilon(self.variant, e0, self.num_clients, self.num_slots, delta,
-                            self.checkin_probability, delta2)
+        return pure_epsilon(
+            self.variant,
+            e0,
+            self.num_clients,
+            self.num_slots,
+            delta,
+            self.checkin_probability,
+            delta2,
+        )
 
 
 def _largest_feasible(h: Callable[[float], bool], top: float) -> float | None:
@@ -236,13 +261,13 @@ def single_pass_epsilon(p: _Pass, total_delta: float) -> float:
     if p.delta2 is not None:
         return _pass_epsilon_fixed_split(p, total_delta, p.delta2)
     fracs = np.concatenate([np.logspace(-6, -1, 11), np.linspace(0.15, 0.95, 17)])
-    return min(_pass_epsilon_fixed_split(p, total_delta, float(f) * total_delta)
-               for f in fracs)
+    return min(_pass_epsilon_fixed_split(p, total_delta, float(f) * total_delta) for f in fracs)
 
 
 # --------------------------------------------------------------------------- composition
-def optimal_composition_delta(epsilon: float, delta: float, count: int,
-                              total_epsilon: float) -> float:
+def optimal_composition_delta(
+    epsilon: float, delta: float, count: int, total_epsilon: float
+) -> float:
     """Exact delta of the ``count``-fold composition of (epsilon, delta)-DP at ``total_epsilon``.
 
     ``1 - (1 - delta)^k (1 - sum_l C(k,l) [e^{(k-l) eps} - e^{eps_g + l eps}]_+ / (1 + e^eps)^k)``,
@@ -264,10 +289,17 @@ def optimal_composition_delta(epsilon: float, delta: float, count: int,
         if ls.size == 0:
             pure = 0.0
         else:
-            log_binom = (scipy.special.gammaln(k + 1) - scipy.special.gammaln(ls + 1)
-                         - scipy.special.gammaln(k - ls + 1))
-            log_terms = (log_binom + (k - ls) * epsilon - k * np.logaddexp(0.0, epsilon)
-                         + np.log(-np.expm1(total_epsilon - (k - 2 * ls) * epsilon)))
+            log_binom = (
+                scipy.special.gammaln(k + 1)
+                - scipy.special.gammaln(ls + 1)
+                - scipy.special.gammaln(k - ls + 1)
+            )
+            log_terms = (
+                log_binom
+                + (k - ls) * epsilon
+                - k * np.logaddexp(0.0, epsilon)
+                + np.log(-np.expm1(total_epsilon - (k - 2 * ls) * epsilon))
+            )
             top = float(log_terms.max())
             pure = math.exp(top) * float(np.exp(log_terms - top).sum())
     pure = min(max(pure, 0.0), 1.0)
@@ -277,12 +309,14 @@ def optimal_composition_delta(epsilon: float, delta: float, count: int,
 def advanced_composition_epsilon(epsilon: float, count: int, delta_slack: float) -> float:
     """``sqrt(2k ln(1/delta_slack)) eps + k eps (e^eps - 1)`` (Dwork, Rothblum, Vadhan 2010)."""
     k = int(count)
-    return (math.sqrt(2.0 * k * math.log(1.0 / delta_slack)) * epsilon
-            + k * epsilon * math.expm1(min(epsilon, 700.0)))
+    return math.sqrt(2.0 * k * math.log(1.0 / delta_slack)) * epsilon + k * epsilon * math.expm1(
+        min(epsilon, 700.0)
+    )
 
 
-def _optimal_composition_epsilon(epsilon: float, delta: float, count: int,
-                                 total_delta: float) -> float:
+def _optimal_composition_epsilon(
+    epsilon: float, delta: float, count: int, total_delta: float
+) -> float:
     """Smallest total epsilon with :func:`optimal_composition_delta` <= total_delta."""
     if -math.expm1(count * math.log1p(-delta)) >= total_delta:
         return math.inf
@@ -299,8 +333,9 @@ def _optimal_composition_epsilon(epsilon: float, delta: float, count: int,
     return hi
 
 
-def compose_repetitions(pass_epsilon: Callable[[float], float], count: int,
-                        total_delta: float) -> tuple[float, str]:
+def compose_repetitions(
+    pass_epsilon: Callable[[float], float], count: int, total_delta: float
+) -> tuple[float, str]:
     """Best total epsilon of ``count`` passes, each ``(pass_epsilon(d), d)``-DP for any ``d``.
 
     Tries a grid of per-pass deltas and, for each, basic, advanced and optimal
@@ -326,8 +361,9 @@ def compose_repetitions(pass_epsilon: Callable[[float], float], count: int,
 
 
 # --------------------------------------------------------------------------- dummies
-def expected_dummy_updates(variant: str, num_clients: int, num_slots: int,
-                           checkin_probability: float = 1.0) -> dict[str, float]:
+def expected_dummy_updates(
+    variant: str, num_clients: int, num_slots: int, checkin_probability: float = 1.0
+) -> dict[str, float]:
     """Expected number of empty slots (dummy updates, or skipped slots for ``averaged``).
 
     Returns ``{"expected": exact expectation, "bound": the paper's bound}``:
@@ -390,38 +426,65 @@ class CheckinEvent(FedprivEvent):
     supported_relations: ClassVar[frozenset[str]] = frozenset({"replace_one"})
 
     def __post_init__(self) -> None:
-        check(self.variant in VARIANTS, "variant", self.variant,
-              "must be one of: " + ", ".join(VARIANTS))
-        check(math.isfinite(self.local_epsilon) and self.local_epsilon > 0, "local_epsilon",
-              self.local_epsilon, "must be > 0")
+        check(
+            self.variant in VARIANTS,
+            "variant",
+            self.variant,
+            "must be one of: " + ", ".join(VARIANTS),
+        )
+        check(
+            math.isfinite(self.local_epsilon) and self.local_epsilon > 0,
+            "local_epsilon",
+            self.local_epsilon,
+            "must be > 0",
+        )
         for name in ("num_clients", "num_slots"):
             v = getattr(self, name)
-            check(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
-                  name, v, "must be an integer >= 1")
+            check(
+                isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
+                name,
+                v,
+                "must be an integer >= 1",
+            )
         p = self.checkin_probability
         check(0.0 < p <= 1.0, "checkin_probability", p, "must be in (0, 1]")
         if self.variant != "fixed":
-            check(p == 1.0, "checkin_probability", p,
-                  f"must be 1: {_THEOREM[self.variant]} covers only p0 = 1")
+            check(
+                p == 1.0,
+                "checkin_probability",
+                p,
+                f"must be 1: {_THEOREM[self.variant]} covers only p0 = 1",
+            )
         if self.variant == "sliding-window":
-            check(self.num_slots <= self.num_clients, "num_slots", self.num_slots,
-                  f"must be <= num_clients={self.num_clients} for the sliding window")
-        check(0.0 <= self.local_delta < 1.0, "local_delta", self.local_delta,
-              "must be in [0, 1)")
+            check(
+                self.num_slots <= self.num_clients,
+                "num_slots",
+                self.num_slots,
+                f"must be <= num_clients={self.num_clients} for the sliding window",
+            )
+        check(0.0 <= self.local_delta < 1.0, "local_delta", self.local_delta, "must be in [0, 1)")
         for name in ("delta1", "delta2"):
             v = getattr(self, name)
             if v is not None:
                 check(0.0 < v < 1.0, name, v, "must be in (0, 1)")
         if self.delta2 is not None:
-            check(self.variant == "averaged", "delta2", self.delta2,
-                  "is only used by the averaged variant (Theorem 4.1)")
+            check(
+                self.variant == "averaged",
+                "delta2",
+                self.delta2,
+                "is only used by the averaged variant (Theorem 4.1)",
+            )
         if self.local_delta > 0.0:
             if self.delta1 is not None:
                 bound = delta0_bound(self.local_epsilon, self.delta1)
-                check(self.local_delta <= bound, "local_delta", self.local_delta,
-                      f"violates the precondition of {_THEOREM[self.variant]}: need "
-                      f"delta0 <= {bound:.4g} for local_epsilon={self.local_epsilon}, "
-                      f"delta1={self.delta1}")
+                check(
+                    self.local_delta <= bound,
+                    "local_delta",
+                    self.local_delta,
+                    f"violates the precondition of {_THEOREM[self.variant]}: need "
+                    f"delta0 <= {bound:.4g} for local_epsilon={self.local_epsilon}, "
+                    f"delta1={self.delta1}",
+                )
             else:
                 min_delta1(self.local_epsilon, self.local_delta)
         elif self.delta1 is not None:
@@ -433,9 +496,16 @@ class CheckinEvent(FedprivEvent):
         return _THEOREM[self.variant]
 
     def _pass(self) -> _Pass:
-        return _Pass(self.variant, float(self.local_epsilon), int(self.num_clients),
-                     int(self.num_slots), float(self.checkin_probability),
-                     float(self.local_delta), self.delta1, self.delta2)
+        return _Pass(
+            self.variant,
+            float(self.local_epsilon),
+            int(self.num_clients),
+            int(self.num_slots),
+            float(self.checkin_probability),
+            float(self.local_delta),
+            self.delta1,
+            self.delta2,
+        )
 
     def pass_epsilon(self, target_delta: float) -> float:
         """Central epsilon of one pass at total delta ``target_delta``."""
@@ -449,12 +519,16 @@ class CheckinEvent(FedprivEvent):
         if count == 0:
             return 0.0, "none"
         p = self._pass()
-        eps, method = compose_repetitions(lambda d: single_pass_epsilon(p, d), int(count), target_delta)
+        eps, method = compose_repetitions(
+            lambda d: single_pass_epsilon(p, d), int(count), target_delta
+        )
         # Every client sends at most one (ε0, δ0)-DP report per pass, and everything else the
         # server sees is independent of its data or post-processing: count·ε0 at count·δ0 is
         # always valid (basic composition), so the amplified bound never exceeds it.
         if count * self.local_delta <= target_delta and count * self.local_epsilon < eps:
-            return count * float(self.local_epsilon), "local (one report per pass, basic composition)"
+            return count * float(
+                self.local_epsilon
+            ), "local (one report per pass, basic composition)"
         return eps, method
 
     def epsilon(self, target_delta: float, count: int = 1) -> float:
@@ -518,17 +592,29 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     eps_t, delta_t = gdp.cli_targets(p)
     p.finish()
     event = CheckinEvent(variant, eps0, n, m, p0, local_delta, delta1, delta2)
-    out: dict[str, Any] = {"analysis": "checkin", "variant": variant, "theorem": event.theorem,
-                           "local_epsilon": eps0, "local_delta": local_delta,
-                           "repetitions": reps}
+    out: dict[str, Any] = {
+        "analysis": "checkin",
+        "variant": variant,
+        "theorem": event.theorem,
+        "local_epsilon": eps0,
+        "local_delta": local_delta,
+        "repetitions": reps,
+    }
     if delta_t is not None:
         eps, method = event.epsilon_and_method(delta_t, reps)
         if not math.isfinite(eps):
-            raise ConfigError("target_delta", delta_t,
-                              "cannot be met: the theorem's delta terms "
-                              "(K (e^eps' + 1) delta1, delta2) exceed it")
-        out.update(epsilon=eps, delta=delta_t, composition=method,
-                   single_pass_epsilon=event.pass_epsilon(delta_t / reps))
+            raise ConfigError(
+                "target_delta",
+                delta_t,
+                "cannot be met: the theorem's delta terms "
+                "(K (e^eps' + 1) delta1, delta2) exceed it",
+            )
+        out.update(
+            epsilon=eps,
+            delta=delta_t,
+            composition=method,
+            single_pass_epsilon=event.pass_epsilon(delta_t / reps),
+        )
     else:
         assert eps_t is not None
         out.update(epsilon=eps_t, delta=event.delta(eps_t, reps))
@@ -536,6 +622,7 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
         out["delta1"] = delta1 if delta1 is not None else min_delta1(eps0, local_delta)
     out["expected_dummy_updates"] = expected_dummy_updates(variant, n, m, p0)
     if variant == "averaged":
-        out["note"] = ("pure-eps0 form of Theorem 4.1 reconstructed from the printed "
-                       "(eps0, delta0) form")
+        out["note"] = (
+            "pure-eps0 form of Theorem 4.1 reconstructed from the printed (eps0, delta0) form"
+        )
     return out

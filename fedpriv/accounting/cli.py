@@ -59,7 +59,9 @@ def load_analysis(name: str) -> Callable[[dict[str, str]], dict[str, Any]]:
     except ModuleNotFoundError as err:
         if err.name != module_name:
             raise
-        raise ConfigError("analysis", name, f"is not available (module {module_name} missing)") from None
+        raise ConfigError(
+            "analysis", name, f"is not available (module {module_name} missing)"
+        ) from None
     func = getattr(module, func_name, None)
     if func is None:
         raise ConfigError("analysis", name, f"is not available ({module_name}.{func_name} missing)")
@@ -95,7 +97,9 @@ def format_summary(result: dict[str, Any]) -> str:
         lines.append(f"  local (per-client) epsilon = {result['local_epsilon']:.6g}")
     if "calibrated" in result:
         key = result["calibrated"]
-        lines.append(f"  calibrated {key} = {result[key]:.6g} for target_epsilon = {result['target_epsilon']:g}")
+        lines.append(
+            f"  calibrated {key} = {result[key]:.6g} for target_epsilon = {result['target_epsilon']:g}"
+        )
     skip = {"analysis", "epsilon", "delta", "local_epsilon", "calibrated"}
     for key, value in result.items():
         if key in skip:
@@ -116,7 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
     if not args:
-        print("fedpriv-account: error: no ANALYSIS given (see fedpriv-account --help)", file=sys.stderr)
+        print(
+            "fedpriv-account: error: no ANALYSIS given (see fedpriv-account --help)",
+            file=sys.stderr,
+        )
         return 2
     try:
         import absl.logging

@@ -28,8 +28,14 @@ SAMPLING_REFUSAL = (
     "batches; use sampling=poisson or the batch-clipping analysis"
 )
 KEYS = (
-    "noise_multiplier", "target_epsilon", "sample_rate", "steps", "target_delta",
-    "accountant", "conversion", "sampling",
+    "noise_multiplier",
+    "target_epsilon",
+    "sample_rate",
+    "steps",
+    "target_delta",
+    "accountant",
+    "conversion",
+    "sampling",
 )
 
 
@@ -61,13 +67,18 @@ def poisson_gaussian_event(
     """
     check(sampling == "poisson", "sampling", sampling, SAMPLING_REFUSAL)
     check(
-        isinstance(noise_multiplier, (int, float)) and math.isfinite(noise_multiplier)
+        isinstance(noise_multiplier, (int, float))
+        and math.isfinite(noise_multiplier)
         and noise_multiplier >= 0,
-        "noise_multiplier", noise_multiplier, "must be a finite number >= 0",
+        "noise_multiplier",
+        noise_multiplier,
+        "must be a finite number >= 0",
     )
     check(
         isinstance(sample_rate, (int, float)) and 0 <= sample_rate <= 1,
-        "sample_rate", sample_rate, "must be in [0, 1]",
+        "sample_rate",
+        sample_rate,
+        "must be in [0, 1]",
     )
     gaussian = dp_event.GaussianDpEvent(float(noise_multiplier))
     if sample_rate == 1:
@@ -117,14 +128,22 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     if given == "target_epsilon":
         target = p.float("target_epsilon", gt=0.0)
         p.finish()
-        sigma = calibrate_noise_multiplier(target, delta, sample_rate, steps, accountant, conversion)
+        sigma = calibrate_noise_multiplier(
+            target, delta, sample_rate, steps, accountant, conversion
+        )
         out.update(calibrated="noise_multiplier", target_epsilon=target)
     else:
         sigma = p.float("noise_multiplier", ge=0.0)
         p.finish()
     eps = poisson_gaussian_epsilon(sigma, sample_rate, steps, delta, accountant, conversion)
     out.update(
-        epsilon=eps, delta=delta, noise_multiplier=sigma, sample_rate=sample_rate, steps=steps,
-        accountant=accountant, conversion=conversion, neighboring_relation="add_remove",
+        epsilon=eps,
+        delta=delta,
+        noise_multiplier=sigma,
+        sample_rate=sample_rate,
+        steps=steps,
+        accountant=accountant,
+        conversion=conversion,
+        neighboring_relation="add_remove",
     )
     return out

@@ -131,8 +131,12 @@ def group_mu(mu: float, group_size: int) -> float:
     Dong, Roth, Su (2019), Theorem 2.14.
     """
     mu = _check_mu(mu)
-    check(int(group_size) == group_size and group_size >= 1, "group_privacy", group_size,
-          "must be an integer >= 1")
+    check(
+        int(group_size) == group_size and group_size >= 1,
+        "group_privacy",
+        group_size,
+        "must be an integer >= 1",
+    )
     return float(group_size) * mu
 
 
@@ -205,7 +209,9 @@ def gdp_delta(epsilon: ArrayLike, mu: float | ArrayLike) -> np.ndarray | float:
     return float(out) if out.ndim == 0 else out
 
 
-def _solve_decreasing(log_f: Callable[[float], float], log_target: float, hi_start: float = 1.0) -> float:
+def _solve_decreasing(
+    log_f: Callable[[float], float], log_target: float, hi_start: float = 1.0
+) -> float:
     """Smallest ``x >= 0`` with ``log_f(x) <= log_target`` for a decreasing ``log_f``.
 
     Brackets by doubling, refines with Brent's method on the log scale, then moves the
@@ -219,8 +225,9 @@ def _solve_decreasing(log_f: Callable[[float], float], log_target: float, hi_sta
         lo, hi = hi, 2.0 * hi
         if hi > 1e12:
             return math.inf
-    x = scipy.optimize.brentq(lambda e: log_f(e) - log_target, lo, hi, xtol=1e-14,
-                              rtol=1e-13, maxiter=500)
+    x = scipy.optimize.brentq(
+        lambda e: log_f(e) - log_target, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500
+    )
     step = max(abs(x) * 1e-13, 1e-15)
     while log_f(x) > log_target:
         x += step
@@ -261,8 +268,9 @@ def gdp_epsilon(target_delta: float, mu: float) -> float:
         with np.errstate(over="ignore"):
             return float(mu * mu / 2.0 + mu * float(scipy.special.ndtri(1.0 - target_delta)))
     log_t = math.log(target_delta)
-    return _solve_decreasing(lambda e: float(gdp_log_delta(e, mu)), log_t,
-                             hi_start=max(1.0, mu * mu / 2.0 + mu))
+    return _solve_decreasing(
+        lambda e: float(gdp_log_delta(e, mu)), log_t, hi_start=max(1.0, mu * mu / 2.0 + mu)
+    )
 
 
 def gdp_mu(target_epsilon: float, target_delta: float) -> float:
@@ -297,8 +305,12 @@ def gdp_mu(target_epsilon: float, target_delta: float) -> float:
 def _mixture_arrays(mus: ArrayLike, weights: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     mu_arr = np.asarray(mus, dtype=float).ravel()
     w_arr = np.asarray(weights, dtype=float).ravel()
-    check(mu_arr.shape == w_arr.shape and mu_arr.size > 0, "weights", w_arr.size,
-          f"must match the {mu_arr.size} mixture components")
+    check(
+        mu_arr.shape == w_arr.shape and mu_arr.size > 0,
+        "weights",
+        w_arr.size,
+        f"must match the {mu_arr.size} mixture components",
+    )
     check(bool(np.all(mu_arr >= 0)), "mus", mus, "must all be >= 0")
     check(bool(np.all(w_arr >= 0)), "weights", weights, "must all be >= 0")
     total = float(w_arr.sum())
@@ -367,13 +379,17 @@ def mixture_epsilon(target_delta: float, mus: ArrayLike, weights: ArrayLike) -> 
     mu_max = float(mu_arr[finite].max()) if np.any(finite) else 0.0
     if mu_max == 0.0:
         return 0.0
-    return _solve_decreasing(lambda e: _mixture_log_delta(e, mu_arr, log_w),
-                             math.log(target_delta), hi_start=max(1.0, mu_max))
+    return _solve_decreasing(
+        lambda e: _mixture_log_delta(e, mu_arr, log_w),
+        math.log(target_delta),
+        hi_start=max(1.0, mu_max),
+    )
 
 
 # --------------------------------------------------------------------------- calibration
-def analytic_gaussian_sigma(local_epsilon: float, local_delta: float,
-                            sensitivity: float = 1.0) -> float:
+def analytic_gaussian_sigma(
+    local_epsilon: float, local_delta: float, sensitivity: float = 1.0
+) -> float:
     """Smallest Gaussian noise std that makes an l2-sensitivity-``Delta`` query (eps0, delta0)-DP.
 
     Parameters
@@ -435,11 +451,17 @@ def _run_mu(mu: float | None, eps: float | None, delta: float | None) -> dict[st
     """Answer for a G_mu mechanism: epsilon (given delta), delta (given epsilon) or mu."""
     if mu is None:
         if eps is None or delta is None:
-            raise ConfigError("target_epsilon", eps,
-                              "and target_delta are both needed to calibrate")
+            raise ConfigError(
+                "target_epsilon", eps, "and target_delta are both needed to calibrate"
+            )
         mu = gdp_mu(eps, delta)
-        return {"epsilon": eps, "delta": float(gdp_delta(eps, mu)), "mu": mu,
-                "calibrated": "mu", "target_epsilon": eps}
+        return {
+            "epsilon": eps,
+            "delta": float(gdp_delta(eps, mu)),
+            "mu": mu,
+            "calibrated": "mu",
+            "target_epsilon": eps,
+        }
     if delta is not None:
         return {"epsilon": gdp_epsilon(delta, mu), "delta": delta, "mu": mu}
     assert eps is not None

@@ -112,7 +112,9 @@ class FedprivEvent:
         return cls(**{k: _tuples(v) for k, v in d.items()})
 
 
-def rdp_to_epsilon(orders: np.ndarray, rdp: np.ndarray, target_delta: float, conversion: str) -> float:
+def rdp_to_epsilon(
+    orders: np.ndarray, rdp: np.ndarray, target_delta: float, conversion: str
+) -> float:
     """Convert an RDP curve to ε at ``target_delta``.
 
     ``conversion="default"``: dp-accounting's ``compute_epsilon`` (Canonne, Kamath, Steinke
@@ -126,7 +128,9 @@ def rdp_to_epsilon(orders: np.ndarray, rdp: np.ndarray, target_delta: float, con
     return float(rdp_privacy_accountant.compute_epsilon(orders, rdp, target_delta)[0])
 
 
-def rdp_to_delta(orders: np.ndarray, rdp: np.ndarray, target_epsilon: float, conversion: str) -> float:
+def rdp_to_delta(
+    orders: np.ndarray, rdp: np.ndarray, target_epsilon: float, conversion: str
+) -> float:
     """Convert an RDP curve to δ at ``target_epsilon`` (inverse of :func:`rdp_to_epsilon`)."""
     if conversion == "mironov":
         with np.errstate(over="ignore", invalid="ignore"):
@@ -168,18 +172,26 @@ class PrivacyLedger:
         pld_discretization: float | None = None,
     ) -> None:
         check(accountant in ACCOUNTANTS, "accountant", accountant, "must be one of: pld, rdp")
-        check(conversion in CONVERSIONS, "conversion", conversion, "must be one of: default, mironov")
         check(
-            not (conversion == "mironov" and accountant != "rdp"),
-            "conversion", conversion, "requires accountant='rdp'",
+            conversion in CONVERSIONS, "conversion", conversion, "must be one of: default, mironov"
         )
         check(
-            neighboring_relation in RELATIONS, "neighboring_relation", neighboring_relation,
+            not (conversion == "mironov" and accountant != "rdp"),
+            "conversion",
+            conversion,
+            "requires accountant='rdp'",
+        )
+        check(
+            neighboring_relation in RELATIONS,
+            "neighboring_relation",
+            neighboring_relation,
             "must be one of: " + ", ".join(RELATIONS),
         )
         check(
-            pld_discretization is None or 0 < pld_discretization <= 0.1, "pld_discretization",
-            pld_discretization, "must be in (0, 0.1] or None (automatic)",
+            pld_discretization is None or 0 < pld_discretization <= 0.1,
+            "pld_discretization",
+            pld_discretization,
+            "must be in (0, 0.1] or None (automatic)",
         )
         self.accountant = accountant
         self.conversion = conversion
@@ -212,7 +224,9 @@ class PrivacyLedger:
         """
         check(
             isinstance(count, (int, np.integer)) and not isinstance(count, bool) and count >= 1,
-            "count", count, "must be an integer >= 1",
+            "count",
+            count,
+            "must be an integer >= 1",
         )
         count = int(count)
         if self._runs and self._runs[-1][0] == event:
@@ -412,7 +426,12 @@ class PrivacyLedger:
         ConfigError
             If the dict is not a fedpriv ledger or names an unknown event type.
         """
-        check(d.get("format") == "fedpriv-ledger/1", "format", d.get("format"), "must be 'fedpriv-ledger/1'")
+        check(
+            d.get("format") == "fedpriv-ledger/1",
+            "format",
+            d.get("format"),
+            "must be 'fedpriv-ledger/1'",
+        )
         ledger = cls(
             accountant=d["accountant"],
             conversion=d["conversion"],
@@ -428,7 +447,9 @@ class PrivacyLedger:
         return f"PrivacyLedger(accountant={self.accountant!r}, conversion={self.conversion!r}, runs=[{runs}])"
 
 
-def _dp_event_rdp(event: dp_event.DpEvent, orders: np.ndarray, relation: NeighboringRelation) -> np.ndarray:
+def _dp_event_rdp(
+    event: dp_event.DpEvent, orders: np.ndarray, relation: NeighboringRelation
+) -> np.ndarray:
     """RDP of ONE occurrence of a dp-accounting event at ``orders``.
 
     For a Poisson-sampled event the curve is capped by the unsampled one, order by order
@@ -453,7 +474,9 @@ def event_to_dict(event: Any) -> dict[str, Any]:
         cls = type(event)
         return {"fedpriv_event": f"{cls.__module__}:{cls.__qualname__}", **event.to_dict()}
     if isinstance(event, dp_event.DpEvent):
-        fields = {a.name: _dp_value_to_json(getattr(event, a.name)) for a in attr.fields(type(event))}
+        fields = {
+            a.name: _dp_value_to_json(getattr(event, a.name)) for a in attr.fields(type(event))
+        }
         return {"dp_event": type(event).__name__, **fields}
     raise ConfigError("event", event, "must be a dp_accounting DpEvent or a FedprivEvent")
 
@@ -478,7 +501,9 @@ def event_from_dict(d: dict[str, Any]) -> Any:
     elif module in sys.modules:  # a class defined elsewhere but already imported
         mod = sys.modules[module]
     else:
-        raise ConfigError("fedpriv_event", path, "must name a class in a fedpriv module (or an imported one)")
+        raise ConfigError(
+            "fedpriv_event", path, "must name a class in a fedpriv module (or an imported one)"
+        )
     cls = getattr(mod, name, None)
     if not (isinstance(cls, type) and issubclass(cls, FedprivEvent)):
         raise ConfigError("fedpriv_event", path, "is not a FedprivEvent class")

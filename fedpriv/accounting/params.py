@@ -77,7 +77,9 @@ class Params:
             for key, value in self.raw.items():
                 if key not in allowed:
                     where = f" of {analysis}" if analysis else ""
-                    raise ConfigError(key, value, f"is not a key{where}; known keys: " + ", ".join(allowed))
+                    raise ConfigError(
+                        key, value, f"is not a key{where}; known keys: " + ", ".join(allowed)
+                    )
 
     def has(self, key: str) -> bool:
         """Whether ``key`` was given (marks nothing as used)."""
@@ -174,7 +176,9 @@ class Params:
             )
         if not given:
             if required:
-                raise ConfigError(keys[0], None, "is required (or one of: " + ", ".join(keys[1:]) + ")")
+                raise ConfigError(
+                    keys[0], None, "is required (or one of: " + ", ".join(keys[1:]) + ")"
+                )
             return None
         return given[0]
 

@@ -37,22 +37,32 @@ MECHANISMS = ("gaussian", "skellam")
 
 def _noise_clients(num_clients: int, honest_but_curious: bool) -> int:
     check(
-        isinstance(num_clients, int) and num_clients >= 1, "num_clients", num_clients,
+        isinstance(num_clients, int) and num_clients >= 1,
+        "num_clients",
+        num_clients,
         "must be an integer >= 1",
     )
     if honest_but_curious:
-        check(num_clients >= 2, "num_clients", num_clients, "must be >= 2 when honest_but_curious=true")
+        check(
+            num_clients >= 2,
+            "num_clients",
+            num_clients,
+            "must be >= 2 when honest_but_curious=true",
+        )
         return num_clients - 1
     return num_clients
-
-
 
 
 def _skellam_config(
     sigma_total: float, sample_rate: float, num_clients: int, kwargs: dict[str, Any]
 ) -> SkellamConfig:
     for key, value in kwargs.items():
-        check(key in SKELLAM_KEYS, key, value, "is not a Skellam option; known: " + ", ".join(SKELLAM_KEYS))
+        check(
+            key in SKELLAM_KEYS,
+            key,
+            value,
+            "is not a Skellam option; known: " + ", ".join(SKELLAM_KEYS),
+        )
     check("num_params" in kwargs, "num_params", None, "is required for mechanism='skellam'")
     return SkellamConfig(
         noise_multiplier=sigma_total, sample_rate=sample_rate, num_clients=num_clients, **kwargs
@@ -114,15 +124,24 @@ def secagg_dpsgd(
     check(accountant in ACCOUNTANTS, "accountant", accountant, "must be one of: pld, rdp")
     check(conversion in CONVERSIONS, "conversion", conversion, "must be one of: default, mironov")
     check(
-        not (mechanism == "skellam" and accountant != "rdp"), "accountant", accountant,
+        not (mechanism == "skellam" and accountant != "rdp"),
+        "accountant",
+        accountant,
         "must be 'rdp' for mechanism='skellam' (its analysis is an RDP bound)",
     )
     check(
-        math.isfinite(noise_multiplier) and noise_multiplier > 0, "noise_multiplier",
-        noise_multiplier, "must be a finite number > 0",
+        math.isfinite(noise_multiplier) and noise_multiplier > 0,
+        "noise_multiplier",
+        noise_multiplier,
+        "must be a finite number > 0",
     )
     check(isinstance(steps, int) and steps >= 1, "steps", steps, "must be an integer >= 1")
-    check(isinstance(num_rounds, int) and num_rounds >= 1, "num_rounds", num_rounds, "must be an integer >= 1")
+    check(
+        isinstance(num_rounds, int) and num_rounds >= 1,
+        "num_rounds",
+        num_rounds,
+        "must be an integer >= 1",
+    )
     noise_clients = _noise_clients(num_clients, honest_but_curious)
     total_steps = steps * num_rounds
     sigma_total = noise_multiplier * math.sqrt(noise_clients)
@@ -163,14 +182,29 @@ def secagg_dpsgd(
         "neighboring_relation": "add_remove",
     }
     if mechanism == "skellam":
-        out.update(mu_total=central.mu, mu_local=local.mu, scale=cfg.resolved_scale,
-                   l1_sensitivity=central.l1_sensitivity, l2_sensitivity=central.l2_sensitivity)
+        out.update(
+            mu_total=central.mu,
+            mu_local=local.mu,
+            scale=cfg.resolved_scale,
+            l1_sensitivity=central.l1_sensitivity,
+            l2_sensitivity=central.l2_sensitivity,
+        )
     return out
 
 
 KEYS = (
-    "mechanism", "noise_multiplier", "target_epsilon", "num_clients", "sample_rate", "steps",
-    "num_rounds", "target_delta", "honest_but_curious", "accountant", "conversion", *SKELLAM_KEYS,
+    "mechanism",
+    "noise_multiplier",
+    "target_epsilon",
+    "num_clients",
+    "sample_rate",
+    "steps",
+    "num_rounds",
+    "target_delta",
+    "honest_but_curious",
+    "accountant",
+    "conversion",
+    *SKELLAM_KEYS,
 )
 
 
@@ -200,8 +234,12 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     if mechanism == "skellam":
         cfg = skellam_config_from_params(p, 1.0, num_clients)
         kwargs.update(
-            num_params=cfg.num_params, max_grad_norm=cfg.max_grad_norm, bits=cfg.bits,
-            scale=cfg.scale, beta=cfg.beta, signal_norm=cfg.signal_norm,
+            num_params=cfg.num_params,
+            max_grad_norm=cfg.max_grad_norm,
+            bits=cfg.bits,
+            scale=cfg.scale,
+            beta=cfg.beta,
+            signal_norm=cfg.signal_norm,
         )
     if given == "target_epsilon":
         target = p.float("target_epsilon", gt=0.0)

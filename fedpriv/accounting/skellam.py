@@ -46,7 +46,9 @@ def _integer_orders(orders: np.ndarray) -> np.ndarray:
     return orders
 
 
-def skellam_rdp(orders: np.ndarray, mu: float, l1_sensitivity: float, l2_sensitivity: float) -> np.ndarray:
+def skellam_rdp(
+    orders: np.ndarray, mu: float, l1_sensitivity: float, l2_sensitivity: float
+) -> np.ndarray:
     """RDP ε(α) of the Skellam mechanism ``x + Sk(μ)`` per coordinate (no subsampling).
 
     ``ε(α) = αΔ2²/(4μ) + min(((2α−1)Δ2² + 6Δ1)/(16μ²), 3Δ1/(4μ))`` (AKL21 Thm 3.5 with
@@ -120,8 +122,12 @@ def poisson_subsampled_rdp(
     J = j[None, :]
     with np.errstate(invalid="ignore", over="ignore"):
         log_terms = (
-            special.gammaln(A + 1) - special.gammaln(J + 1) - special.gammaln(A - J + 1)
-            + (A - J) * math.log1p(-q) + J * math.log(q) + (J - 1) * eps_j[None, :]
+            special.gammaln(A + 1)
+            - special.gammaln(J + 1)
+            - special.gammaln(A - J + 1)
+            + (A - J) * math.log1p(-q)
+            + J * math.log(q)
+            + (J - 1) * eps_j[None, :]
         )
     log_terms = np.where(J <= A, log_terms, -np.inf)
     log0 = (a - 1) * math.log1p(-q) + np.log1p((a - 1) * q)
@@ -163,9 +169,19 @@ def rounded_sensitivities(
     ConfigError
         For out-of-range arguments.
     """
-    check(clipping_norm > 0 and math.isfinite(clipping_norm), "max_grad_norm", clipping_norm, "must be > 0")
+    check(
+        clipping_norm > 0 and math.isfinite(clipping_norm),
+        "max_grad_norm",
+        clipping_norm,
+        "must be > 0",
+    )
     check(scale > 0 and math.isfinite(scale), "scale", scale, "must be > 0")
-    check(isinstance(num_params, (int, np.integer)) and num_params >= 1, "num_params", num_params, "must be an integer >= 1")
+    check(
+        isinstance(num_params, (int, np.integer)) and num_params >= 1,
+        "num_params",
+        num_params,
+        "must be an integer >= 1",
+    )
     check(0 <= beta < 1, "beta", beta, "must be in [0, 1)")
     from fedpriv.skellam import rounded_norm_bound  # the mechanism's own bound: one formula
 
@@ -241,13 +257,16 @@ class SkellamEvent(FedprivEvent):
     composes_by_rdp: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        check(math.isfinite(self.mu) and self.mu >= 0, "mu", self.mu, "must be a finite number >= 0")
+        check(
+            math.isfinite(self.mu) and self.mu >= 0, "mu", self.mu, "must be a finite number >= 0"
+        )
         check(self.l1_sensitivity > 0, "l1_sensitivity", self.l1_sensitivity, "must be > 0")
         check(self.l2_sensitivity > 0, "l2_sensitivity", self.l2_sensitivity, "must be > 0")
         check(0 <= self.sample_rate <= 1, "sample_rate", self.sample_rate, "must be in [0, 1]")
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         """RDP of one release at integer ``orders`` (AKL21 Thm 3.5, Steinke 2022)."""
+
         def base(a: np.ndarray) -> np.ndarray:
             return skellam_rdp(a, self.mu, self.l1_sensitivity, self.l2_sensitivity)
 
@@ -303,7 +322,9 @@ class SkellamConfig:
     def __post_init__(self) -> None:
         check(
             math.isfinite(self.noise_multiplier) and self.noise_multiplier > 0,
-            "noise_multiplier", self.noise_multiplier, "must be a finite number > 0",
+            "noise_multiplier",
+            self.noise_multiplier,
+            "must be a finite number > 0",
         )
         check(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "must be > 0")
         check(self.num_params >= 1, "num_params", self.num_params, "must be >= 1")
@@ -316,10 +337,17 @@ class SkellamConfig:
         """``scale``, or the largest one the bit width allows."""
         if self.scale is not None:
             return float(self.scale)
-        signal = self.signal_norm if self.signal_norm is not None else self.num_clients * self.max_grad_norm
+        signal = (
+            self.signal_norm
+            if self.signal_norm is not None
+            else self.num_clients * self.max_grad_norm
+        )
         return scale_for_bits(
-            self.bits, self.num_clients, self.num_params,
-            self.noise_multiplier * self.max_grad_norm, signal,
+            self.bits,
+            self.num_clients,
+            self.num_params,
+            self.noise_multiplier * self.max_grad_norm,
+            signal,
         )
 
     def event(self) -> SkellamEvent:
@@ -327,17 +355,28 @@ class SkellamConfig:
         s = self.resolved_scale
         l1, l2 = rounded_sensitivities(self.max_grad_norm, s, self.num_params, self.beta)
         mu = (s * self.noise_multiplier * self.max_grad_norm) ** 2 / 2.0
-        return SkellamEvent(mu=mu, l1_sensitivity=l1, l2_sensitivity=l2, sample_rate=self.sample_rate)
+        return SkellamEvent(
+            mu=mu, l1_sensitivity=l1, l2_sensitivity=l2, sample_rate=self.sample_rate
+        )
 
 
 SKELLAM_KEYS = ("num_params", "max_grad_norm", "bits", "scale", "beta", "signal_norm")
 KEYS = (
-    "noise_multiplier", "target_epsilon", "num_clients", "sample_rate", "steps", "target_delta",
-    "accountant", "conversion", *SKELLAM_KEYS,
+    "noise_multiplier",
+    "target_epsilon",
+    "num_clients",
+    "sample_rate",
+    "steps",
+    "target_delta",
+    "accountant",
+    "conversion",
+    *SKELLAM_KEYS,
 )
 
 
-def skellam_config_from_params(p: Params, noise_multiplier: float, num_clients: int) -> SkellamConfig:
+def skellam_config_from_params(
+    p: Params, noise_multiplier: float, num_clients: int
+) -> SkellamConfig:
     """Read the Skellam-specific keys (bits, num_params, max_grad_norm, scale, beta, signal_norm)."""
     return SkellamConfig(
         noise_multiplier=noise_multiplier,
@@ -368,7 +407,11 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     probe = skellam_config_from_params(p, 1.0, num_clients)
 
     def eps_of(sigma: float) -> float:
-        return dataclasses.replace(probe, noise_multiplier=sigma).event().epsilon(delta, steps, conversion)
+        return (
+            dataclasses.replace(probe, noise_multiplier=sigma)
+            .event()
+            .epsilon(delta, steps, conversion)
+        )
 
     out: dict[str, Any] = {"analysis": "skellam"}
     if given == "target_epsilon":
@@ -382,11 +425,22 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     cfg = dataclasses.replace(probe, noise_multiplier=sigma)
     ev = cfg.event()
     out.update(
-        epsilon=ev.epsilon(delta, steps, conversion), delta=delta, noise_multiplier=sigma,
-        mu=ev.mu, scale=cfg.resolved_scale, l1_sensitivity=ev.l1_sensitivity,
-        l2_sensitivity=ev.l2_sensitivity, bits=cfg.bits, num_params=cfg.num_params,
-        num_clients=num_clients, sample_rate=cfg.sample_rate, steps=steps,
-        max_grad_norm=cfg.max_grad_norm, beta=cfg.beta, accountant="rdp", conversion=conversion,
+        epsilon=ev.epsilon(delta, steps, conversion),
+        delta=delta,
+        noise_multiplier=sigma,
+        mu=ev.mu,
+        scale=cfg.resolved_scale,
+        l1_sensitivity=ev.l1_sensitivity,
+        l2_sensitivity=ev.l2_sensitivity,
+        bits=cfg.bits,
+        num_params=cfg.num_params,
+        num_clients=num_clients,
+        sample_rate=cfg.sample_rate,
+        steps=steps,
+        max_grad_norm=cfg.max_grad_norm,
+        beta=cfg.beta,
+        accountant="rdp",
+        conversion=conversion,
         neighboring_relation="add_remove",
     )
     return out

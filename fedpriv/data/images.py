@@ -210,9 +210,7 @@ def load_fashion_mnist_hf(
             "needs flwr-datasets: pip install 'flwr-datasets[vision]' "
             "(or use fashion_mnist with the IDX files offline)",
         ) from err
-    fds = FederatedDataset(
-        dataset=hf_dataset, partitioners={"train": 1}, shuffle=False, seed=None
-    )
+    fds = FederatedDataset(dataset=hf_dataset, partitioners={"train": 1}, shuffle=False, seed=None)
     arrays: dict[str, np.ndarray] = {}
     for split in ("train", "test"):
         table = fds.load_split(split)
@@ -226,4 +224,3 @@ def load_fashion_mnist_hf(
         FASHION_MNIST_STD,
         FASHION_MNIST_PROVENANCE + f" Downloaded from the Hugging Face Hub ({hf_dataset}).",
     )
-

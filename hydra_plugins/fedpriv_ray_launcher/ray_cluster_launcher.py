@@ -9,9 +9,10 @@ cluster) and stops the sweep at the first failed job.
 """
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -34,7 +35,9 @@ class RayClusterLauncherConf:
     connect_timeout_s: float = 10.0
 
 
-ConfigStore.instance().store(group="hydra/launcher", name="ray", node=RayClusterLauncherConf, provider="fedpriv")
+ConfigStore.instance().store(
+    group="hydra/launcher", name="ray", node=RayClusterLauncherConf, provider="fedpriv"
+)
 
 
 class RayClusterLauncher(Launcher):
@@ -45,10 +48,14 @@ class RayClusterLauncher(Launcher):
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
 
-    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
         self.config, self.hydra_context = config, hydra_context
 
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
         from fedpriv.sweep import ClusterLaunchConfig, JobRecord, launch_on_cluster
 
         assert self.config is not None and self.hydra_context is not None
@@ -58,20 +65,38 @@ class RayClusterLauncher(Launcher):
         sweep_dir.mkdir(parents=True, exist_ok=True)
         jobs: list[JobRecord] = []
         for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(
+                self.config, list(overrides)
+            )
             with open_dict(sweep_config):
                 sweep_config.hydra.job.num = idx
                 sweep_config.hydra.job.id = f"ray_{idx}"
             subdir = str(sweep_config.hydra.sweep.subdir)
-            jobs.append(JobRecord(num=idx, overrides=list(filter_overrides(overrides)), dir=str(sweep_dir / subdir)))
+            jobs.append(
+                JobRecord(
+                    num=idx,
+                    overrides=list(filter_overrides(overrides)),
+                    dir=str(sweep_dir / subdir),
+                )
+            )
         try:
             options = ClusterLaunchConfig(**self.options)
-            launch_on_cluster(jobs, sweep_dir, str(self.config.hydra.runtime.cwd), options, echo=print)
+            launch_on_cluster(
+                jobs, sweep_dir, str(self.config.hydra.runtime.cwd), options, echo=print
+            )
         except (ConnectionError, ConfigError) as exc:  # nothing ran: one line, exit code 2
             print(f"fedpriv: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
         if any(job.status == "failed" for job in jobs):
             # every job has run and is recorded (sweep.json); exit 1 without Hydra's traceback
             raise SystemExit(1)
-        return [JobReturn(overrides=j.overrides, working_dir=j.dir, task_name="fedpriv", status=JobStatus.COMPLETED,
-                          _return_value=j.status) for j in jobs]
+        return [
+            JobReturn(
+                overrides=j.overrides,
+                working_dir=j.dir,
+                task_name="fedpriv",
+                status=JobStatus.COMPLETED,
+                _return_value=j.status,
+            )
+            for j in jobs
+        ]
