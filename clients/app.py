@@ -21,12 +21,9 @@ from clients.base import ClientData, TrainContext
 from fedpriv.noise import make_generator
 from fedpriv.notices import quiet_known_notices
 from fedpriv.setup import build_algorithm, build_model_for, client_partition, resolve_device
-from strategies.aggregators import METRICS_KEY, UPDATE_KEY
+from fedpriv.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
 
 quiet_known_notices()  # this module is imported by every Ray worker that runs a client
-
-MODEL_KEY = "arrays"
-CONFIG_KEY = "config"
 
 
 @lru_cache(maxsize=4)

@@ -46,6 +46,7 @@ from fedpriv.accounting.gdp import analytic_gaussian_sigma, gdp_delta
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.clipping import clip_tensors
 from fedpriv.errors import ConfigError, check
+from fedpriv.wire import ABSTAIN, CHECKIN_KEY
 
 __all__ = [
     "VARIANTS",
@@ -63,10 +64,6 @@ __all__ = [
 
 VARIANTS = ("fixed", "averaged", "sliding-window", "poisson")
 RANDOMIZERS = ("gaussian", "laplace")
-#: The slot a client answers when it abstains.
-ABSTAIN = -1
-#: Key of the ConfigRecord carrying check-in data in queries, replies and Context.state.
-CHECKIN_KEY = "checkin"
 _CHECKIN_STREAM = 0x636B  # domain separation of the check-in RNG from the noise RNG
 
 
@@ -695,7 +692,7 @@ class CheckinClient(ClientAlgorithm):
         RuntimeError
             If the (pass, slot) is not the one this client checked into.
         """
-        from clients.app import CONFIG_KEY
+        from fedpriv.wire import CONFIG_KEY
 
         conf = msg.content.config_records[CONFIG_KEY]
         want = (int(conf["server_round"]), int(conf["slot"]))
@@ -727,10 +724,10 @@ def slot_update(
 
     from flwr.app import ArrayRecord, MetricRecord
 
-    from clients.app import MODEL_KEY, _client_data
+    from clients.app import _client_data
     from fedpriv.noise import make_generator
     from fedpriv.setup import build_model_for, resolve_device
-    from strategies.aggregators import METRICS_KEY, UPDATE_KEY
+    from fedpriv.wire import METRICS_KEY, MODEL_KEY, UPDATE_KEY
 
     torch.set_num_threads(1)
     device = resolve_device(cfg)

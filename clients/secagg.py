@@ -25,7 +25,7 @@ from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 from flwr.compat.common import recorddict_compat as compat
 
-from strategies.aggregators import METRICS_KEY, UPDATE_KEY
+from fedpriv.wire import METRICS_KEY, UPDATE_KEY
 from strategies.secaggplus import (
     BITS_KEY,
     CONTENT_KEY,

@@ -17,8 +17,7 @@ import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-UPDATE_KEY = "update"  # ArrayRecord in a reply: the client's (noisy) update
-METRICS_KEY = "metrics"  # MetricRecord in a reply: counters that are summed too
+from fedpriv.wire import METRICS_KEY, UPDATE_KEY
 
 
 class RoundFailed(RuntimeError):

@@ -45,12 +45,12 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from clients.checkin import ABSTAIN, CHECKIN_KEY
 from fedpriv.accounting.checkin import expected_dummy_updates
 from fedpriv.errors import check
 from fedpriv.noise import make_generator
+from fedpriv.wire import ABSTAIN, CHECKIN_KEY, CONFIG_KEY, MODEL_KEY
 from strategies.aggregators import AggregateResult, error_reason, sum_replies
-from strategies.fedavg import CONFIG_KEY, MODEL_KEY, numpy_state, wait_for_nodes
+from strategies.fedavg import numpy_state, wait_for_nodes
 
 __all__ = [
     "SlotTask",

@@ -15,10 +15,8 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from fedpriv.wire import CONFIG_KEY, MODEL_KEY
 from strategies.aggregators import AggregateResult, Aggregator, RoundFailed
-
-MODEL_KEY = "arrays"
-CONFIG_KEY = "config"
 
 
 class ServerJob(Protocol):

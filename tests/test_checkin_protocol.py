@@ -32,8 +32,8 @@ from fedpriv.accounting.gdp import analytic_gaussian_sigma
 from fedpriv.config import conf_dir, register_schema
 from fedpriv.errors import ConfigError
 from fedpriv.runner import prepare, run_experiment
+from fedpriv.wire import METRICS_KEY, UPDATE_KEY
 from strategies import checkin as server
-from strategies.aggregators import METRICS_KEY, UPDATE_KEY
 from strategies.checkin import CheckinStrategy, occupancy, plan_pass, update_slots
 
 REPO = Path(__file__).resolve().parents[1]

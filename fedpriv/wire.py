@@ -1,0 +1,20 @@
+"""The wire format between the server side and the clients: every message key, in one place.
+
+Strategies and client code import these names (never each other's modules), so a key has one
+spelling and one meaning.
+"""
+
+from __future__ import annotations
+
+#: ArrayRecord of a train message: the global model's state (parameter name -> array).
+MODEL_KEY = "arrays"
+#: ConfigRecord of a train or query message: ``server_round`` and per-message settings.
+CONFIG_KEY = "config"
+#: ArrayRecord of a train reply: the client's (noisy) update, what the aggregator sums.
+UPDATE_KEY = "update"
+#: MetricRecord of a train reply: diagnostic counters, summed over clients (never weights).
+METRICS_KEY = "metrics"
+#: ConfigRecord carrying check-in data in queries, replies and a client's Context.state.
+CHECKIN_KEY = "checkin"
+#: The slot a client answers when it abstains from a random check-in.
+ABSTAIN = -1
