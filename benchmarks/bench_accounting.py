@@ -1,4 +1,5 @@
-"""Accounting speed and agreement, side by side with dp-accounting and Opacus (`make bench-accounting`).
+"""Accounting speed and agreement, side by side with dp-accounting and Opacus
+(`make bench-accounting`).
 
 Prints a Markdown table: what was computed, by which tool, ε (or σ), and wall time on this
 machine. Targets of issue 3: ε for 1e5 composed Poisson-Gaussian steps < 1 s; exact q_E(c)

@@ -276,7 +276,8 @@ def index_linkstate_by_node() -> None:
 def print_figures(res: dict[str, Any]) -> None:
     gib = 1024**3
     print(
-        f"{res['num_clients']} clients, {res['actors']} actors on {res['cpus']} CPUs: status={res['status']}, "
+        f"{res['num_clients']} clients, {res['actors']} actors on {res['cpus']} CPUs: "
+        f"status={res['status']}, "
         f"{res['rounds_ok']} rounds"
     )
     print(
@@ -297,7 +298,8 @@ def print_figures(res: dict[str, Any]) -> None:
     )
     print(
         f"  peak memory of the process tree ({res['peak_processes']} processes): "
-        f"PSS {res['peak_pss_bytes'] / gib:.2f} GiB, RSS {res['peak_rss_bytes'] / gib:.2f} GiB (target <= 2 GB)"
+        f"PSS {res['peak_pss_bytes'] / gib:.2f} GiB, "
+        f"RSS {res['peak_rss_bytes'] / gib:.2f} GiB (target <= 2 GB)"
     )
 
 
@@ -317,12 +319,17 @@ def main(argv: list[str] | None = None) -> int:
         "--pull-interval",
         type=float,
         default=None,
-        help="seconds between the server's reply polls (flwr InMemoryGrid.pull_interval, default 0.1)",
+        help=(
+            "seconds between the server's reply polls "
+            "(flwr InMemoryGrid.pull_interval, default 0.1)"
+        ),
     )
     parser.add_argument(
         "--indexed-linkstate",
         action="store_true",
-        help="EXPERIMENT: index flwr's in-memory message store by node (see index_linkstate_by_node)",
+        help=(
+            "EXPERIMENT: index flwr's in-memory message store by node (see index_linkstate_by_node)"
+        ),
     )
     parser.add_argument(
         "--json", type=Path, default=None, help="also write the figures to this JSON file"

@@ -86,7 +86,11 @@ def _fedpriv_dp(
 def make_batch_clipping(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator
 ) -> Step:
-    """First paper, Alg. 1 with m = 1: clip the mean gradient, add N(0, (2 C sigma)^2), step."""
+    """Batch clipping: clip the mean gradient, add N(0, (2 C sigma)^2), step.
+
+    Algorithm 1 with m = 1 of van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch
+    Clipping", arXiv:2212.05796.
+    """
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     params = dict(model.named_parameters())
 
@@ -235,7 +239,10 @@ def time_cell(
 
 
 def _peak_child(name: str, batch: int, device: torch.device, method: Method, threads: int) -> float:
-    """Peak memory increase (MiB) of the first step of ``method`` in a forked child (CPU: ru_maxrss)."""
+    """Peak memory increase (MiB) of the first step of ``method`` in a forked child.
+
+    On CPU measured as ``ru_maxrss``.
+    """
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: measure and report through the pipe, never return
@@ -349,7 +356,8 @@ def format_table(rows: Sequence[Row], memory_method: str) -> str:
             target = f"({'met' if r.ratio <= r.target else 'over'} ≤{r.target}×, set for the CNN)"
         peak = "" if r.peak_mib is None else f"{r.peak_mib:.1f}"
         lines.append(
-            f"| {r.model} | {r.batch} | {r.method} | {r.ms:.3f} | {r.ratio:.2f} | {target} | {peak} |"
+            f"| {r.model} | {r.batch} | {r.method} | {r.ms:.3f} | {r.ratio:.2f} | {target} "
+            f"| {peak} |"
         )
     lines.append(f"\nPeak memory: {memory_method}.")
     return "\n".join(lines)
@@ -370,7 +378,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, methods: Sequence[Method] = METHODS) -> list[Row]:
-    """Memory section (first, before any timing, so CPU children fork a clean process), then steps."""
+    """Memory section (first, before any timing, so CPU children fork a clean process), then
+    steps."""
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     memory = None
@@ -393,7 +402,10 @@ def run(args: argparse.Namespace, methods: Sequence[Method] = METHODS) -> list[R
 def memory_method(device: torch.device) -> str:
     if device.type == "cuda":
         return "torch.cuda.max_memory_allocated above the allocation before the first of 3 steps"
-    return "ru_maxrss increase during the first step in a fresh forked child, from just before the first step"
+    return (
+        "ru_maxrss increase during the first step in a fresh forked child, "
+        "from just before the first step"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -403,7 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"# DP step benchmark: torch {torch.__version__}, device {args.device}, "
         f"torch.set_num_threads({args.threads}), noise_multiplier={NOISE_MULTIPLIER}, "
-        f"max_grad_norm={MAX_GRAD_NORM}; median of {args.rounds} interleaved blocks of ~{args.block_ms:g} ms; "
+        f"max_grad_norm={MAX_GRAD_NORM}; "
+        f"median of {args.rounds} interleaved blocks of ~{args.block_ms:g} ms; "
         f"clock: {clock_for(torch.device(args.device), args.threads).__name__}\n"
     )
     rows = run(args)
@@ -420,7 +433,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     missed = [r for r in scored if r.ratio > r.target]  # type: ignore[operator]
     print(
-        f"\nTargets missed: {len(missed)} of {len(scored)} (batch clipping's 1.1x is set for the CNN); "
+        f"\nTargets missed: {len(missed)} of {len(scored)} "
+        "(batch clipping's 1.1x is set for the CNN); "
         f"total {time.perf_counter() - t0:.0f} s"
     )
     return 0

@@ -44,7 +44,8 @@ def check_fast_equals_reference(device: torch.device) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print(
-            "gpu-check: no CUDA device available (torch.cuda.is_available() is False); nothing to do."
+            "gpu-check: no CUDA device available (torch.cuda.is_available() is False); "
+            "nothing to do."
         )
         return 0
     args = bench_steps.parse_args(

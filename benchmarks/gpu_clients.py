@@ -58,13 +58,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in summary["rounds"]:
         if r.get("status") == "ok":
             print(
-                f"round {r['server_round']}: {r['round_time_s']:.2f} s ({1e3 * r['round_time_s'] / steps:.1f} ms per "
-                f"local step, {cfg.num_clients} clients on 4 per GPU), accuracy {r['accuracy']:.4f}, "
+                f"round {r['server_round']}: {r['round_time_s']:.2f} s "
+                f"({1e3 * r['round_time_s'] / steps:.1f} ms per "
+                f"local step, {cfg.num_clients} clients on 4 per GPU), "
+                f"accuracy {r['accuracy']:.4f}, "
                 f"epsilon {r['epsilon']:.3f}"
             )
     ok = summary["status"] == "complete"
     print(
-        f"gpu-clients: {summary['status']} in {time.monotonic() - t0:.1f} s ({'ok' if ok else 'FAILED'})"
+        f"gpu-clients: {summary['status']} in {time.monotonic() - t0:.1f} s "
+        f"({'ok' if ok else 'FAILED'})"
     )
     return 0 if ok else 1
 

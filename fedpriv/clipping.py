@@ -1,8 +1,14 @@
 """Norm clipping of updates and gradients, safe for 0-d tensors and all-zero inputs.
 
-``[x]_C = x / max(1, ||x||_2 / C)`` (Abadi et al. 2016, eq. in Alg. 1; first paper, Alg. 1).
-A zero vector is returned unchanged (no division by zero), and a 0-d tensor is clipped like
-a 1-element vector (Flower's helpers leave it unclipped).
+``[x]_C = x / max(1, ||x||_2 / C)``. A zero vector is returned unchanged (no division by
+zero), and a 0-d tensor is clipped like a 1-element vector (Flower's helpers leave it
+unclipped).
+
+References
+----------
+Abadi et al. (2016), "Deep Learning with Differential Privacy", arXiv:1607.00133, Algorithm 1.
+van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping", arXiv:2212.05796,
+Algorithm 1.
 """
 
 from __future__ import annotations

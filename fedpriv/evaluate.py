@@ -11,7 +11,8 @@ from torch import nn
 def evaluate(
     model: nn.Module, x: np.ndarray, y: np.ndarray, batch_size: int = 1000
 ) -> tuple[float, float]:
-    """``(accuracy, mean cross-entropy loss)`` of ``model`` on ``x`` ``(n, ...)``, ``y`` ``(n,)``."""
+    """``(accuracy, mean cross-entropy loss)`` of ``model`` on ``x`` ``(n, ...)``, ``y``
+    ``(n,)``."""
     model.eval()
     device = next(model.parameters()).device
     correct, loss = 0, 0.0

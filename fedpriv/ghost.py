@@ -126,7 +126,8 @@ def refuse_cross_sample(model: nn.Module) -> None:
         clipping "per-sample" gradients no longer bounds one sample's influence on the sum
         (the per-example clipping of Abadi et al. 2016, Alg. 1, assumes each example's gradient
         depends on that example alone); use GroupNorm/LayerNorm, or batch clipping, which the
-        first paper's analysis covers (Algorithm 1 with m = 1; PRIVACY-SPEC Sec. 1).
+        analysis of van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping",
+        arXiv:2212.05796 covers (Algorithm 1 with m = 1).
     """
     if not any(isinstance(m, CROSS_SAMPLE_LAYERS) for m in model.modules()):
         return
@@ -165,7 +166,8 @@ def _scan(model: nn.Module) -> tuple[str | None, list[nn.Module], dict[str, torc
         if own:
             if type(m) not in SUPPORTED_LAYERS:
                 return (
-                    f"{prefix or '<root>'}: {type(m).__name__} has trainable parameters and no fast rule",
+                    f"{prefix or '<root>'}: {type(m).__name__} has trainable parameters "
+                    "and no fast rule",
                     [],
                     {},
                 )
@@ -436,16 +438,22 @@ def ghost_clipped_grad_sum(
         out_grads = torch.autograd.grad(loss, [r.z for r in records], allow_unused=True)
     if any(r.a._version != r.a_version or r.z._version != r.z_version for r in records):
         return None
+    rules: list[tuple[nn.Module, Callable[[torch.Tensor], list[torch.Tensor | None]]]]
     rules = []
     sq: torch.Tensor | None = None
     for r, b in zip(records, out_grads, strict=True):
         if b is None:
             b = torch.zeros_like(r.z)
-        rule = _linear_rule if type(r.module) is nn.Linear else _conv2d_rule
-        dtype = r.module.weight.dtype  # e.g. fp16 activations under autocast: norms in fp32
-        s, finish = rule(r.module, r.a.to(dtype), b.to(dtype))  # type: ignore[arg-type]
+        mod = r.module
+        assert isinstance(mod, nn.Linear | nn.Conv2d)  # _scan hooks exactly these types only
+        dtype = mod.weight.dtype  # e.g. fp16 activations under autocast: norms in fp32
+        a, g = r.a.to(dtype), b.to(dtype)
+        if isinstance(mod, nn.Linear):
+            s, finish = _linear_rule(mod, a, g)
+        else:
+            s, finish = _conv2d_rule(mod, a, g)
         sq = s if sq is None else sq.add_(s)
-        rules.append((r.module, finish))
+        rules.append((mod, finish))
     if sq is None:  # no supported layer with trainable parameters
         sq = torch.zeros(
             bsz, dtype=x.dtype if x.is_floating_point() else torch.float32, device=x.device
@@ -455,9 +463,9 @@ def ghost_clipped_grad_sum(
     by_id = {id(p): k for k, p in params.items()}
     sums: dict[str, torch.Tensor] = {}
     for m, finish in rules:
-        for p, s in zip((m.weight, m.bias), finish(c), strict=True):
-            if s is not None and p is not None:
-                sums[by_id[id(p)]] = s
+        for p, total in zip((m.weight, m.bias), finish(c), strict=True):
+            if total is not None and p is not None:
+                sums[by_id[id(p)]] = total
     return {k: sums[k] if k in sums else torch.zeros_like(p) for k, p in params.items()}, norms
 
 
@@ -466,10 +474,11 @@ def batch_clipped_grad(
 ) -> dict[str, torch.Tensor]:
     """One mini-batch gradient of the mean loss at ``w``, clipped as a whole (batch clipping).
 
-    ``a = [ (1/s) sum_{i in S_b} grad f(w; xi_i) ]_C`` — the first paper's "batch clipping of a
-    mini-batch" (Algorithm 1 with m = 1 group of s = B samples and A = one gradient at w;
-    ../shared/PRIVACY-SPEC.md Sec. 1). No per-sample gradient is needed, and BatchNorm is
-    allowed (the analysis covers any function of the group).
+    ``a = [ (1/s) sum_{i in S_b} grad f(w; xi_i) ]_C`` — the "batch clipping of a mini-batch"
+    of van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping",
+    arXiv:2212.05796 (Algorithm 1 with m = 1 group of s = B samples and A = one gradient at
+    w). No per-sample gradient is needed, and BatchNorm is allowed (the analysis covers any
+    function of the group).
 
     Parameters
     ----------

@@ -6,11 +6,12 @@ All models take float32 inputs and return logits of shape ``(B, num_classes)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
 from torch import nn
 
-from fedpriv.errors import check
+from fedpriv.errors import ConfigError, check
 
 
 class TanhCNN(nn.Module):
@@ -91,7 +92,10 @@ def build_model(
         check(tuple(input_shape[-2:]) == (28, 28), "model", name, "needs 28x28 image inputs")
         return TanhCNN(num_classes, in_channels=input_shape[0])
     if name == "mlp":
-        hidden = tuple(int(h) for h in kwargs.get("hidden", (256,)))  # type: ignore[union-attr]
+        widths = kwargs.get("hidden", (256,))
+        if not isinstance(widths, Iterable) or isinstance(widths, str):
+            raise ConfigError("model.hidden", widths, "must be a list of layer widths")
+        hidden = tuple(int(h) for h in widths)
         return MLP(in_features, num_classes, hidden)
     if name == "logistic":
         return LogisticRegression(in_features, num_classes)

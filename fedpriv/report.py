@@ -196,7 +196,10 @@ def report(sweep_dir: Path) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point; prints the Markdown table. Exit code 2 if ``SWEEP_DIR`` is not a sweep."""
+    """Console entry point; prints the Markdown table.
+
+    Exit code 2 if ``SWEEP_DIR`` is not a sweep.
+    """
     parser = argparse.ArgumentParser(prog="fedpriv-report", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, help="a sweep directory (hydra.sweep.dir)")
     args = parser.parse_args(argv)

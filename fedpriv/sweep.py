@@ -20,6 +20,7 @@ lists every job with its overrides, status, wall time and node, and is updated a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -156,7 +157,10 @@ def connect(address: str, timeout: float) -> None:
         return
     try:
         ray.init(
-            address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False
+            address=address,
+            include_dashboard=False,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
         )
     except Exception as exc:  # Ray raises ConnectionError/RuntimeError/ValueError here
         raise ConnectionError(
@@ -165,7 +169,8 @@ def connect(address: str, timeout: float) -> None:
 
 
 def job_command(overrides: list[str], job_dir: Path, cpus: int) -> list[str]:
-    """The child command of one job: the ``fedpriv`` CLI with its own Ray instance of ``cpus`` CPUs."""
+    """The child command of one job: the ``fedpriv`` CLI with its own Ray instance of ``cpus``
+    CPUs."""
     own = [
         f"hydra.run.dir={_quote(str(job_dir))}",
         "ray_init_args.address=local",
@@ -236,7 +241,8 @@ def _last_error_line(log: Path) -> str:
 
 
 def job_status(job_dir: Path, returncode: int) -> str:
-    """``complete``/``stopped`` from the job's ``results.json`` when it exited 0, else ``failed``."""
+    """``complete``/``stopped`` from the job's ``results.json`` when it exited 0, else
+    ``failed``."""
     if returncode != 0:
         return "failed"
     try:
@@ -267,7 +273,8 @@ def _check_fits(cfg: ClusterLaunchConfig) -> None:
         fits,
         "hydra.launcher.cpus_per_job",
         cfg.cpus_per_job,
-        f"with gpus_per_job={cfg.gpus_per_job} fits on no node of the cluster (CPUs, GPUs per node: {have})",
+        f"with gpus_per_job={cfg.gpus_per_job} fits on no node of the cluster "
+        f"(CPUs, GPUs per node: {have})",
     )
 
 

@@ -1,6 +1,7 @@
 """Why batch clipping + shuffling does not reach DP-SGD's accuracy here: the noise, measured.
 
-Diagnosis for issue 4 (first paper, MNIST 10k/10k, logistic regression, E epochs, batch B,
+Diagnosis for issue 4 (van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch
+Clipping", arXiv:2212.05796; MNIST 10k/10k, logistic regression, E epochs, batch B,
 sigma, C), run in one process without Flower. The SAME sampler, clipping and learning loop is
 trained with three noises:
 
@@ -17,9 +18,9 @@ trained with three noises:
 
 Variant (a) is batch clipping (one mini-batch gradient of B shuffled records, clipped to C);
 (b) is individual clipping with subsampling (B records drawn uniformly per round, N // B rounds
-an epoch; per-sample gradients clipped to C, summed, divided by B). For each (variant, noise) every learning rate of ``--lrs`` is trained with
-``--seeds`` seeds; the table shows the best mean test accuracy and its lr (selected on the
-test set: optimistic, equally for every row).
+an epoch; per-sample gradients clipped to C, summed, divided by B). For each (variant, noise)
+every learning rate of ``--lrs`` is trained with ``--seeds`` seeds; the table shows the best
+mean test accuracy and its lr (selected on the test set: optimistic, equally for every row).
 
 Usage::
 
@@ -84,7 +85,8 @@ def noise_like(
 
 
 def rounds(variant: str, n: int, b: int, epochs: int, rng: np.random.Generator):
-    """Index batches of shape ``(1, b)`` or ``(b, 1)``: shuffled epochs for (a), subsampled rounds for (b)."""
+    """Index batches of shape ``(1, b)`` or ``(b, 1)``: shuffled epochs for (a), subsampled
+    rounds for (b)."""
     if variant == "a":
         sampler = ShuffleSampler(num_groups=1, group_size=b)
         for _ in range(epochs):
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     ):
         if not ok:
             ap.error(
-                f"--{name}={getattr(args, name)} is out of range (epochs, seeds, batch >= 1; sigma >= 0; clip, lrs > 0)"
+                f"--{name}={getattr(args, name)} is out of range "
+                "(epochs, seeds, batch >= 1; sigma >= 0; clip, lrs > 0)"
             )
     torch.set_num_threads(1)
     data = load_mnist(args.data_dir, train_limit=args.train_limit)
@@ -170,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     print("\n| variant | noise | best lr | test acc. (mean ± sd over seeds) |\n|---|---|---|---|")
     for r in rows:
         print(
-            f"| ({r['variant']}) | {r['noise']} | {r['lr']:g} | {100 * r['mean']:.1f} ± {100 * r['std']:.1f}% |"
+            f"| ({r['variant']}) | {r['noise']} | {r['lr']:g} "
+            f"| {100 * r['mean']:.1f} ± {100 * r['std']:.1f}% |"
         )
 
 

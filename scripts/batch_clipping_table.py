@@ -1,6 +1,7 @@
 """Batch clipping + shuffling vs individual clipping + subsampling: the side-by-side table.
 
-Runs the ``batch_clipping_vs_dpsgd`` experiment (first paper, MNIST 10k/10k, sigma = 2) for
+Runs the ``batch_clipping_vs_dpsgd`` experiment (van Dijk et al., "Generalizing DP-SGD with
+Shuffling and Batch Clipping", arXiv:2212.05796; MNIST 10k/10k, sigma = 2) for
 (a) batch clipping with shuffling and (b) individual clipping with subsampling, with the same
 epochs and batch size, for each number of clients asked, through the Flower simulation, and
 prints/saves test accuracy, epsilon at delta = 1e-5 for groups of g = 1, 2, 4, 8 records (the
@@ -9,7 +10,8 @@ exact f-DP mixture, with the paper's Table 1 closed form), and wall time.
 Usage::
 
     .venv/bin/python scripts/batch_clipping_table.py --out outputs/batch_clipping_table \
-        [--clients 1 10] [--batch 64] [--lr-a 0.0003 0.005] [--lr-b 0.03 0.5] [-- extra hydra overrides]
+        [--clients 1 10] [--batch 64] [--lr-a 0.0003 0.005] [--lr-b 0.03 0.5] \
+        [-- extra hydra overrides]
 
 ``--lr-a`` / ``--lr-b`` give one step size per ``--clients`` entry (or one for all); by default
 the tuned ones of :data:`TUNED_LR`. Every run is validated before the first one trains; the
@@ -37,7 +39,8 @@ GROUPS = (1, 2, 4, 8)
 
 
 def variant_overrides(variant: str, batch: int, lr: float) -> list[str]:
-    """Hydra overrides of variant ``a`` (batch clipping + shuffling) or ``b`` (individual + subsampling)."""
+    """Hydra overrides of variant ``a`` (batch clipping + shuffling) or ``b`` (individual +
+    subsampling)."""
     if variant == "a":
         return [
             "client=batch_clipping",
@@ -131,7 +134,8 @@ def per_clients(values: list[float] | None, clients: list[int], variant: str) ->
             not untuned,
             "--clients",
             untuned,
-            f"have no tuned step sizes (tuned: {sorted(TUNED_LR)}); give {flag} (and --lr-{'b' if variant == 'a' else 'a'})",
+            f"have no tuned step sizes (tuned: {sorted(TUNED_LR)}); give {flag} "
+            f"(and --lr-{'b' if variant == 'a' else 'a'})",
         )
         return [TUNED_LR[n][variant == "b"] for n in clients]
     check(

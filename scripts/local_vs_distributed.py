@@ -1,4 +1,7 @@
-"""Local vs distributed ε of averaged models: the third paper's appendix table (Table 1).
+"""Local vs distributed ε of averaged models: the secure-aggregation paper's Table 1.
+
+The paper: Heikkilä, "On Using Secure Aggregation in Differentially Private Federated Learning
+with Multiple Local Steps" (its appendix table, Table 1).
 
 Each of N parties trains its own model with DP-SGD (Poisson rate q = 0.1, Skellam noise, 32
 bits, i.e. no effective quantization) and a noise level σ_i calibrated so that its model alone
@@ -159,12 +162,14 @@ def table(mechanism: str = "skellam", conversion: str = "mironov") -> list[dict[
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Markdown table, ours next to the paper's."""
     lines = [
-        "| local steps | parties | σ_i | σ total | paper σ total | avg model ε | paper ε | local ε |",
+        "| local steps | parties | σ_i | σ total | paper σ total | avg model ε | paper ε "
+        "| local ε |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['local_steps']} | {r['parties']} | {r['sigma_local']:.4f} | {r['sigma_total']:.4f} | "
+            f"| {r['local_steps']} | {r['parties']} | {r['sigma_local']:.4f} "
+            f"| {r['sigma_total']:.4f} | "
             f"{r['paper_sigma_total']:.2f} | {r['epsilon']:.4f} | {r['paper_epsilon']:g} | "
             f"{r['local_epsilon']:.4f} |"
         )

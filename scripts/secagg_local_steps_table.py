@@ -1,6 +1,7 @@
 """1 local step vs 1 local epoch per round under secure aggregation at fixed ε: the table.
 
-Third paper (secagg-multiple-local-steps, Section 5, Figure 1 and the ACS Income experiment):
+Heikkilä, "On Using Secure Aggregation in Differentially Private Federated Learning with
+Multiple Local Steps" (Section 5, Figure 1 and the ACS Income experiment):
 at a fixed privacy budget (the noise is calibrated to ``privacy.target_epsilon`` for each
 variant) and a fixed number of FL rounds, clients that run one local epoch per round end with a
 better model than clients that run one local step. This driver runs both variants of an
@@ -115,7 +116,8 @@ def mean_sem(values: Sequence[float]) -> tuple[float, float]:
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Markdown table: one line per variant (accuracy mean ± SEM in points) and the gap."""
     lines = [
-        "| variant | steps/round | q | σ (sum) | ε | local ε | test accuracy (mean ± SEM) | seeds | wall time/run |",
+        "| variant | steps/round | q | σ (sum) | ε | local ε | test accuracy (mean ± SEM) "
+        "| seeds | wall time/run |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     means: dict[str, float] = {}
@@ -127,9 +129,12 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         means[v] = acc
         r0 = sel[0]
         lines.append(
-            f"| {v} | {r0['steps']} | {float(r0['sample_rate']):.4g} | {float(r0['noise_multiplier']):.3f} | "
-            f"{max(float(r['epsilon']) for r in sel):.3f} | {max(float(r['local_epsilon']) for r in sel):.2f} | "
-            f"{acc:.1f} ± {sem:.1f} | {len(sel)} | {statistics.fmean(float(r['wall_time_s']) for r in sel):.0f} s |"
+            f"| {v} | {r0['steps']} | {float(r0['sample_rate']):.4g} "
+            f"| {float(r0['noise_multiplier']):.3f} | "
+            f"{max(float(r['epsilon']) for r in sel):.3f} "
+            f"| {max(float(r['local_epsilon']) for r in sel):.2f} | "
+            f"{acc:.1f} ± {sem:.1f} | {len(sel)} "
+            f"| {statistics.fmean(float(r['wall_time_s']) for r in sel):.0f} s |"
         )
     if len(means) == 2:
         lines.append(f"\n1 epoch − 1 step: **{means['1 epoch'] - means['1 step']:+.1f} points**")

@@ -361,7 +361,8 @@ def test_flower_run_epsilon_equals_engine_batch_clipping_analysis(tmp_path: Path
             assert row[f"epsilon_g{g}_closed"] == pytest.approx(
                 cli["closed_form"]["epsilon"], rel=1e-9
             )
-        # g = 1, batch clipping + shuffling: exactly G_{sqrt(E)/sigma} (paper, Table 1), independently
+        # g = 1, batch clipping + shuffling: exactly G_{sqrt(E)/sigma} (paper, Table 1),
+        # independently
         assert row["epsilon"] == pytest.approx(gdp.gdp_epsilon(1e-5, math.sqrt(r) / 1.5), rel=1e-6)
         assert row["epsilon"] == pytest.approx(row["epsilon_g1"], rel=1e-9)
     assert summary["privacy"]["epsilon"] == pytest.approx(rounds[-1]["epsilon"], rel=1e-12)

@@ -180,7 +180,8 @@ def test_sweep_on_two_node_cluster_and_report(cluster: str, tmp_path: Path) -> N
             )[1]
         )
         assert Path(job["dir"]).parent == sweep_dir and res["status"] == "complete"
-        # 1 round x 2 local steps of one Poisson-subsampled Gaussian (q=0.1) on the sum, as in test_integration
+        # 1 round x 2 local steps of one Poisson-subsampled Gaussian (q=0.1) on the sum, as in
+        # test_integration
         assert res["privacy"]["epsilon"] == pytest.approx(
             _pld_epsilon(sigma, 0.1, 2, 1e-5), rel=1e-9
         )

@@ -1,4 +1,4 @@
-"""``fedpriv-account ANALYSIS key=value ... [--json]``: every privacy analysis from a shell.
+r"""``fedpriv-account ANALYSIS key=value ... [--json]``: every privacy analysis from a shell.
 
 The analyses form a registry: ``ANALYSES`` maps a name to ``"module:function"``, imported only
 when that analysis runs. Each function has the signature ``run_cli(params: dict[str, str]) ->
@@ -9,8 +9,12 @@ on stderr naming the key and the value; a refused combination (``NotImplementedE
 
 Examples
 --------
-``fedpriv-account poisson-gaussian noise_multiplier=1.1 sample_rate=0.01 steps=10000 target_delta=1e-5``
-``fedpriv-account poisson-gaussian target_epsilon=3 sample_rate=0.01 steps=10000 target_delta=1e-5 --json``
+::
+
+    fedpriv-account poisson-gaussian noise_multiplier=1.1 sample_rate=0.01 steps=10000 \
+        target_delta=1e-5
+    fedpriv-account poisson-gaussian target_epsilon=3 sample_rate=0.01 steps=10000 \
+        target_delta=1e-5 --json
 """
 
 from __future__ import annotations
@@ -98,7 +102,8 @@ def format_summary(result: dict[str, Any]) -> str:
     if "calibrated" in result:
         key = result["calibrated"]
         lines.append(
-            f"  calibrated {key} = {result[key]:.6g} for target_epsilon = {result['target_epsilon']:g}"
+            f"  calibrated {key} = {result[key]:.6g} "
+            f"for target_epsilon = {result['target_epsilon']:g}"
         )
     skip = {"analysis", "epsilon", "delta", "local_epsilon", "calibrated"}
     for key, value in result.items():

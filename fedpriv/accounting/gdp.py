@@ -10,7 +10,8 @@ Dong, Roth, Su (2019), "Gaussian Differential Privacy", arXiv:1905.02383: Defini
 (G_mu), Corollary 2.13 (profile of G_mu), Corollary 3.3 (composition), Theorem 2.14 (group).
 Balle, Wang (2018), "Improving the Gaussian Mechanism for Differential Privacy: Analytical
 Calibration and Optimal Denoising", ICML, Theorem 8 (analytic Gaussian mechanism).
-PRIVACY-SPEC section 0.
+van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping", arXiv:2212.05796:
+Lemma B.1 / eq. (6) (mixture of G_mu's with the component revealed).
 """
 
 from __future__ import annotations
@@ -351,7 +352,8 @@ def mixture_delta(epsilon: float, mus: ArrayLike, weights: ArrayLike) -> float:
 
     References
     ----------
-    PRIVACY-SPEC section 0; van Dijk et al. (batch clipping paper), Lemma B.1 / eq. (6).
+    van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping",
+    arXiv:2212.05796, Lemma B.1 / eq. (6).
     """
     eps = _check_epsilon(epsilon, "epsilon")
     mu_arr, w_arr = _mixture_arrays(mus, weights)
@@ -490,7 +492,8 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_cli_gaussian(params: Mapping[str, Any]) -> dict[str, Any]:
-    """CLI analysis ``gaussian``: ``noise_multiplier``, ``steps`` (1), ``target_delta`` | ``target_epsilon``.
+    """CLI analysis ``gaussian``: ``noise_multiplier``, ``steps`` (1), ``target_delta`` |
+    ``target_epsilon``.
 
     ``steps`` compositions of the Gaussian mechanism with noise std ``noise_multiplier``
     times the sensitivity form exactly ``G_mu`` with ``mu = sqrt(steps)/noise_multiplier``.

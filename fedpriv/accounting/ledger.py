@@ -65,7 +65,9 @@ RELATIONS = {
     "add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE,
     "replace_one": NeighboringRelation.REPLACE_ONE,
 }
-#: Orders of Mironov's original conversion (the third paper's numbers): integers 2..255.
+#: Orders of Mironov's original conversion, integers 2..255 (the published numbers of Heikkilä,
+#: "On Using Secure Aggregation in Differentially Private Federated Learning with Multiple
+#: Local Steps").
 MIRONOV_ORDERS = np.arange(2, 256, dtype=float)
 #: Integer orders used whenever a fedpriv RDP event is in the ledger.
 INTEGER_ORDERS = np.concatenate([np.arange(2, 256), [384, 512, 768, 1024]]).astype(float)
@@ -256,7 +258,8 @@ class PrivacyLedger:
             if len(runs) > 1:
                 others = ", ".join(sorted({type(e).__name__ for e, _ in runs}))
                 raise IncompatibleEventsError(
-                    f"{type(standalone[0]).__name__} knows only its own (epsilon, delta) and cannot "
+                    f"{type(standalone[0]).__name__} knows only its own (epsilon, delta) "
+                    "and cannot "
                     f"be composed with other events (ledger would hold: {others}); keep it in a "
                     "ledger of its own"
                 )
@@ -444,7 +447,10 @@ class PrivacyLedger:
 
     def __repr__(self) -> str:
         runs = ", ".join(f"({e!r}, {c})" for e, c in self._runs)
-        return f"PrivacyLedger(accountant={self.accountant!r}, conversion={self.conversion!r}, runs=[{runs}])"
+        return (
+            f"PrivacyLedger(accountant={self.accountant!r}, conversion={self.conversion!r}, "
+            f"runs=[{runs}])"
+        )
 
 
 def _dp_event_rdp(

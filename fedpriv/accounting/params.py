@@ -16,9 +16,10 @@ Example
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 from fedpriv.errors import ConfigError
 
@@ -81,11 +82,11 @@ class Params:
                         key, value, f"is not a key{where}; known keys: " + ", ".join(allowed)
                     )
 
-    def has(self, key: str) -> bool:
+    def has(self, key: builtins.str) -> builtins.bool:
         """Whether ``key`` was given (marks nothing as used)."""
         return key in self.raw
 
-    def _get(self, key: str, default: Any) -> Any:
+    def _get(self, key: builtins.str, default: Any) -> Any:
         self.used.add(key)
         if key in self.raw:
             return self.raw[key]
@@ -93,23 +94,55 @@ class Params:
             raise ConfigError(key, None, "is required")
         return default
 
+    # The methods ``float``, ``int``, ``str`` and ``bool`` shadow the builtins inside the class
+    # body, so annotations here name the builtins through :mod:`builtins`.
+    @overload
     def float(
         self,
-        key: str,
+        key: builtins.str,
+        default: None,
+        *,
+        ge: builtins.float | None = None,
+        gt: builtins.float | None = None,
+        le: builtins.float | None = None,
+        lt: builtins.float | None = None,
+        allow_inf: builtins.bool = False,
+    ) -> builtins.float | None: ...
+
+    @overload
+    def float(
+        self,
+        key: builtins.str,
+        default: builtins.float | builtins.str = ...,
+        *,
+        ge: builtins.float | None = None,
+        gt: builtins.float | None = None,
+        le: builtins.float | None = None,
+        lt: builtins.float | None = None,
+        allow_inf: builtins.bool = False,
+    ) -> builtins.float: ...
+
+    def float(
+        self,
+        key: builtins.str,
         default: Any = _MISSING,
         *,
-        ge: float | None = None,
-        gt: float | None = None,
-        le: float | None = None,
-        lt: float | None = None,
-        allow_inf: bool = False,
-    ) -> float:
-        """A finite float (``inf`` only with ``allow_inf``) within the given bounds."""
+        ge: builtins.float | None = None,
+        gt: builtins.float | None = None,
+        le: builtins.float | None = None,
+        lt: builtins.float | None = None,
+        allow_inf: builtins.bool = False,
+    ) -> builtins.float | None:
+        """A finite float (``inf`` only with ``allow_inf``) within the given bounds.
+
+        ``None`` when the key is absent and the default is ``None``; :class:`ConfigError`
+        when it is absent without a default.
+        """
         value = self._get(key, default)
         if value is None:
-            return value  # an explicit default of None
+            return None  # an explicit default of None
         try:
-            x = float(value)
+            x = builtins.float(value)
         except (TypeError, ValueError):
             raise ConfigError(key, value, "must be a number") from None
         if math.isnan(x) or (math.isinf(x) and not allow_inf):
@@ -117,29 +150,52 @@ class Params:
         _check_bounds(key, value, x, ge, gt, le, lt)
         return x
 
+    @overload
     def int(
         self,
-        key: str,
+        key: builtins.str,
+        default: None,
+        *,
+        ge: builtins.int | None = None,
+        le: builtins.int | None = None,
+    ) -> builtins.int | None: ...
+
+    @overload
+    def int(
+        self,
+        key: builtins.str,
+        default: builtins.int | builtins.str = ...,
+        *,
+        ge: builtins.int | None = None,
+        le: builtins.int | None = None,
+    ) -> builtins.int: ...
+
+    def int(
+        self,
+        key: builtins.str,
         default: Any = _MISSING,
         *,
-        ge: int | None = None,
-        le: int | None = None,
-    ) -> int:
-        """An integer (``1e5`` is accepted when it is integral) within the given bounds."""
+        ge: builtins.int | None = None,
+        le: builtins.int | None = None,
+    ) -> builtins.int | None:
+        """An integer (``1e5`` is accepted when it is integral) within the given bounds.
+
+        ``None`` when the key is absent and the default is ``None``.
+        """
         value = self._get(key, default)
         if value is None:
-            return value
+            return None
         try:
-            x = float(value)
+            x = builtins.float(value)
         except (TypeError, ValueError):
             raise ConfigError(key, value, "must be an integer") from None
-        if not math.isfinite(x) or x != int(x):
+        if not math.isfinite(x) or x != builtins.int(x):
             raise ConfigError(key, value, "must be an integer")
-        n = int(x)
+        n = builtins.int(x)
         _check_bounds(key, value, n, ge, None, le, None)
         return n
 
-    def bool(self, key: str, default: Any = _MISSING) -> bool:
+    def bool(self, key: builtins.str, default: Any = _MISSING) -> builtins.bool:
         """``true/false``, ``1/0``, ``yes/no``, ``on/off`` (any case)."""
         value = self._get(key, default)
         if isinstance(value, bool):
@@ -151,7 +207,9 @@ class Params:
             return False
         raise ConfigError(key, value, "must be true or false")
 
-    def choice(self, key: str, choices: Iterable[str], default: Any = _MISSING) -> str:
+    def choice(
+        self, key: builtins.str, choices: Iterable[builtins.str], default: Any = _MISSING
+    ) -> builtins.str:
         """One of ``choices`` (exact match)."""
         options = list(choices)
         value = self._get(key, default)
@@ -159,15 +217,28 @@ class Params:
             raise ConfigError(key, value, "must be one of: " + ", ".join(options))
         return str(value)
 
-    def str(self, key: str, default: Any = _MISSING) -> str:
+    def str(self, key: builtins.str, default: Any = _MISSING) -> builtins.str:
         """The raw string."""
         return str(self._get(key, default))
 
-    def delta(self, key: str = "target_delta", default: Any = _MISSING) -> float:
-        """A probability strictly inside (0, 1), as ``target_delta`` must be."""
+    @overload
+    def delta(self, key: builtins.str, default: None) -> builtins.float | None: ...
+
+    @overload
+    def delta(
+        self, key: builtins.str = "target_delta", default: builtins.float | builtins.str = ...
+    ) -> builtins.float: ...
+
+    def delta(
+        self, key: builtins.str = "target_delta", default: Any = _MISSING
+    ) -> builtins.float | None:
+        """A probability strictly inside (0, 1), as ``target_delta`` must be.
+
+        ``None`` when the key is absent and the default is ``None``.
+        """
         return self.float(key, default, gt=0.0, lt=1.0)
 
-    def exclusive(self, *keys: str, required: bool = True) -> str | None:
+    def exclusive(self, *keys: builtins.str, required: builtins.bool = True) -> builtins.str | None:
         """The one of ``keys`` that was given; error if several (or none and ``required``)."""
         given = [k for k in keys if k in self.raw]
         if len(given) > 1:

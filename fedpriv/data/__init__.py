@@ -52,8 +52,8 @@ def load_dataset(
     data_dir : str, Path or None
         Directory holding the files (see the module table); ignored by the embedded data.
     **options
-        Loader options (``None`` values count as unset): ``train_limit`` (fashion_mnist, mnist, fashion_mnist_hf);
-        ``test_fraction``, ``seed``, ``states`` (acs_income).
+        Loader options (``None`` values count as unset): ``train_limit`` (fashion_mnist,
+        mnist, fashion_mnist_hf); ``test_fraction``, ``seed``, ``states`` (acs_income).
 
     Returns
     -------

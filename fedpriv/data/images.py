@@ -97,7 +97,7 @@ def read_idx_dir(data_dir: str | Path, expected: str) -> dict[str, np.ndarray]:
         If the directory or one of the four files is missing (message names path and remedy).
     """
     path = _require_dir(data_dir, expected)
-    for key, fname in IDX_FILES.items():
+    for fname in IDX_FILES.values():
         if not (path / fname).is_file():
             raise ConfigError("dataset.data_dir", str(path), f"lacks {fname}; expected {expected}")
     return {key: read_idx(path / fname) for key, fname in IDX_FILES.items()}
