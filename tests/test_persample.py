@@ -169,6 +169,17 @@ def test_paper_models(name: str, shape: tuple[int, ...]) -> None:
     check_all_paths(model, seeded(8, *shape, seed=5), targets(8, 10, 6, zero=(2, 5)), zero=(2, 5))
 
 
+def test_mlp_hidden_widths_and_refusal() -> None:
+    # hidden=[32, 16] on 784 inputs, 10 classes: Linear 784->32->16->10, exactly these shapes
+    model = build_model("mlp", (784,), 10, hidden=[32, 16])
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    assert shapes == [(32, 784), (32,), (16, 32), (16,), (10, 16), (10,)]
+    # a string is iterable but is not a list of widths ("256" must not become 2, 5, 6)
+    for bad in ("256", 5):
+        with pytest.raises(ConfigError, match=r"^model\.hidden=.* must be a list of layer widths"):
+            build_model("mlp", (784,), 10, hidden=bad)
+
+
 def test_frozen_parameters_and_eval_dropout() -> None:
     torch.manual_seed(4)
     model = nn.Sequential(
