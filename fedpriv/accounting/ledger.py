@@ -259,9 +259,8 @@ class PrivacyLedger:
                 others = ", ".join(sorted({type(e).__name__ for e, _ in runs}))
                 raise IncompatibleEventsError(
                     f"{type(standalone[0]).__name__} knows only its own (epsilon, delta) "
-                    "and cannot "
-                    f"be composed with other events (ledger would hold: {others}); keep it in a "
-                    "ledger of its own"
+                    f"and cannot be composed with other events (ledger would hold: {others}); "
+                    "keep it in a ledger of its own"
                 )
             return "single"
         for e, _ in runs:
