@@ -17,22 +17,15 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 from hydra import compose, initialize_config_dir
 
-from clients.checkin import (
-    ABSTAIN,
-    CHECKIN_KEY,
-    CheckinClient,
-    LocalRandomizer,
-    PoissonLocalEvent,
-    checkin_rng,
-    checkin_window,
-    draw_checkin,
-)
-from fedpriv.accounting.checkin import CheckinEvent, expected_dummy_updates
+from clients.checkin import CheckinClient
+from fedpriv.accounting.checkin import CheckinEvent, PoissonLocalEvent, expected_dummy_updates
+from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
+from fedpriv.randomizers import LocalRandomizer
 from fedpriv.accounting.gdp import analytic_gaussian_sigma
 from fedpriv.config import conf_dir, register_schema
 from fedpriv.errors import ConfigError
 from fedpriv.runner import prepare, run_experiment
-from fedpriv.wire import METRICS_KEY, UPDATE_KEY
+from fedpriv.wire import ABSTAIN, CHECKIN_KEY, METRICS_KEY, UPDATE_KEY
 from strategies import checkin as server
 from strategies.checkin import CheckinStrategy, occupancy, plan_pass, update_slots
 
