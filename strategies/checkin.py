@@ -258,7 +258,8 @@ class CheckinStrategy:
             if hasattr(job, "note"):
                 blocks = " ".join(f"{a:.3f}" for a in stats["block_accuracy"])
                 job.note(
-                    f"pass {server_round}: accuracy after each block of {stats['block']} slots: {blocks}"
+                    f"pass {server_round}: accuracy after each block of {stats['block']} "
+                    f"slots: {blocks}"
                 )
         return state
 
@@ -365,7 +366,7 @@ class CheckinStrategy:
         server_round: int,
         timeout: float,
     ) -> dict[int, AggregateResult]:
-        """One ``send_and_receive`` for every client asked in ``chunk``; per-slot sums of their updates.
+        """One ``send_and_receive`` for every client asked in ``chunk``; per-slot sums of updates.
 
         Raises
         ------

@@ -166,7 +166,8 @@ def test_run_summary_names_the_bound_and_matches_the_ledger() -> None:
     for _ in range(3):
         run.record_round()
     assert run.epsilon() == 6.0 == algo.spec.bound(3).epsilon  # 3 passes x eps0
-    small = CheckinClient(num_slots=100, privacy={**privacy, "local_epsilon": 0.1}, num_clients=1000)
+    privacy = {**privacy, "local_epsilon": 0.1}
+    small = CheckinClient(num_slots=100, privacy=privacy, num_clients=1000)
     s = small.for_run({"num_rounds": 3}).privacy_summary()
     assert s["bound"] == "Theorem 3.2" and "bound_reason" not in s
 

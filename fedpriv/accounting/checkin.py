@@ -50,7 +50,9 @@ from fedpriv.accounting import gdp
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.spec import (
+    Accountant,
     AccountingSpec,
+    Conversion,
     NeighboringRelation,
     check_finite,
     parse_enum,
@@ -526,7 +528,7 @@ class CheckinEvent(FedprivEvent):
         for name in ("num_clients", "num_slots"):
             v = getattr(self, name)
             check(
-                isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
+                bool(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1),
                 name,
                 v,
                 "must be an integer >= 1",
@@ -538,7 +540,7 @@ class CheckinEvent(FedprivEvent):
                 p == 1.0,
                 "checkin_probability",
                 p,
-                f"must be 1: {_THEOREM[self.variant]} covers only p0 = 1",
+                f"must be 1: {_THEOREM[CheckinVariant(self.variant)]} covers only p0 = 1",
             )
         if self.variant == "sliding-window":
             check(
@@ -566,7 +568,7 @@ class CheckinEvent(FedprivEvent):
                     self.local_delta <= bound,
                     "local_delta",
                     self.local_delta,
-                    f"violates the precondition of {_THEOREM[self.variant]}: need "
+                    f"violates the precondition of {_THEOREM[CheckinVariant(self.variant)]}: need "
                     f"delta0 <= {bound:.4g} for local_epsilon={self.local_epsilon}, "
                     f"delta1={self.delta1}",
                 )
@@ -578,7 +580,7 @@ class CheckinEvent(FedprivEvent):
     @property
     def theorem(self) -> str:
         """The paper's theorem behind this variant."""
-        return _THEOREM[self.variant]
+        return _THEOREM[CheckinVariant(self.variant)]
 
     def _pass(self) -> _Pass:
         return _Pass(
@@ -1077,7 +1079,7 @@ class CheckinSpec:
         )
         window = client.pop("window", None)
         return cls(
-            local_epsilon=eps0,
+            local_epsilon=check_finite("privacy.local_epsilon", eps0, "must be > 0"),
             local_delta=privacy.get("local_delta") or 0.0,
             clipping_norm=privacy.get("clipping_norm", 1.0),
             checkin_probability=privacy.get("checkin_probability", 1.0),
@@ -1148,14 +1150,14 @@ class CheckinSpec:
                 num_clients=n,
                 num_slots=m,
                 checkin_probability=p0,
-                randomizer=randomizer,
+                randomizer=parse_enum(RandomizerKind, "randomizer", randomizer),
                 clipping_norm=clip,
                 client_sample_rate=rate,
                 delta1=delta1,
                 delta2=delta2,
                 accounting=AccountingSpec(
-                    accountant=accountant,
-                    conversion=conversion,
+                    accountant=parse_enum(Accountant, "accountant", accountant),
+                    conversion=parse_enum(Conversion, "conversion", conversion),
                     target_delta=delta_t if delta_t is not None else 1e-5,
                     neighboring_relation=NeighboringRelation.REPLACE_ONE,
                 ),
@@ -1178,7 +1180,7 @@ class CheckinSpec:
         """The analysis behind the variant (``Theorem 3.2``, ..., or the Poisson mixture)."""
         if self.variant is CheckinVariant.POISSON:
             return "Poisson mixture of local releases"
-        return _THEOREM[self.variant]
+        return _THEOREM[CheckinVariant(self.variant)]
 
     @property
     def local_randomizer(self) -> LocalRandomizer:
@@ -1236,8 +1238,7 @@ class CheckinSpec:
                 return LocalCapEvent(
                     self.local_epsilon,
                     self.local_delta,
-                    reason=f"{_THEOREM[self.variant]}: local_delta={self.local_delta!r} "
-                    + exc.allowed,
+                    reason=f"{self.theorem}: local_delta={self.local_delta!r} {exc.allowed}",
                 )
             raise _prefixed(exc) from None
 
