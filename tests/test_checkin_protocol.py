@@ -466,6 +466,10 @@ def test_short_flower_run(tmp_path: Path, variant: str, extra: list[str]) -> Non
     # the reported epsilon is the engine's value for 2 passes of the run's parameters
     assert res["privacy"]["epsilon"] == pytest.approx(algo.event.epsilon(1e-6, 2), rel=1e-12)
     assert rounds[0]["epsilon"] == pytest.approx(algo.event.epsilon(1e-6, 1), rel=1e-12)
+    # results.json says which bound answered after the run's 2 passes, and the normalizer
+    assert res["privacy"]["normalizer"] == 1.0
+    assert res["privacy"]["bound"] == algo.spec.bound(2).bound
+    assert res["privacy"].get("bound_reason") == algo.spec.bound(2).reason
     n, m = 5, algo.num_slots
     for r in rounds:
         assert r["slots"] == len(update_slots(variant, m, n))
