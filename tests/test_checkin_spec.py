@@ -366,3 +366,29 @@ def test_sent_report_has_the_claimed_noise_and_no_data_dependent_divisor(
         assert float(z.abs().mean()) == pytest.approx(claimed, rel=6 / math.sqrt(n))
     assert n >= 20_000
     assert algo.privacy_summary()["normalizer"] == algo.normalizer == 1.0
+
+
+# --------------------------------------------------------------------------- import direction
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text())
+    out: set[str] = set()
+    for node in ast.walk(tree):  # module level and inside functions
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_imports_go_one_way() -> None:
+    core = ["fedpriv/checkin.py", "fedpriv/randomizers.py", "fedpriv/accounting/checkin.py"]
+    for rel in core:
+        bad = {m for m in _imports(REPO / rel) if m.split(".")[0] in ("clients", "strategies")}
+        assert not bad, (rel, bad)
+    server = _imports(REPO / "strategies/checkin.py")
+    assert not {m for m in server if m.split(".")[0] == "clients"}
+    assert "fedpriv.wire" in server
+    client = _imports(REPO / "clients/checkin.py")
+    assert {"fedpriv.checkin", "fedpriv.randomizers", "fedpriv.accounting.checkin"} <= client
