@@ -1,405 +1,51 @@
 """Random check-ins, client side: the check-in decision and one locally randomized update.
 
-Second paper (Balle, Bell, Gascon, Kairouz, Thakurta, "Privacy Amplification via Random
-Check-Ins", ../shared/papers/random-check-ins.txt; PRIVACY-SPEC section 2). The server never
-samples clients: it sends a check-in query (a Flower ``query`` message) to every node, and
-each client, with ITS OWN randomness, participates with probability ``checkin_probability``
-``p0`` and picks a slot uniformly from its window ``R_j`` (Definition of an ``(R_j, p_j)``
-check-in). It remembers the slot in its Flower ``Context.state`` and answers with the slot or
-``ABSTAIN``. When the server later asks it for the update of that slot it computes, at the
-model it receives, the gradient of its mean loss over its own data, clips it to
-``clipping_norm`` ``L`` and applies a local randomizer:
+"Privacy Amplification via Random Check-Ins" (Balle, Bell, Gascon, Kairouz, Thakurta,
+arXiv:2007.06605). The server never samples clients: it sends a check-in query (a Flower
+``query`` message) to every node, and each client, with ITS OWN randomness, participates with
+probability ``checkin_probability`` ``p0`` and picks a slot uniformly from its window ``R_j``
+(:func:`fedpriv.checkin.draw_checkin`). It remembers the slot in its Flower ``Context.state``
+and answers with the slot or ``ABSTAIN``. When the server later asks it for the update of that
+slot it computes, at the model it receives, the gradient of its mean loss over its own data,
+clips it to ``clipping_norm`` ``L`` and applies the local randomizer
+(:class:`fedpriv.randomizers.LocalRandomizer`): ``gaussian`` (l2 clip, analytic Gaussian
+calibrated to (``local_epsilon``, ``local_delta``) at l2 sensitivity ``2L``) or ``laplace``
+(l1 clip, ``Laplace(2L / local_epsilon)``, pure ``local_epsilon``-DP).
 
-* ``gaussian``: l2 clip, ``N(0, sigma^2 I)`` with ``sigma`` the analytic-Gaussian calibration
-  (Balle & Wang 2018) to (``local_epsilon``, ``local_delta``) at l2 sensitivity ``2L``
-  (replace-one: one client's clipped gradient can move anywhere in a ball of radius ``L``);
-* ``laplace``: l1 clip, i.i.d. ``Laplace(2L / local_epsilon)`` per coordinate: a pure
-  ``local_epsilon``-DP randomizer (l1 sensitivity ``2L``), so the pure theorems apply.
+The report is sent as it is: nothing divides it (``normalizer = 1``), in particular not the
+client's data size; the mean loss only averages inside the gradient, before clipping, so the
+clipped report lies in the ball of radius ``L`` whatever the data.
 
-A dummy update is the randomizer applied to no data (the zero vector): pure noise.
-
-Variants (``client.variant``; the privacy event follows it): ``fixed`` (Algorithm 1,
-Theorem 3.2), ``averaged`` (Algorithm 2, Theorem 4.1, ``p0 = 1``), ``sliding-window``
-(Section 4.2, Theorem 4.3, client ``j`` checks into ``{j, ..., j+m-1}``, ``p0 = 1``), and the
-baseline ``poisson``: server-side Poisson subsampling of clients at ``client_sample_rate``
-(not possible in real FL; accounted as a mixture over how often the target reports,
-:class:`PoissonLocalEvent`). A client is one Flower node; its privacy unit is all its rows
-(neighbouring data sets differ in one client's data).
+The mechanism, its validation, events and calibration live in
+:class:`fedpriv.accounting.checkin.CheckinSpec`, which this client builds once from its
+fields and the run's ``privacy`` group (``fedpriv-account checkin`` builds the same spec).
+A client is one Flower node; its privacy unit is all its rows (replace-one neighbours).
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.stats
 import torch
-from dp_accounting import dp_event
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from torch import nn
 
 from clients.base import ClientAlgorithm, ClientData, TrainContext
-from fedpriv.accounting.checkin import CheckinEvent, optimal_composition_delta
-from fedpriv.accounting.gdp import analytic_gaussian_sigma, gdp_delta
+from fedpriv.accounting.checkin import CheckinSpec, CheckinVariant
 from fedpriv.accounting.ledger import FedprivEvent
-from fedpriv.clipping import clip_tensors
-from fedpriv.errors import ConfigError, check
+from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
+from fedpriv.randomizers import LocalRandomizer
 from fedpriv.wire import ABSTAIN, CHECKIN_KEY
 
-__all__ = [
-    "VARIANTS",
-    "RANDOMIZERS",
-    "ABSTAIN",
-    "CHECKIN_KEY",
-    "checkin_window",
-    "checkin_rng",
-    "draw_checkin",
-    "LocalRandomizer",
-    "LocalReleaseEvent",
-    "PoissonLocalEvent",
-    "CheckinClient",
-]
-
-VARIANTS = ("fixed", "averaged", "sliding-window", "poisson")
-RANDOMIZERS = ("gaussian", "laplace")
-_CHECKIN_STREAM = 0x636B  # domain separation of the check-in RNG from the noise RNG
+__all__ = ["CheckinClient", "mean_cross_entropy", "slot_update"]
 
 
-# --------------------------------------------------------------------------- check-in
-def checkin_window(variant: str, num_slots: int, partition_id: int) -> tuple[int, int]:
-    """Client ``j``'s window ``R_j`` as an inclusive 1-based slot range ``(first, last)``.
-
-    ``fixed`` / ``averaged``: ``[1, m]`` (``R_j = [m]``); ``sliding-window``: client ``j =
-    partition_id + 1`` wakes at time ``j`` and its window is ``{j, ..., j + m - 1}`` (Section
-    4.2). ``poisson`` has no check-in.
-
-    Raises
-    ------
-    ConfigError
-        For an unknown variant or a negative ``partition_id``.
-    """
-    check(partition_id >= 0, "partition_id", partition_id, "must be >= 0")
-    if variant in ("fixed", "averaged"):
-        return 1, int(num_slots)
-    if variant == "sliding-window":
-        j = int(partition_id) + 1
-        return j, j + int(num_slots) - 1
-    raise ConfigError(
-        "client.variant",
-        variant,
-        "has no check-in window (one of: fixed, averaged, sliding-window)",
-    )
-
-
-def checkin_rng(
-    seed: int, server_round: int, partition_id: int, secure_mode: bool
-) -> np.random.Generator:
-    """The client's own check-in RNG: seeded from ``(seed, pass, partition_id)`` or OS entropy."""
-    if secure_mode:
-        return np.random.default_rng()
-    return np.random.default_rng([int(seed), int(server_round), int(partition_id), _CHECKIN_STREAM])
-
-
-def draw_checkin(
-    rng: np.random.Generator, checkin_probability: float, window: tuple[int, int]
-) -> int:
-    """An ``(R_j, p0)`` check-in: with probability ``p0`` a slot uniform on ``window``, else ``ABSTAIN``."""
-    if rng.random() >= checkin_probability:
-        return ABSTAIN
-    first, last = window
-    return int(rng.integers(first, last + 1))
-
-
-# --------------------------------------------------------------------------- randomizer
-def _laplace(
-    shape: torch.Size, scale: float, generator: torch.Generator, dtype: torch.dtype
-) -> torch.Tensor:
-    """i.i.d. Laplace(0, scale) as the difference of two Exp(1) draws (no log(0) possible)."""
-    e1 = torch.empty(shape, dtype=torch.float64, device=generator.device).exponential_(
-        generator=generator
-    )
-    e2 = torch.empty(shape, dtype=torch.float64, device=generator.device).exponential_(
-        generator=generator
-    )
-    return (scale * (e1 - e2)).to(dtype)
-
-
-@dataclass(frozen=True)
-class LocalRandomizer:
-    """The local randomizer ``A_ldp``: clip to ``clipping_norm`` and add calibrated noise.
-
-    Parameters
-    ----------
-    kind : {"gaussian", "laplace"}
-        ``gaussian``: l2 clip, Gaussian noise calibrated by the analytic Gaussian mechanism to
-        (``local_epsilon``, ``local_delta``) at l2 sensitivity ``2 clipping_norm``;
-        ``laplace``: l1 clip, Laplace noise of scale ``2 clipping_norm / local_epsilon``
-        (pure ``local_epsilon``-DP; needs ``local_delta = 0``).
-    clipping_norm : float
-        ``L > 0`` (norm of the clipped update; l2 or l1 by ``kind``).
-    local_epsilon : float
-        ``eps0 > 0``.
-    local_delta : float
-        ``delta0``: in (0, 1) for ``gaussian``, 0 for ``laplace``.
-
-    Raises
-    ------
-    ConfigError
-        On out-of-range values (field names as in the ``privacy`` group).
-
-    References
-    ----------
-    Balle & Wang (2018), Theorem 8 (analytic Gaussian); Dwork et al. (2006) (Laplace).
-    """
-
-    kind: str
-    clipping_norm: float
-    local_epsilon: float
-    local_delta: float = 0.0
-
-    def __post_init__(self) -> None:
-        check(
-            self.kind in RANDOMIZERS,
-            "client.randomizer",
-            self.kind,
-            "must be one of: gaussian, laplace",
-        )
-        check(
-            math.isfinite(self.clipping_norm) and self.clipping_norm > 0,
-            "privacy.clipping_norm",
-            self.clipping_norm,
-            "must be > 0",
-        )
-        check(
-            math.isfinite(self.local_epsilon) and self.local_epsilon > 0,
-            "privacy.local_epsilon",
-            self.local_epsilon,
-            "must be > 0",
-        )
-        if self.kind == "gaussian":
-            check(
-                0.0 < self.local_delta < 1.0,
-                "privacy.local_delta",
-                self.local_delta,
-                "must be in (0, 1) for the gaussian randomizer (use client.randomizer=laplace for pure eps0-DP)",
-            )
-        else:
-            check(
-                self.local_delta == 0.0,
-                "privacy.local_delta",
-                self.local_delta,
-                "must be 0 for the laplace randomizer (pure eps0-DP)",
-            )
-
-    @property
-    def sensitivity(self) -> float:
-        """Replace-one sensitivity of the clipped update: ``2L`` (l2 or l1 by ``kind``)."""
-        return 2.0 * self.clipping_norm
-
-    @property
-    def noise_stddev(self) -> float:
-        """Per-coordinate noise std: ``sigma`` (gaussian) or ``sqrt(2) b`` (laplace)."""
-        if self.kind == "gaussian":
-            return analytic_gaussian_sigma(self.local_epsilon, self.local_delta, self.sensitivity)
-        return math.sqrt(2.0) * self.laplace_scale
-
-    @property
-    def laplace_scale(self) -> float:
-        """Laplace scale ``b = 2L / eps0`` (laplace only)."""
-        return self.sensitivity / self.local_epsilon
-
-    def clip(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Clip the concatenation of ``tensors`` to l2 (gaussian) or l1 (laplace) norm ``L``."""
-        keys = list(tensors)
-        if self.kind == "gaussian":
-            return dict(
-                zip(keys, clip_tensors([tensors[k] for k in keys], self.clipping_norm), strict=True)
-            )
-        norm = sum(float(t.double().abs().sum()) for t in tensors.values())
-        factor = min(1.0, self.clipping_norm / norm) if norm > 0 else 1.0
-        return {k: t * factor for k, t in tensors.items()}
-
-    def noise(
-        self,
-        shapes: dict[str, tuple[int, ...]],
-        generator: torch.Generator,
-        dtype: torch.dtype = torch.float32,
-    ) -> dict[str, torch.Tensor]:
-        """The randomizer applied to no data (a dummy update): noise of the given shapes."""
-        out: dict[str, torch.Tensor] = {}
-        for k, shape in shapes.items():
-            size = torch.Size(shape)
-            if self.kind == "gaussian":
-                out[k] = (
-                    self.noise_stddev
-                    * torch.randn(
-                        size, generator=generator, dtype=torch.float64, device=generator.device
-                    )
-                ).to(dtype)
-            else:
-                out[k] = _laplace(size, self.laplace_scale, generator, dtype)
-        return out
-
-    def randomize(
-        self, tensors: dict[str, torch.Tensor], generator: torch.Generator
-    ) -> dict[str, torch.Tensor]:
-        """``A_ldp``: clip, then add the noise (shapes and dtypes kept)."""
-        clipped = self.clip(tensors)
-        noise = self.noise({k: tuple(t.shape) for k, t in clipped.items()}, generator)
-        return {k: clipped[k] + noise[k].to(clipped[k].dtype) for k in clipped}
-
-    def local_event(self) -> LocalReleaseEvent:
-        """One release of this randomizer: noise in units of its sensitivity ``2L``."""
-        scale = self.noise_stddev if self.kind == "gaussian" else self.laplace_scale
-        return LocalReleaseEvent(self.kind, scale / self.sensitivity)
-
-
-@dataclass(frozen=True)
-class LocalReleaseEvent(FedprivEvent):
-    """A client's own releases of its local randomizer (its local DP), in sensitivity units.
-
-    ``noise_multiplier`` is the Gaussian std (or Laplace scale) divided by the replace-one
-    sensitivity ``2L``; ``count`` releases compose exactly through dp-accounting's PLD of the
-    sensitivity-1 Gaussian / Laplace mechanism (the two neighbouring outputs differ by at
-    most one sensitivity unit, which is what dp-accounting's add/remove case models).
-    """
-
-    kind: str
-    noise_multiplier: float
-
-    supported_relations: ClassVar[frozenset[str]] = frozenset({"replace_one", "add_remove"})
-
-    def _pld(self, count: int) -> Any:
-        from dp_accounting.pld import pld_privacy_accountant
-
-        event: dp_event.DpEvent = (
-            dp_event.GaussianDpEvent(self.noise_multiplier)
-            if self.kind == "gaussian"
-            else dp_event.LaplaceDpEvent(self.noise_multiplier)
-        )
-        acc = pld_privacy_accountant.PLDAccountant()
-        acc.compose(event, int(count))
-        return acc
-
-    def epsilon(self, target_delta: float, count: int = 1) -> float:
-        return 0.0 if count == 0 else float(self._pld(count).get_epsilon(target_delta))
-
-    def delta(self, target_epsilon: float, count: int = 1) -> float:
-        return 0.0 if count == 0 else float(self._pld(count).get_delta(target_epsilon))
-
-
-# --------------------------------------------------------------------------- poisson baseline event
-@dataclass(frozen=True)
-class PoissonLocalEvent(FedprivEvent):
-    """``steps`` model steps, each averaging the local reports of Poisson-sampled clients.
-
-    The server samples each client at rate ``q = sample_rate`` per step and releases the mean
-    of the sampled clients' randomized reports. Unlike a check-in slot (which always carries
-    exactly one report, a dummy when empty), the number of reports is not fixed, so the
-    target's participation may be visible: the worst case reveals it. Over ``T = count *
-    steps`` steps the target reports ``K ~ Binomial(T, q)`` times (independently of its
-    data) and, given ``K = k``, the release is the ``k``-fold composition of the randomizer:
-
-    ``delta(eps) = sum_k P(K = k) delta_k(eps)`` (PRIVACY-SPEC section 0, mixture with the
-    component revealed), with ``delta_k`` the optimal composition of ``k`` pure ``eps0``-DP
-    mechanisms (Kairouz, Oh, Viswanath 2015, Theorem 3.3; ``mu is None``) or exactly
-    ``delta_{G_{sqrt(k) mu}}(eps)`` for the Gaussian randomizer with ``mu = 2L / sigma``.
-    The Binomial tail beyond ``k_max`` (at most ``1e-3 target_delta``) is charged to delta.
-
-    Raises
-    ------
-    ConfigError
-        On out-of-range fields.
-    """
-
-    local_epsilon: float
-    sample_rate: float
-    steps: int
-    mu: float | None = None
-
-    supported_relations: ClassVar[frozenset[str]] = frozenset({"replace_one"})
-
-    def __post_init__(self) -> None:
-        check(self.local_epsilon > 0, "privacy.local_epsilon", self.local_epsilon, "must be > 0")
-        check(
-            0 < self.sample_rate <= 1,
-            "client.client_sample_rate",
-            self.sample_rate,
-            "must be in (0, 1]",
-        )
-        check(
-            int(self.steps) == self.steps and self.steps >= 1,
-            "steps",
-            self.steps,
-            "must be an integer >= 1",
-        )
-        check(self.mu is None or self.mu > 0, "mu", self.mu, "must be > 0 or None")
-
-    def _delta_k(self, k: int, eps: float) -> float:
-        if self.mu is not None:
-            return float(gdp_delta(eps, math.sqrt(k) * self.mu))
-        return optimal_composition_delta(self.local_epsilon, 0.0, k, eps)
-
-    def _mixture(self, count: int, target_delta: float) -> tuple[np.ndarray, np.ndarray, float]:
-        total = int(count) * int(self.steps)
-        kmax = min(
-            total, int(scipy.stats.binom.isf(1e-3 * target_delta, total, self.sample_rate)) + 1
-        )
-        ks = np.arange(1, kmax + 1)
-        return (
-            ks,
-            scipy.stats.binom.pmf(ks, total, self.sample_rate),
-            float(scipy.stats.binom.sf(kmax, total, self.sample_rate)),
-        )
-
-    def _delta_at(self, eps: float, ks: np.ndarray, w: np.ndarray, tail: float) -> float:
-        return tail + float(
-            sum(wk * self._delta_k(int(k), eps) for k, wk in zip(ks, w, strict=True) if wk > 0)
-        )
-
-    def epsilon(self, target_delta: float, count: int = 1) -> float:
-        check(0 < target_delta < 1, "target_delta", target_delta, "must be in (0, 1)")
-        if count == 0:
-            return 0.0
-        ks, w, tail = self._mixture(count, target_delta)
-        if self._delta_at(0.0, ks, w, tail) <= target_delta:
-            return 0.0
-        hi = 1.0
-        while self._delta_at(hi, ks, w, tail) > target_delta:
-            hi *= 2.0
-            if hi > 1e4:
-                return math.inf
-        lo = 0.0
-        while hi - lo > 1e-9 * max(hi, 1.0):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (lo, mid) if self._delta_at(mid, ks, w, tail) <= target_delta else (mid, hi)
-        return hi
-
-    def delta(self, target_epsilon: float, count: int = 1) -> float:
-        check(target_epsilon >= 0, "target_epsilon", target_epsilon, "must be >= 0")
-        if count == 0:
-            return 0.0
-        ks, w, tail = self._mixture(count, 1e-12)
-        return min(1.0, self._delta_at(target_epsilon, ks, w, tail))
-
-
-# --------------------------------------------------------------------------- algorithm
 def mean_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over the client's data (its empirical loss)."""
     return nn.functional.cross_entropy(out, y)
-
-
-_FIELD_PREFIX = {
-    "local_epsilon": "privacy.",
-    "local_delta": "privacy.",
-    "checkin_probability": "privacy.",
-    "num_slots": "client.",
-    "variant": "client.",
-    "delta1": "privacy.",
-    "delta2": "privacy.",
-}
 
 
 @dataclass(frozen=True)
@@ -409,32 +55,31 @@ class CheckinClient(ClientAlgorithm):
     Parameters
     ----------
     variant : {"fixed", "averaged", "sliding-window", "poisson"}
-        The protocol (and theorem) the run uses; the server strategy follows it.
+        The protocol (:class:`~fedpriv.accounting.checkin.CheckinVariant`); the server
+        strategy follows it.
     num_slots : int
         ``m >= 1``: slots of a pass (``fixed``, ``averaged``, ``poisson``: model steps of a
         pass) or the window length (``sliding-window``, ``m <= num_clients``).
     randomizer : {"gaussian", "laplace"}
-        The local randomizer (:class:`LocalRandomizer`).
+        The local randomizer (:class:`~fedpriv.randomizers.LocalRandomizer`).
     window : [first, last] or None
-        ``R_j`` as an inclusive 1-based slot range for ``fixed`` / ``averaged`` (default
-        ``[1, m]``). It must lie inside the run's slots, and Theorems 3.2 / 4.1 cover only the
-        full window, so any other value is refused; the sliding window's ``R_j`` is
-        ``{j, ..., j+m-1}`` (leave ``window`` null).
+        ``R_j`` for ``fixed`` / ``averaged`` (default ``[1, m]``, the only window Theorems
+        3.2 / 4.1 cover); null for the sliding window.
     client_sample_rate : float or None
         ``poisson`` only: the server's per-step client sampling rate ``q`` (default
-        ``checkin_probability / num_slots``, the rate at which a client checks into a slot).
+        ``checkin_probability / num_slots``).
     privacy : dict
         The run's ``privacy`` group: ``local_epsilon``, ``local_delta``, ``clipping_norm``,
-        ``checkin_probability`` (``p0``), ``secure_mode``.
+        ``checkin_probability`` (``p0``), ``target_delta``, ``secure_mode``.
     num_clients : int
         ``n``.
+    num_rounds : int or None
+        Passes of the run (set by :meth:`for_run`; used for the bound in the summary).
 
     Raises
     ------
     ConfigError
-        One line naming the field: ``p0`` not in (0, 1] (or != 1 where the theorem needs 1),
-        ``m < 1``, ``m > n`` for the sliding window, ``eps0 <= 0``, ``delta0`` failing the
-        theorem's precondition, an unknown variant or randomizer.
+        One line naming the field (from :class:`~fedpriv.accounting.checkin.CheckinSpec`).
     """
 
     variant: str = "fixed"
@@ -444,157 +89,82 @@ class CheckinClient(ClientAlgorithm):
     client_sample_rate: float | None = None
     privacy: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 1
+    num_rounds: int | None = None
+    spec: CheckinSpec = field(init=False, repr=False, compare=False)
 
     #: The central ledger's neighbouring relation (the paper's: replace one client's data).
     neighboring_relation: ClassVar[str] = "replace_one"
+    #: Group privacy is not computed for check-ins (``privacy.group_sizes`` is not used).
+    supports_group_privacy: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        check(
-            self.variant in VARIANTS,
-            "client.variant",
-            self.variant,
-            "must be one of: " + ", ".join(VARIANTS),
+        spec = CheckinSpec.from_privacy(
+            self.privacy,
+            num_clients=self.num_clients,
+            variant=self.variant,
+            num_slots=self.num_slots,
+            randomizer=self.randomizer,
+            window=self.window,
+            client_sample_rate=self.client_sample_rate,
         )
-        check(
-            isinstance(self.num_slots, (int, np.integer))
-            and not isinstance(self.num_slots, bool)
-            and self.num_slots >= 1,
-            "client.num_slots",
-            self.num_slots,
-            "must be an integer >= 1",
-        )
-        check(
-            isinstance(self.num_clients, (int, np.integer)) and self.num_clients >= 1,
-            "num_clients",
-            self.num_clients,
-            "must be >= 1",
-        )
-        p0 = self.checkin_probability
-        check(0.0 < p0 <= 1.0, "privacy.checkin_probability", p0, "must be in (0, 1]")
-        if self.variant == "sliding-window":
-            check(
-                self.num_slots <= self.num_clients,
-                "client.num_slots",
-                self.num_slots,
-                f"must be <= num_clients={self.num_clients} for the sliding window (window of m slots, "
-                "n - m + 1 updates)",
-            )
-        if self.window is not None:
-            self._check_window()
-        if self.client_sample_rate is not None:
-            check(
-                self.variant == "poisson",
-                "client.client_sample_rate",
-                self.client_sample_rate,
-                "is only used by client.variant=poisson",
-            )
-        _ = self.local_randomizer  # validates the randomizer fields
-        try:
-            _ = self.event
-        except ConfigError as exc:
-            raise ConfigError(
-                _FIELD_PREFIX.get(exc.field, "") + exc.field, exc.value, exc.allowed
-            ) from None
+        if self.num_rounds is not None:
+            spec.check_passes(int(self.num_rounds))
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "variant", spec.variant)
 
-    def _check_window(self) -> None:
-        """``window`` must be ``[1, m]`` (the only window Theorems 3.2 / 4.1 cover)."""
-        w = list(self.window or [])
-        check(
-            self.variant in ("fixed", "averaged"),
-            "client.window",
-            w,
-            f"must be null for client.variant={self.variant} (the sliding window's R_j = {{j..j+m-1}} "
-            "is set by num_slots)",
-        )
-        check(
-            len(w) == 2 and all(isinstance(v, int) for v in w) and w[0] <= w[1],
-            "client.window",
-            w,
-            "must be [first, last] slot numbers",
-        )
-        check(
-            1 <= w[0] and w[1] <= self.num_slots,
-            "client.window",
-            w,
-            f"lies outside the run's slots [1, {self.num_slots}]",
-        )
-        check(
-            w == [1, self.num_slots],
-            "client.window",
-            w,
-            f"must be the whole run [1, {self.num_slots}]: the check-in theorems cover only R_j = [m]",
-        )
+    def for_run(self, cfg: dict[str, Any]) -> CheckinClient:
+        """A copy that knows the run's ``num_rounds`` (passes)."""
+        return replace(self, num_rounds=int(cfg["num_rounds"]))
 
-    # -- parameters ----------------------------------------------------------------
+    # -- parameters (the spec's) --------------------------------------------------------
     @property
     def local_epsilon(self) -> float:
-        value = self.privacy.get("local_epsilon")
-        check(
-            value is not None,
-            "privacy.local_epsilon",
-            value,
-            "must be set (> 0) for check-in clients",
-        )
-        return float(value)
+        return self.spec.local_epsilon
 
     @property
     def local_delta(self) -> float:
-        return float(self.privacy.get("local_delta") or 0.0)
+        return self.spec.local_delta
 
     @property
     def clipping_norm(self) -> float:
-        return float(self.privacy.get("clipping_norm", 1.0))
+        return self.spec.clipping_norm
 
     @property
     def checkin_probability(self) -> float:
-        return float(self.privacy.get("checkin_probability", 1.0))
+        return self.spec.checkin_probability
 
     @property
     def sample_rate(self) -> float:
         """``poisson``: the per-step client sampling rate ``q``."""
-        if self.window is not None:
-            self._check_window()
-        if self.client_sample_rate is not None:
-            return float(self.client_sample_rate)
-        return self.checkin_probability / self.num_slots
+        return self.spec.sample_rate
 
     @property
     def local_randomizer(self) -> LocalRandomizer:
-        return LocalRandomizer(
-            self.randomizer, self.clipping_norm, self.local_epsilon, self.local_delta
-        )
+        return self.spec.local_randomizer
 
     @property
     def event(self) -> FedprivEvent:
-        """The central privacy event of one pass (CheckinEvent of H2's engine, or the baseline's)."""
-        if self.variant == "poisson":
-            r = self.local_randomizer
-            mu = r.sensitivity / r.noise_stddev if r.kind == "gaussian" else None
-            return PoissonLocalEvent(self.local_epsilon, self.sample_rate, int(self.num_slots), mu)
-        return CheckinEvent(
-            self.variant,
-            self.local_epsilon,
-            int(self.num_clients),
-            int(self.num_slots),
-            self.checkin_probability,
-            self.local_delta,
-        )
+        """The central privacy event of one pass."""
+        return self.spec.pass_event()
 
     @property
     def steps(self) -> int:
         """Model-update slots per pass (``n - m + 1`` for the sliding window)."""
-        if self.variant == "sliding-window":
-            return int(self.num_clients) - int(self.num_slots) + 1
-        return int(self.num_slots)
+        return self.spec.steps
+
+    @property
+    def normalizer(self) -> float:
+        """The public constant dividing a client's report: 1 (see the spec)."""
+        return self.spec.normalizer
 
     # -- privacy --------------------------------------------------------------------
     def round_events(self) -> list[tuple[Any, int]]:
         """One pass (fresh check-ins) per server round: ``[(event, 1)]``."""
-        return [(self.event, 1)]
+        return self.spec.round_events()
 
     def local_events(self) -> list[tuple[Any, int]]:
         """A client sends at most one randomized update per pass."""
-        return [(self.local_randomizer.local_event(), 1)]
+        return self.spec.local_events()
 
     def privacy_report(self, rounds: int, target_delta: float) -> dict[str, float]:
         """Each client's local ``eps0`` (and ``delta0``) per release, printed with every pass."""
@@ -603,34 +173,25 @@ class CheckinClient(ClientAlgorithm):
             out["local_delta0"] = self.local_delta
         return out
 
+    def privacy_summary(self) -> dict[str, Any]:
+        """``results.json``'s privacy block: normalizer, randomizer, and which bound answers
+        after the run's passes (the theorem or the local cap, with the reason)."""
+        return self.spec.summary(self.num_rounds)
+
     def calibrated(
         self, target_epsilon: float, target_delta: float, num_rounds: int
     ) -> CheckinClient:
-        """A copy whose ``local_epsilon`` is the largest with central epsilon <= target after ``num_rounds`` passes.
+        """A copy whose ``local_epsilon`` is the largest with central epsilon <= target after
+        ``num_rounds`` passes (:meth:`CheckinSpec.calibrated`).
 
         Raises
         ------
         ConfigError
             If even a tiny ``eps0`` misses the target.
         """
-
-        def eps_at(e0: float) -> float:
-            algo = replace(self, privacy={**self.privacy, "local_epsilon": e0})
-            return algo.event.epsilon(target_delta, num_rounds)
-
-        lo, hi = 1e-4, 1.0
-        check(
-            eps_at(lo) <= target_epsilon,
-            "privacy.target_epsilon",
-            target_epsilon,
-            f"cannot be met even with local_epsilon={lo}",
-        )
-        while eps_at(hi) <= target_epsilon and hi < 50:
-            lo, hi = hi, 2 * hi
-        for _ in range(40):
-            mid = math.sqrt(lo * hi)
-            lo, hi = (mid, hi) if eps_at(mid) <= target_epsilon else (lo, mid)
-        return replace(self, privacy={**self.privacy, "local_epsilon": lo, "target_epsilon": None})
+        spec = self.spec.calibrated(target_epsilon, target_delta, num_rounds)
+        privacy = {**self.privacy, "local_epsilon": spec.local_epsilon, "target_epsilon": None}
+        return dataclasses.replace(self, privacy=privacy)
 
     # -- client computation -----------------------------------------------------------
     def train(
@@ -646,6 +207,7 @@ class CheckinClient(ClientAlgorithm):
         return {k: v.cpu() for k, v in update.items()}, {
             "examples": float(len(data)),
             "loss": float(loss.detach()),
+            "noise_draws": 1.0,  # one randomized report: the local event's count per pass
         }
 
     def query_handler(self, cfg: dict[str, Any], msg: Message, context: Context) -> Message:
@@ -696,7 +258,7 @@ class CheckinClient(ClientAlgorithm):
 
         conf = msg.content.config_records[CONFIG_KEY]
         want = (int(conf["server_round"]), int(conf["slot"]))
-        if self.variant != "poisson":
+        if self.variant is not CheckinVariant.POISSON:
             mine = context.state.config_records.get(CHECKIN_KEY)
             have = None if mine is None else (int(mine["server_round"]), int(mine["slot"]))
             if have != want or want[1] == ABSTAIN:

@@ -75,11 +75,13 @@ def table_row(row: str) -> str | None:
         empty = f"{last['dummies']:.0f} dummies (exp. {last['expected_dummies']:.1f})"
     else:
         empty = f"{last['skipped']:.0f} skipped (exp. {last['expected_skipped']:.1f})"
+    # which bound answered (the theorem or the local eps0 cap), recorded by the run
+    bound = res["privacy"].get("bound", "")
     return (
         f"| {cfg['dataset']['name']} | {cfg['client']['variant']} | {cfg['num_clients']} | "
-        f"{cfg['client']['num_slots']} | {cfg['privacy']['local_epsilon']:g} | {last['accuracy']:.4f} | "
-        f"{float(res['privacy']['epsilon']):.3f} | {empty} | {last['updates_used']:.0f} | "
-        f"{last['slot_ms']:.1f} |"
+        f"{cfg['client']['num_slots']} | {cfg['privacy']['local_epsilon']:g} | "
+        f"{last['accuracy']:.4f} | {float(res['privacy']['epsilon']):.3f} | {bound} | {empty} | "
+        f"{last['updates_used']:.0f} | {last['slot_ms']:.1f} |"
     )
 
 
@@ -97,9 +99,10 @@ def main() -> None:
         for row in rows:
             run(row)
     print(
-        "| data | variant | n | m | eps0 | test acc. | central eps (delta=1e-6) | empty slots | updates | ms/slot |"
+        "| data | variant | n | m | eps0 | test acc. | central eps (delta=1e-6) | bound "
+        "| empty slots | updates | ms/slot |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         line = table_row(row)
         if line:

@@ -1,13 +1,14 @@
 """Random check-ins, server side: fixed window, averaged (thrifty) and sliding-window passes.
 
-Second paper (random-check-ins.txt; PRIVACY-SPEC section 2). A server round is one PASS of the
-protocol with fresh check-ins (the repetition behind Corollary 3.3); the run's accountant
-composes the client algorithm's per-pass event (:class:`clients.checkin.CheckinClient`).
+"Privacy Amplification via Random Check-Ins" (Balle et al., arXiv:2007.06605). A server round
+is one PASS of the protocol with fresh check-ins (the repetition behind Corollary 3.3); the
+run's accountant composes the client algorithm's per-pass event
+(:class:`fedpriv.accounting.checkin.CheckinSpec`, which the client algorithm builds).
 
 One pass:
 
 1. one Flower ``query`` message to every node; each client answers with its own slot or
-   ``ABSTAIN`` (:func:`clients.checkin.draw_checkin`). The server learns slot occupancy only:
+   ``ABSTAIN`` (:func:`fedpriv.checkin.draw_checkin`). The server learns slot occupancy only:
    which node id answered which slot. It never samples clients and never sees a partition id.
 2. the update slots, in blocks of ``batch_size`` ``b`` slots sharing one model (mini-batching;
    the paper's Algorithm 1 with b-sized minibatches):
@@ -257,7 +258,8 @@ class CheckinStrategy:
             if hasattr(job, "note"):
                 blocks = " ".join(f"{a:.3f}" for a in stats["block_accuracy"])
                 job.note(
-                    f"pass {server_round}: accuracy after each block of {stats['block']} slots: {blocks}"
+                    f"pass {server_round}: accuracy after each block of {stats['block']} "
+                    f"slots: {blocks}"
                 )
         return state
 
@@ -285,7 +287,7 @@ class CheckinStrategy:
         record = ConfigRecord(
             {
                 "server_round": server_round,
-                "variant": algo.variant,
+                "variant": str(algo.variant),
                 "num_slots": int(algo.num_slots),
             }
         )
@@ -364,7 +366,7 @@ class CheckinStrategy:
         server_round: int,
         timeout: float,
     ) -> dict[int, AggregateResult]:
-        """One ``send_and_receive`` for every client asked in ``chunk``; per-slot sums of their updates.
+        """One ``send_and_receive`` for every client asked in ``chunk``; per-slot sums of updates.
 
         Raises
         ------

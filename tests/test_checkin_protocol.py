@@ -1,4 +1,4 @@
-"""Random check-ins end to end: client randomness, slot handling, randomizers, accounting, Flower."""
+"""Random check-ins end to end: client randomness, slots, randomizers, accounting, Flower."""
 
 from __future__ import annotations
 
@@ -17,22 +17,15 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 from hydra import compose, initialize_config_dir
 
-from clients.checkin import (
-    ABSTAIN,
-    CHECKIN_KEY,
-    CheckinClient,
-    LocalRandomizer,
-    PoissonLocalEvent,
-    checkin_rng,
-    checkin_window,
-    draw_checkin,
-)
-from fedpriv.accounting.checkin import CheckinEvent, expected_dummy_updates
+from clients.checkin import CheckinClient
+from fedpriv.accounting.checkin import CheckinEvent, PoissonLocalEvent, expected_dummy_updates
 from fedpriv.accounting.gdp import analytic_gaussian_sigma
+from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
 from fedpriv.config import conf_dir, register_schema
 from fedpriv.errors import ConfigError
+from fedpriv.randomizers import LocalRandomizer
 from fedpriv.runner import prepare, run_experiment
-from fedpriv.wire import METRICS_KEY, UPDATE_KEY
+from fedpriv.wire import ABSTAIN, CHECKIN_KEY, METRICS_KEY, UPDATE_KEY
 from strategies import checkin as server
 from strategies.checkin import CheckinStrategy, occupancy, plan_pass, update_slots
 
@@ -337,7 +330,8 @@ def test_pass_event_matches_the_engine_and_theorem_3_2() -> None:
     )
     event = algo.round_events()[0][0]
     assert event == CheckinEvent("fixed", 1.0, 1000, 1000, 0.5, 0.0)
-    # Theorem 3.2 by hand: p0 (e^e0 - 1) sqrt(2 e^e0 ln(1/delta) / m) + p0^2 e^e0 (e^e0 - 1)^2 / (2m)
+    # Theorem 3.2 by hand:
+    # p0 (e^e0 - 1) sqrt(2 e^e0 ln(1/delta) / m) + p0^2 e^e0 (e^e0 - 1)^2 / (2m)
     e0, p0, m, d = 1.0, 0.5, 1000, 1e-6
     thm = p0 * math.expm1(e0) * math.sqrt(
         2 * math.e * math.log(1 / d) / m
@@ -347,7 +341,8 @@ def test_pass_event_matches_the_engine_and_theorem_3_2() -> None:
 
 
 def test_poisson_baseline_single_step_closed_form() -> None:
-    # one step, pure eps0: delta(eps) = q (e^e0 - e^eps) / (1 + e^e0)  =>  eps = ln(e^e0 - delta (1 + e^e0) / q)
+    # one step, pure eps0: delta(eps) = q (e^e0 - e^eps) / (1 + e^e0)
+    #   =>  eps = ln(e^e0 - delta (1 + e^e0) / q)
     q, e0, delta = 0.01, 1.0, 1e-6
     expected = math.log(math.exp(e0) - delta * (1 + math.exp(e0)) / q)
     assert PoissonLocalEvent(e0, q, steps=1).epsilon(delta) == pytest.approx(expected, rel=1e-8)
@@ -471,6 +466,10 @@ def test_short_flower_run(tmp_path: Path, variant: str, extra: list[str]) -> Non
     # the reported epsilon is the engine's value for 2 passes of the run's parameters
     assert res["privacy"]["epsilon"] == pytest.approx(algo.event.epsilon(1e-6, 2), rel=1e-12)
     assert rounds[0]["epsilon"] == pytest.approx(algo.event.epsilon(1e-6, 1), rel=1e-12)
+    # results.json says which bound answered after the run's 2 passes, and the normalizer
+    assert res["privacy"]["normalizer"] == 1.0
+    assert res["privacy"]["bound"] == algo.spec.bound(2).bound
+    assert res["privacy"].get("bound_reason") == algo.spec.bound(2).reason
     n, m = 5, algo.num_slots
     for r in rounds:
         assert r["slots"] == len(update_slots(variant, m, n))
