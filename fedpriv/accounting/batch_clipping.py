@@ -682,8 +682,9 @@ class BatchClippingSpec:
     sample_rate : float
         ``q`` in (0, 1] (Poisson only).
     group_sizes : tuple of int, optional
-        ``g`` values whose group ε is computed (each <= ``N`` and <= 64); ``None`` = (1, 2, 4,
-        8) for fixed-size batches, none for Poisson (an explicit value is refused there).
+        ``g`` values whose group ε is computed (each <= ``N`` and <= 64); ``None`` = those of
+        (1, 2, 4, 8) that are <= ``N`` for fixed-size batches, none for Poisson (an explicit
+        value is refused there).
     analysis : Analysis
         ``auto``, or the one analysis that fits the sampler.
     accounting : AccountingSpec
@@ -799,8 +800,12 @@ class BatchClippingSpec:
                 )
 
     def _checked_groups(self, poisson: bool) -> tuple[int, ...]:
-        if self.group_sizes is None:
-            return () if poisson else DEFAULT_GROUP_SIZES
+        if self.group_sizes is None or (poisson and not self.group_sizes):
+            # the default (cut to the records a client uses); () is the resolved Poisson value
+            if poisson:
+                return ()
+            n = self.num_samples
+            return tuple(g for g in DEFAULT_GROUP_SIZES if not isinstance(n, int) or g <= n)
         groups = list(self.group_sizes)
         check(
             not poisson,
