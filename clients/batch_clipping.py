@@ -287,13 +287,13 @@ class GeneralizedDPSGD(ClientAlgorithm):
             epochs=self.epochs,
             local_rounds=self.local_rounds,
             noise_multiplier=(
-                0.0 if p.get("noise_multiplier") is None else p.get("noise_multiplier")
+                0.0 if p.get("noise_multiplier") is None else p["noise_multiplier"]
             ),
             clipping_norm=p.get("max_grad_norm", 1.0),
             num_samples=None if sampler is SamplerKind.POISSON else self.num_samples,
             sample_rate=p.get("sample_rate", 0.1),
             group_sizes=None if groups is None else tuple(groups),
-            analysis=self.analysis,
+            analysis=parse_enum(bc.Analysis, "client.analysis", self.analysis),
             accounting=AccountingSpec.from_privacy(p),
         )
 

@@ -634,7 +634,7 @@ class Analysis(StrEnum):
 
 def _int_at_least(field_name: str, value: Any, lo: int = 1) -> int:
     check(
-        isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo,
+        bool(isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo),
         field_name,
         value,
         f"must be an integer >= {lo}",
@@ -1042,7 +1042,7 @@ class BatchClippingSpec:
         n = p.int("num_samples", ge=1)
         m = p.int("num_groups", ge=1)
         s = p.int("group_size", ge=1)
-        given = p.exclusive("epochs", "local_rounds")
+        given = str(p.exclusive("epochs", "local_rounds"))  # required: never None
         # beyond 100,000 epochs: minutes of exact convolution, and ε is meaningless
         per = p.int(given, ge=1, le=100_000 if given == "epochs" else 10**8)
         rounds = p.int("num_rounds", 1, ge=1, le=100_000)
