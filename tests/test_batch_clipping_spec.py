@@ -204,3 +204,29 @@ def test_noise_draws_equal_the_events_count(sampler: str) -> None:
     assert (
         metrics["noise_draws"] == count == {"poisson": 10, "subsample": 75, "shuffle": 12}[sampler]
     )
+
+
+def test_issue_command_calibrates_to_the_target_through_the_runner() -> None:
+    # `fedpriv client=individual_clipping sampler=poisson privacy.accountant=rdp
+    #  privacy.conversion=mironov privacy.noise_multiplier=null privacy.target_epsilon=3
+    #  num_rounds=3`: the run's final epsilon is <= 3 and within 1 %
+    from hydra import compose, initialize_config_dir
+
+    from fedpriv.config import conf_dir, register_schema
+    from fedpriv.runner import prepare
+
+    register_schema()
+    overrides = [
+        "client=individual_clipping",
+        "sampler=poisson",
+        "privacy.accountant=rdp",
+        "privacy.conversion=mironov",
+        "privacy.noise_multiplier=null",
+        "privacy.target_epsilon=3",
+        "num_rounds=3",
+    ]
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        run_cfg, algo = prepare(compose(config_name="config", overrides=overrides))
+    assert run_cfg["privacy"]["noise_multiplier"] == algo.noise_multiplier
+    eps = _run_epsilon(algo, run_cfg["privacy"], 3)
+    assert 3.0 * 0.99 <= eps <= 3.0
