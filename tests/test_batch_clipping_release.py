@@ -174,3 +174,30 @@ def test_effective_noise_multiplier_of_most_influential_record(
     # the released sum: every client's noise, the largest per-record influence of any client
     eff_sum = math.sqrt(sum(s * s for s in stds)) / (max(scales) * sens)
     assert eff_sum >= SIGMA * math.sqrt(len(sizes)) * (1 - 0.02)
+
+
+@pytest.mark.parametrize("sampler", ["shuffle", "subsample"])
+def test_every_client_composes_the_accounted_number_of_rounds(
+    sampler: str, shared_data: Path
+) -> None:
+    # natural partitions of 2451, 3014 and 17814 records, one epoch per server round: the
+    # biggest client runs no more local rounds (noise draws) than the ledger composes, namely
+    # N // (m s) with N = 2451 the smallest partition (public under replace-one)
+    cfg = _cfg(
+        [
+            "client=batch_clipping",
+            f"client.sampler={sampler}",
+            "model=logistic",
+            "client.group_size=64",
+            *_partition_overrides("natural", shared_data),
+        ]
+    )
+    run_cfg, algo = prepare(cfg)
+    events = sum(count for _, count in algo.round_events())
+    assert events == 2451 // 64 == algo.privacy_summary()["local_rounds_per_server_round"]
+    for pid in range(3):
+        x, y = client_partition(run_cfg, pid)
+        data = ClientData(torch.from_numpy(x), torch.from_numpy(y), pid)
+        _, metrics = _reply(run_cfg, pid, 1, data)
+        assert metrics["noise_draws"] == metrics["local_rounds"] == events, (pid, len(data))
+        assert metrics["examples"] == events * 64  # m s = 64 records per local round
