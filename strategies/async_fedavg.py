@@ -17,7 +17,7 @@ record's sensitivity.
 
 References
 ----------
-van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping", Sec. 3
+van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (arXiv:2212.05796), Sec. 3
 ("Asynchronous SGD"); Nguyen et al. 2018 (bounded asynchrony keeps SGD's rates).
 """
 
