@@ -286,9 +286,7 @@ class GeneralizedDPSGD(ClientAlgorithm):
             group_size=self.group_size,
             epochs=self.epochs,
             local_rounds=self.local_rounds,
-            noise_multiplier=(
-                0.0 if p.get("noise_multiplier") is None else p["noise_multiplier"]
-            ),
+            noise_multiplier=(0.0 if p.get("noise_multiplier") is None else p["noise_multiplier"]),
             clipping_norm=p.get("max_grad_norm", 1.0),
             num_samples=None if sampler is SamplerKind.POISSON else self.num_samples,
             sample_rate=p.get("sample_rate", 0.1),
