@@ -9,15 +9,23 @@ releases that are each private on their own, so no secure aggregation is assumed
 
 ``s = 1`` with ``A`` = one gradient is classic DP-SGD ("individual clipping"); ``m = 1`` is
 batch clipping. With the Poisson sampler (individual clipping only) the noise is
-``N(0, (C sigma)^2 I)``, ``U_bar = (U + noise) / (q N)`` and the standard Poisson-subsampled
-Gaussian analysis (add/remove relation) applies; shuffling and subsampling are accounted by
-the exact f-DP mixture of :mod:`fedpriv.accounting.batch_clipping` (replace-one relation).
+``N(0, (C sigma)^2 I)``, every record of the client is drawn with probability ``q``,
+``U_bar = (U + noise) / m`` (``m`` = the public expected batch size) and the standard
+Poisson-subsampled Gaussian analysis (add/remove relation) applies; shuffling and subsampling
+are accounted by the exact f-DP mixture of :mod:`fedpriv.accounting.batch_clipping`
+(replace-one relation).
+
+The divisor ``m`` (:attr:`GeneralizedDPSGD.normalizer`) is a public constant of the config,
+the same for every client and never a client's data size; every client runs the same number
+of local rounds (one noise draw each). A record's influence on one step is at most ``2 C / m``
+(``C / m`` for Poisson) and the step's noise std ``2 C sigma / m`` (``C sigma / m``), so every
+record, in any client of any size, has noise multiplier sigma in its client's release (and
+more in the released sum, which adds the other clients' noise).
 
 References
 ----------
 van Dijk, Nguyen, Nguyen, Phan, "Generalizing DP-SGD with Shuffling and Batch Clipping"
-(../shared/papers/batch-clipping-shuffling.txt): Algorithm 1, Sec. 3, Sec. 5, Table 1;
-PRIVACY-SPEC Sec. 1. Abadi et al. 2016 (DP-SGD).
+(arXiv:2212.05796): Algorithm 1, Sec. 3, Sec. 5, Table 1. Abadi et al. 2016 (DP-SGD).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import importlib
 import inspect
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -35,20 +43,16 @@ from torch import nn
 from clients.base import ClientAlgorithm, ClientData, TrainContext
 from clients.dpsgd import summed_cross_entropy
 from fedpriv.accounting import batch_clipping as bc
-from fedpriv.accounting import gdp
-from fedpriv.accounting.calibrate import calibrate_noise_multiplier as calibrate_poisson
-from fedpriv.accounting.dpsgd import poisson_gaussian_event
+from fedpriv.accounting.spec import AccountingSpec, check_finite, parse_enum
 from fedpriv.clipping import clip_tensors
 from fedpriv.errors import ConfigError, check, unknown_key
 from fedpriv.ghost import batch_clipped_grad, refuse_cross_sample
 from fedpriv.noise import add_gaussian_noise
 from fedpriv.persample import clipped_grad_sum
-from fedpriv.samplers import PoissonSampler, ShuffleSampler, SubsampleSampler
+from fedpriv.samplers import PoissonSampler, SamplerKind, ShuffleSampler, SubsampleSampler
 
-SAMPLERS = ("shuffle", "subsample", "poisson")
 GROUP_UPDATES = ("minibatch", "sequential")
 LR_SCHEDULES = ("constant", "diminishing", "cosine")
-ANALYSES = ("auto", "batch-clipping", "poisson-gaussian")
 Update = dict[str, torch.Tensor]
 
 
@@ -142,15 +146,23 @@ def _plain(node: Any) -> dict[str, Any]:
 class GeneralizedDPSGD(ClientAlgorithm):
     """Algorithm 1 of the batch-clipping paper as a fedpriv client algorithm.
 
+    The mechanism (sampler, sizes, σ, C, rounds, group sizes, accounting) is a
+    :class:`fedpriv.accounting.batch_clipping.BatchClippingSpec`, built once from these
+    fields and the run's ``privacy`` group (:attr:`spec`); events, ε, group ε, calibration
+    and the public :attr:`normalizer` are the spec's. ``fedpriv-account batch-clipping``
+    builds the same spec.
+
     Parameters
     ----------
     sampler : {"shuffle", "subsample", "poisson"}
-        ``Sample_{s,m}``; ``poisson`` (rate ``privacy.sample_rate``) only with ``group_size=1``.
+        ``Sample_{s,m}``; ``poisson`` (rate ``privacy.sample_rate``, every record of the
+        client) only with ``group_size=1``.
     num_groups, group_size : int
-        ``m`` groups of ``s`` records per local round (``m s <= N``).
+        ``m`` groups of ``s`` records per local round (``m s <= N``). ``m`` is the public
+        divisor of every noisy step (for Poisson: the expected batch size).
     local_rounds, epochs : int, optional
         Local rounds per server round, or whole epochs (``N // (m s)`` rounds each; for
-        Poisson ``round(1/q)``); give exactly one.
+        Poisson ``round(1/q)``); give exactly one. The same for every client.
     group_update : {"minibatch", "sequential"}
         ``A``: one optimizer step on the group's mean loss at ``w`` (for plain SGD: one
         mini-batch gradient), or one step per record in sequence (classical SGD).
@@ -163,24 +175,33 @@ class GeneralizedDPSGD(ClientAlgorithm):
     clipping_norms : list of float, optional
         ``C`` per server round (last value repeated); default ``privacy.max_grad_norm``.
     num_samples : int, optional
-        ``N`` used by every client (the smallest partition; set by :meth:`for_run`).
+        ``N`` used by every client (the smallest partition; set by :meth:`for_run`; unused
+        with Poisson sampling).
     analysis : {"auto", "batch-clipping", "poisson-gaussian"}
         Refused unless it matches the sampler.
     seed : int
         The run's seed (shuffled epochs spanning server rounds are derived from it).
     privacy : dict
         The run's privacy group (noise_multiplier σ, max_grad_norm C, sample_rate,
-        group_sizes, secure_mode).
+        group_sizes (null: 1, 2, 4, 8), accountant, conversion, target_delta, secure_mode).
     num_clients : int
         Number of clients (each client's release is private on its own).
 
     Raises
     ------
     ConfigError
-        On any out-of-range or uncovered setting, naming the field.
+        On any out-of-range, non-finite or uncovered setting, naming the field.
+
+    References
+    ----------
+    van Dijk, Nguyen, Nguyen, Phan, "Generalizing DP-SGD with Shuffling and Batch Clipping"
+    (arXiv:2212.05796): Algorithm 1, Sec. 3, Sec. 5, Table 1.
     """
 
-    sampler: str = "shuffle"
+    #: Group ε (``epsilon_g{g}``) is computed for fixed-size batches.
+    supports_group_privacy: ClassVar[bool] = True
+
+    sampler: str | SamplerKind = "shuffle"
     num_groups: int = 1
     group_size: int = 64
     local_rounds: int | None = None
@@ -197,6 +218,7 @@ class GeneralizedDPSGD(ClientAlgorithm):
     seed: int = 0
     privacy: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 1
+    spec: bc.BatchClippingSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check(
@@ -209,44 +231,16 @@ class GeneralizedDPSGD(ClientAlgorithm):
             object.__setattr__(self, "optimizer", _plain(self.optimizer))
         if self.clipping_norms is not None and not isinstance(self.clipping_norms, list):
             object.__setattr__(self, "clipping_norms", [float(c) for c in self.clipping_norms])
-        check(
-            self.sampler in SAMPLERS, "client.sampler", self.sampler, f"must be one of {SAMPLERS}"
-        )
-        for name in ("num_groups", "group_size"):
-            v = getattr(self, name)
-            check(
-                isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-                f"client.{name}",
-                v,
-                "must be an integer >= 1",
-            )
-        check(
-            (self.local_rounds is None) != (self.epochs is None),
-            "client.local_rounds",
-            self.local_rounds,
-            f"and client.epochs={self.epochs!r}: give exactly one",
-        )
-        if self.epochs is not None:
-            check(
-                isinstance(self.epochs, int) and self.epochs >= 1,
-                "client.epochs",
-                self.epochs,
-                "must be an integer >= 1",
-            )
-        if self.local_rounds is not None:
-            check(
-                isinstance(self.local_rounds, int) and self.local_rounds >= 1,
-                "client.local_rounds",
-                self.local_rounds,
-                "must be an integer >= 1",
-            )
+        sampler = parse_enum(SamplerKind, "client.sampler", self.sampler)
+        object.__setattr__(self, "sampler", sampler)
         check(
             self.group_update in GROUP_UPDATES,
             "client.group_update",
             self.group_update,
             f"must be one of {GROUP_UPDATES}",
         )
-        check(self.lr > 0, "client.lr", self.lr, "must be > 0")
+        lr = check_finite("client.lr", self.lr, "must be a finite number > 0")
+        check(lr > 0, "client.lr", self.lr, "must be > 0")
         check_optimizer(self.optimizer, self.lr)
         check(
             self.lr_schedule in LR_SCHEDULES,
@@ -254,7 +248,8 @@ class GeneralizedDPSGD(ClientAlgorithm):
             self.lr_schedule,
             f"must be one of {LR_SCHEDULES}",
         )
-        check(self.lr_tau > 0, "client.lr_tau", self.lr_tau, "must be > 0")
+        tau = check_finite("client.lr_tau", self.lr_tau, "must be a finite number > 0")
+        check(tau > 0, "client.lr_tau", self.lr_tau, "must be > 0")
         if self.lr_schedule == "cosine":
             check(
                 isinstance(self.lr_period, int) and self.lr_period >= 1,
@@ -264,133 +259,97 @@ class GeneralizedDPSGD(ClientAlgorithm):
             )
         if self.clipping_norms is not None:
             check(
-                len(self.clipping_norms) >= 1 and all(c > 0 for c in self.clipping_norms),
+                len(self.clipping_norms) >= 1
+                and all(math.isfinite(float(c)) and c > 0 for c in self.clipping_norms),
                 "client.clipping_norms",
                 self.clipping_norms,
-                "must be null or a non-empty list of values > 0",
+                "must be null or a non-empty list of finite values > 0",
             )
-        check(self.clipping_norm > 0, "privacy.max_grad_norm", self.clipping_norm, "must be > 0")
-        check(
-            self.noise_multiplier >= 0,
-            "privacy.noise_multiplier",
-            self.noise_multiplier,
-            "must be >= 0",
-        )
         check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
-        for g in self.group_sizes:
-            check(
-                isinstance(g, int) and g >= 1,
-                "privacy.group_sizes",
-                list(self.group_sizes),
-                "must all be integers >= 1",
-            )
-        self._check_analysis()
-        if self.num_samples is not None:
-            self._check_data(self.num_samples)
-
-    def _check_analysis(self) -> None:
-        check(
-            self.analysis in ANALYSES,
-            "client.analysis",
-            self.analysis,
-            f"must be one of {ANALYSES}",
-        )
-        if self.sampler == "poisson":
-            check(
-                self.analysis != "batch-clipping",
-                "client.analysis",
-                self.analysis,
-                "does not cover sampler='poisson' (variable-size batches); use analysis=poisson-gaussian",
-            )
+        if sampler is SamplerKind.POISSON:
             check(
                 self.group_size == 1 and self.group_update == "minibatch" and self._plain_sgd,
                 "client.group_size",
                 self.group_size,
-                "must be 1 with sampler=poisson, group_update=minibatch and plain SGD: only individual "
-                "clipping has a Poisson analysis (noise N(0,(C sigma)^2))",
+                "must be 1 with sampler=poisson, group_update=minibatch and plain SGD: only "
+                "individual clipping has a Poisson analysis (noise N(0,(C sigma)^2))",
             )
-        else:
-            check(
-                self.analysis != "poisson-gaussian",
-                "client.analysis",
-                self.analysis,
-                f"does not cover sampler={self.sampler!r}: the Poisson analysis under-reports epsilon "
-                "for shuffled or fixed-size batches; use analysis=batch-clipping",
-            )
+        object.__setattr__(self, "spec", self._build_spec(sampler))
 
-    def _check_data(self, n: int) -> None:
-        check(isinstance(n, int) and n >= 1, "client.num_samples", n, "must be an integer >= 1")
-        if self.sampler != "poisson":
-            check(
-                self.num_groups * self.group_size <= n,
-                "client.num_groups",
-                self.num_groups,
-                f"times client.group_size={self.group_size} must be <= the client's {n} samples",
-            )
-        for g in self.group_sizes:
-            check(
-                g <= n,
-                "privacy.group_sizes",
-                list(self.group_sizes),
-                f"must all be <= the client's {n} samples",
-            )
+    def _build_spec(self, sampler: SamplerKind) -> bc.BatchClippingSpec:
+        """The family spec from the fields and the privacy group (the one source of truth)."""
+        p = self.privacy
+        groups = p.get("group_sizes")
+        return bc.BatchClippingSpec(
+            sampler=sampler,
+            num_groups=self.num_groups,
+            group_size=self.group_size,
+            epochs=self.epochs,
+            local_rounds=self.local_rounds,
+            noise_multiplier=(0.0 if p.get("noise_multiplier") is None else p["noise_multiplier"]),
+            clipping_norm=p.get("max_grad_norm", 1.0),
+            num_samples=None if sampler is SamplerKind.POISSON else self.num_samples,
+            sample_rate=p.get("sample_rate", 0.1),
+            group_sizes=None if groups is None else tuple(groups),
+            analysis=parse_enum(bc.Analysis, "client.analysis", self.analysis),
+            accounting=AccountingSpec.from_privacy(p),
+        )
 
     # ------------------------------------------------------------------ derived values
     @property
     def noise_multiplier(self) -> float:
-        return float(self.privacy.get("noise_multiplier") or 0.0)
+        """σ (``privacy.noise_multiplier``; null means 0 until calibrated)."""
+        return self.spec.noise_multiplier
 
     @property
     def clipping_norm(self) -> float:
         """Default clipping constant C (``privacy.max_grad_norm``)."""
-        return float(self.privacy.get("max_grad_norm", 1.0))
+        return self.spec.clipping_norm
 
     @property
     def sample_rate(self) -> float:
-        return float(self.privacy.get("sample_rate", 0.1))
+        """q (``privacy.sample_rate``; Poisson only)."""
+        return self.spec.sample_rate
 
     @property
     def group_sizes(self) -> tuple[int, ...]:
-        return tuple(self.privacy.get("group_sizes") or (1, 2, 4, 8))
+        """The ``g`` whose group ε is reported (``()`` with Poisson sampling)."""
+        return tuple(self.spec.group_sizes or ())
 
     @property
     def neighboring_relation(self) -> str:
         """The relation the round events hold for (replace-one except Poisson)."""
-        return "add_remove" if self.sampler == "poisson" else "replace_one"
+        return self.spec.accounting.neighboring_relation.value
+
+    @property
+    def normalizer(self) -> float:
+        """``m``: the PUBLIC divisor of every noisy step, the same for every client."""
+        return self.spec.normalizer
 
     @property
     def _plain_sgd(self) -> bool:
         return is_plain_sgd(self.optimizer)
 
     def _n(self) -> int:
-        if self.num_samples is None:
-            raise ConfigError(
-                "client.num_samples", None, "is unknown: build the algorithm with for_run(cfg)"
-            )
-        return int(self.num_samples)
+        return self.spec._n()
 
     @property
     def rounds_per_epoch(self) -> int:
         """``N // (m s)``; for Poisson ``max(1, round(1/q))``."""
-        if self.sampler == "poisson":
-            return max(1, round(1.0 / self.sample_rate))
-        return self._n() // (self.num_groups * self.group_size)
+        return self.spec.rounds_per_epoch
 
     @property
     def rounds_per_server_round(self) -> int:
-        return (
-            self.local_rounds
-            if self.local_rounds is not None
-            else int(self.epochs or 1) * self.rounds_per_epoch
-        )
+        """Local rounds (= noise draws) per server round, the same for every client."""
+        return self.spec.rounds_per_server_round
 
     def noise_stddev(self, clipping_norm: float) -> float:
         """``2 C sigma`` (``C sigma`` for Poisson with individual clipping)."""
-        factor = 1.0 if self.sampler == "poisson" else 2.0
-        return factor * clipping_norm * self.noise_multiplier
+        return self.spec.noise_stddev(clipping_norm)
 
     def clipping_norm_at(self, server_round: int) -> float:
-        """C of ``server_round`` (1-based) from ``clipping_norms``, else ``privacy.max_grad_norm``."""
+        """C of ``server_round`` (1-based) from ``clipping_norms``, else
+        ``privacy.max_grad_norm``."""
         if not self.clipping_norms:
             return self.clipping_norm
         return float(self.clipping_norms[min(server_round, len(self.clipping_norms)) - 1])
@@ -398,8 +357,11 @@ class GeneralizedDPSGD(ClientAlgorithm):
     # ------------------------------------------------------------------ binding to a run
     def for_run(self, cfg: dict[str, Any]) -> GeneralizedDPSGD:
         """Bind to a run: ``N`` = the smallest client partition (each client uses its first
-        ``N`` records, so every client runs the same accounted mechanism), the seed, and a
-        check that the model has no BatchNorm under individual clipping.
+        ``N`` records, so every client runs the same accounted mechanism and the same number
+        of local rounds), the seed, and a check that the model has no BatchNorm under
+        individual clipping. ``N`` is public under the replace-one relation of fixed-size
+        batches (neighbouring data sets have the same sizes); Poisson sampling needs no
+        ``N`` (every record of the client is drawn with probability ``q``).
 
         Raises
         ------
@@ -408,7 +370,8 @@ class GeneralizedDPSGD(ClientAlgorithm):
         """
         from fedpriv.setup import build_model_for, partitions
 
-        n = min(len(p) for p in partitions(cfg))
+        poisson = self.spec.is_poisson
+        n = None if poisson else min(len(p) for p in partitions(cfg))
         bound = replace(self, num_samples=n, seed=int(cfg.get("seed", 0)))
         if self.group_size == 1:
             refuse_cross_sample(build_model_for(cfg))
@@ -426,20 +389,8 @@ class GeneralizedDPSGD(ClientAlgorithm):
         return bound
 
     # ------------------------------------------------------------------ accounting
-    def _event(self, group_privacy: int = 1) -> Any:
-        if self.sampler == "poisson":
-            return poisson_gaussian_event(self.noise_multiplier, self.sample_rate)
-        return bc.BatchClippingEvent(
-            self.sampler,
-            self._n(),
-            self.num_groups,
-            self.group_size,
-            self.noise_multiplier,
-            group_privacy,
-        )
-
     def round_events(self) -> list[tuple[Any, int]]:
-        return [(self._event(), self.rounds_per_server_round)]
+        return self.spec.round_events()
 
     def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
         """Each client's release carries its own noise and is private alone, so other clients'
@@ -447,18 +398,9 @@ class GeneralizedDPSGD(ClientAlgorithm):
         return self.round_events()
 
     def privacy_summary(self) -> dict[str, Any]:
-        """The accounted mechanism: sampler, sizes, rounds, noise and relation."""
-        return {
-            "analysis": "poisson-gaussian" if self.sampler == "poisson" else "batch-clipping",
-            "sampler": self.sampler,
-            "num_samples": self.num_samples,
-            "num_groups": self.num_groups,
-            "group_size": self.group_size,
-            "local_rounds_per_server_round": self.rounds_per_server_round,
-            "noise_stddev_per_unit_clipping_norm": self.noise_stddev(1.0),
-            "neighboring_relation": self.neighboring_relation,
-            "group_sizes": list(self.group_sizes),
-        }
+        """The accounted mechanism (the spec's summary): sampler, sizes, rounds, noise,
+        relation, ``normalizer`` and what answers for ε (``accounting``)."""
+        return self.spec.summary()
 
     def privacy_report(self, rounds: int, target_delta: float) -> dict[str, float]:
         """ε for each g in ``privacy.group_sizes`` (``epsilon_g{g}``) and the paper's Table 1
@@ -466,36 +408,29 @@ class GeneralizedDPSGD(ClientAlgorithm):
 
         Poisson sampling reports no group figures (no group analysis implemented).
         """
-        if self.sampler == "poisson" or rounds < 1:
-            return {}
-        count = rounds * self.rounds_per_server_round
-        epochs = count / self.rounds_per_epoch
-        out: dict[str, float] = {}
-        for g in self.group_sizes:
-            out[f"epsilon_g{g}"] = self._event(g).epsilon(target_delta, count)
-            mu, _ = bc.table1_mu(self.num_groups, self.group_size, epochs, self.noise_multiplier, g)
-            out[f"epsilon_g{g}_closed"] = gdp.gdp_epsilon(target_delta, mu)
-        return out
+        spec = self.spec
+        if target_delta != spec.accounting.target_delta:
+            spec = replace(spec, accounting=replace(spec.accounting, target_delta=target_delta))
+        return spec.group_epsilons(rounds)
 
     def calibrated(
         self, target_epsilon: float, target_delta: float, num_rounds: int
     ) -> GeneralizedDPSGD:
-        count = num_rounds * self.rounds_per_server_round
-        if self.sampler == "poisson":
-            sigma = calibrate_poisson(
-                target_epsilon,
-                target_delta,
-                self.sample_rate,
-                count,
-                accountant=self.privacy.get("accountant", "pld"),
-            )
-        else:
-            law = bc.sum_squares_law(
-                self.sampler, self._n(), self.num_groups, self.group_size, count
-            )
-            sigma = bc.calibrate_noise_multiplier(law, target_epsilon, target_delta)
+        """A copy whose σ gives the run's final ε <= ``target_epsilon`` (within 0.1 % in σ),
+        honouring ``privacy.accountant`` and ``privacy.conversion`` (Poisson) or the own
+        f-DP analysis (fixed-size batches; then the accountant does not apply)."""
+        spec = replace(
+            self.spec, accounting=replace(self.spec.accounting, target_delta=target_delta)
+        )
+        sigma = spec.calibrated(target_epsilon, num_rounds).noise_multiplier
         return replace(
-            self, privacy={**self.privacy, "noise_multiplier": sigma, "target_epsilon": None}
+            self,
+            privacy={
+                **self.privacy,
+                "noise_multiplier": sigma,
+                "target_delta": target_delta,
+                "target_epsilon": None,
+            },
         )
 
     # ------------------------------------------------------------------ training
@@ -534,7 +469,8 @@ class GeneralizedDPSGD(ClientAlgorithm):
         w: Update,
         opt_cls: type[torch.optim.Optimizer],
     ) -> Update:
-        """``a_h = (w - w_end) / eta`` of the optimizer run from ``w`` on one group (general path)."""
+        """``a_h = (w - w_end) / eta`` of the optimizer run from ``w`` on one group (general
+        path)."""
         params = dict(model.named_parameters())
         with torch.no_grad():
             for k, p in params.items():
@@ -589,21 +525,33 @@ class GeneralizedDPSGD(ClientAlgorithm):
     def train(
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[Update, dict[str, float]]:
-        n = self._n()
-        check(
-            len(data) >= n,
-            "client.num_samples",
-            n,
-            f"exceeds client {data.partition_id}'s {len(data)} samples",
-        )
+        """Run the server round's local rounds; return ``(w_end - w_start, metrics)``.
+
+        Metrics: ``local_rounds`` and ``noise_draws`` (noise vectors drawn, one per local
+        round: the events' count for one client), ``examples``, ``clipping_norm``. Every
+        noisy step is divided by the public :attr:`normalizer` ``m``.
+        """
+        poisson = self.spec.is_poisson
+        if poisson:
+            n = len(data)  # every record of the client, each with probability q
+        else:
+            n = self._n()
+            check(
+                len(data) >= n,
+                "client.num_samples",
+                n,
+                f"exceeds client {data.partition_id}'s {len(data)} samples",
+            )
         model.train()
         params = dict(model.named_parameters())
         start = {k: p.detach().clone() for k, p in params.items()}
         clip_c = self.clipping_norm_at(ctx.server_round)
         std = self.noise_stddev(clip_c)
         per_round = self.rounds_per_server_round
+        denom = self.normalizer  # public, the same for every client
         epoch_cache: dict[int, np.ndarray] = {}
         examples = 0
+        draws = 0
         for i in range(per_round):
             t = (ctx.server_round - 1) * per_round + i
             eta = step_size(self.lr_schedule, self.lr, t, self.lr_tau, self.lr_period)
@@ -612,17 +560,14 @@ class GeneralizedDPSGD(ClientAlgorithm):
             x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
             u = self.clipped_sum(model, x, y, eta, clip_c)
             noisy = add_gaussian_noise(u, std, ctx.generator)
-            denom = (
-                max(self.sample_rate * n, 1.0)
-                if self.sampler == "poisson"
-                else float(self.num_groups)
-            )
+            draws += 1
             with torch.no_grad():
                 for k, v in noisy.items():
                     params[k].sub_(eta * (v / denom))
         update = {k: (p.detach() - start[k]).cpu() for k, p in params.items()}
         return update, {
             "local_rounds": float(per_round),
+            "noise_draws": float(draws),
             "examples": float(examples),
             "clipping_norm": clip_c,
         }

@@ -65,7 +65,7 @@ class PrivacyConfig:
     local_delta: float = 0.0
     clipping_norm: float = 1.0
     checkin_probability: float = 1.0
-    group_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    group_sizes: Optional[list[int]] = None  # null: the algorithm's default
 
 
 @dataclass

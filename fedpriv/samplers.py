@@ -7,10 +7,29 @@ accountant themselves (see :mod:`fedpriv.accounting`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
 from fedpriv.errors import check
+
+
+class SamplerKind(StrEnum):
+    """``Sample_{s,m}`` of the first paper, or Poisson sampling (the closed set of samplers).
+
+    ``shuffle`` (SH): one permutation per epoch cut into disjoint rounds; ``subsample`` (SS):
+    each round ``m s`` records without replacement; ``poisson``: each record independently
+    with probability ``q`` (individual clipping only).
+
+    References
+    ----------
+    van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (arXiv:2212.05796),
+    Sec. 3 (Sample_{s,m}); Abadi et al. 2016 (Poisson sampling of DP-SGD).
+    """
+
+    SHUFFLE = "shuffle"
+    SUBSAMPLE = "subsample"
+    POISSON = "poisson"
 
 
 def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
@@ -61,7 +80,10 @@ class _GroupedSampler:
         _check_sizes(self.num_groups, self.group_size)
 
     def rounds_per_epoch(self, num_samples: int) -> int:
-        """``N // (m s)`` (the rounds counted as one epoch); raises :class:`ConfigError` if ``m s > N``."""
+        """``N // (m s)`` (the rounds counted as one epoch).
+
+        Raises :class:`ConfigError` if ``m s > N``.
+        """
         return _rounds_per_epoch(num_samples, self.num_groups, self.group_size)
 
 
@@ -76,8 +98,8 @@ class ShuffleSampler(_GroupedSampler):
 
     References
     ----------
-    van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping", Sec. 3
-    (Sample_{s,m}, shuffling); PRIVACY-SPEC Sec. 1.
+    van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (arXiv:2212.05796),
+    Sec. 3 (Sample_{s,m}, shuffling).
     """
 
     def epoch(self, num_samples: int, rng: np.random.Generator | int | None) -> np.ndarray:
@@ -97,7 +119,7 @@ class SubsampleSampler(_GroupedSampler):
 
     References
     ----------
-    van Dijk et al., Sec. 3 (Sample_{s,m}, subsampling); PRIVACY-SPEC Sec. 1.
+    van Dijk et al. (arXiv:2212.05796), Sec. 3 (Sample_{s,m}, subsampling).
     """
 
     def sample(self, num_samples: int, rng: np.random.Generator | int | None) -> np.ndarray:

@@ -9,11 +9,15 @@ uniformly from ``{0, ..., min(max_staleness, r - 1)}`` by a generator seeded wit
 come.
 
 Privacy is unchanged: every global model is a post-processing of earlier releases (public),
-and the client algorithm's events do not depend on which model it starts from.
+and the client algorithm's events do not depend on which model it starts from. There are no
+staleness weights: every update enters with the same weight ``server_lr / num_clients`` (the
+configured count, never the contributors or a client's metrics), and the ages are drawn from
+``(seed, round, client index)`` alone, so neither depends on private data or changes a
+record's sensitivity.
 
 References
 ----------
-van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping", Sec. 3
+van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (arXiv:2212.05796), Sec. 3
 ("Asynchronous SGD"); Nguyen et al. 2018 (bounded asynchrony keeps SGD's rates).
 """
 

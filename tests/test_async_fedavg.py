@@ -113,3 +113,42 @@ def test_staleness_draws_are_uniform() -> None:
 def test_bad_staleness() -> None:
     with pytest.raises(ConfigError, match="strategy.max_staleness=-1 must be an integer >= 0"):
         AsyncDPFedAvg(max_staleness=-1)
+
+
+# ------------------------------------------------------------------ issue 11, item 1
+def test_update_divided_by_public_num_clients_never_by_replies() -> None:
+    # a dropout (2 of 3 contributed) and client-reported metrics change nothing in the divisor:
+    # w <- w + lr * sum / num_clients (the configured, public count)
+    strategy = AsyncDPFedAvg(server_lr=0.5, max_staleness=2)
+    state = {"w": np.array([1.0, -2.0])}
+    for metrics in ({}, {"examples": 1e6, "local_rounds": 99.0, "noise_draws": 7.0}):
+        result = AggregateResult(total={"w": np.array([3.0, 6.0])}, num_clients=2, metrics=metrics)
+        new = strategy.apply(state, result, 3)
+        np.testing.assert_allclose(new["w"], [1.0 + 0.5 * 1.0, -2.0 + 0.5 * 2.0], rtol=1e-15)
+
+
+class ScaledEchoAggregator(EchoAggregator):
+    """Like EchoAggregator, but the clients' updates (their data) are scaled by ``factor``."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def sum_updates(
+        self, grid: Any, messages: list, *, server_round: int, timeout: float
+    ) -> AggregateResult:
+        out = super().sum_updates(grid, messages, server_round=server_round, timeout=timeout)
+        out.total = {k: v * self.factor for k, v in out.total.items()}
+        return out
+
+
+def test_staleness_does_not_depend_on_the_clients_updates() -> None:
+    # the ages drawn (hence which public model each client computes on, and the equal weight
+    # 1/num_clients of every update) are a function of (seed, round, client index) only
+    ages = []
+    for factor in (1.0, -3.0, 1e3):
+        job = FakeJob()
+        job.aggregator = ScaledEchoAggregator(factor)
+        AsyncDPFedAvg(max_staleness=3, seed=5).run(FakeGrid(), job)  # type: ignore[arg-type]
+        ages.append([e["mean_staleness"] for _, _, e in job.released])
+    assert ages[0] == ages[1] == ages[2] and any(a > 0 for a in ages[0])

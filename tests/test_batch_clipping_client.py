@@ -64,9 +64,9 @@ def test_poisson_individual_clipping_reproduces_local_dpsgd_exactly() -> None:
     )
     model.load_state_dict(ref_model.state_dict())
     ref = LocalDPSGD(steps=4, lr=0.3, privacy=privacy, num_clients=1)
-    ours = GeneralizedDPSGD(
+    ours = GeneralizedDPSGD(  # m = q N = 8: the public divisor equals LocalDPSGD's q len(data)
         sampler="poisson",
-        num_groups=1,
+        num_groups=8,
         group_size=1,
         local_rounds=4,
         epochs=None,
@@ -247,7 +247,7 @@ def test_step_size_schedules() -> None:
         (["privacy.group_sizes=[1,0]"], "privacy.group_sizes=[1, 0] must all be integers >= 1"),
         (
             ["privacy.group_sizes=[1,601]"],
-            "privacy.group_sizes=[1, 601] must all be <= the client's 600 samples",
+            "privacy.group_sizes=[1, 601] must all be <= 64 (exact q_E is computed up to",
         ),
         (["client.analysis=poisson-gaussian"], "does not cover sampler='shuffle'"),
         (["client.sampler=poisson"], "client.group_size=64 must be 1 with sampler=poisson"),
@@ -275,7 +275,7 @@ def test_step_size_schedules() -> None:
         (["client.optimizer=null"], "client.optimizer=None must be a mapping with _target_"),
         (
             ["client.clipping_norms=[]"],
-            "client.clipping_norms=[] must be null or a non-empty list of values > 0",
+            "client.clipping_norms=[] must be null or a non-empty list of finite values > 0",
         ),
         (
             ["client.clipping_norms=[1,-1]"],
@@ -366,7 +366,8 @@ def test_flower_run_epsilon_equals_engine_batch_clipping_analysis(tmp_path: Path
         assert row["epsilon"] == pytest.approx(gdp.gdp_epsilon(1e-5, math.sqrt(r) / 1.5), rel=1e-6)
         assert row["epsilon"] == pytest.approx(row["epsilon_g1"], rel=1e-9)
     assert summary["privacy"]["epsilon"] == pytest.approx(rounds[-1]["epsilon"], rel=1e-12)
-    assert summary["privacy"]["accounting"] == "BatchClippingEvent (own analysis)"
+    assert summary["privacy"]["accounting"] == bc.OWN_ANALYSIS  # the accountant does not apply
+    assert summary["privacy"]["normalizer"] == 1.0  # m: the public divisor
 
 
 def _table_script():

@@ -76,3 +76,16 @@ def test_sampler_bad_sizes(cls: type) -> None:
         ConfigError, match="num_groups=3 times group_size=4 must be <= the client's 11 samples"
     ):
         cls(3, 4).rounds_per_epoch(11)
+
+
+def test_sampler_kind_is_the_closed_set() -> None:
+    from fedpriv.accounting.spec import parse_enum
+    from fedpriv.samplers import SamplerKind
+
+    assert [k.value for k in SamplerKind] == ["shuffle", "subsample", "poisson"]
+    assert SamplerKind("poisson") == "poisson"  # StrEnum: configs keep their spelling
+    with pytest.raises(ConfigError) as info:
+        parse_enum(SamplerKind, "client.sampler", "Shuffle")
+    assert str(info.value) == (
+        "client.sampler='Shuffle' must be one of: shuffle, subsample, poisson"
+    )

@@ -26,15 +26,16 @@ Convolution powers use repeated squaring. Upper tails whose total probability is
 References
 ----------
 van Dijk, Nguyen, Nguyen, Phan, "Generalizing DP-SGD with Shuffling and Batch Clipping"
-(../shared/papers/batch-clipping-shuffling.txt): Algorithm 1, Section 5 (definition of
-q_E(c), Lemma B.1, Theorems 5.5 / 5.6), Table 1. PRIVACY-SPEC section 1.
+(arXiv:2212.05796): Algorithm 1, Section 5 (definition of q_E(c), Lemma B.1, Theorems 5.5 /
+5.6), Table 1.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -45,9 +46,20 @@ import scipy.special
 from fedpriv.accounting import gdp
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.params import Params
+from fedpriv.accounting.spec import (
+    Accountant,
+    AccountingSpec,
+    NeighboringRelation,
+    check_finite,
+    parse_enum,
+)
 from fedpriv.errors import ConfigError, check
+from fedpriv.samplers import SamplerKind
 
 __all__ = [
+    "Analysis",
+    "BatchClippingSpec",
+    "DEFAULT_GROUP_SIZES",
     "SAMPLINGS",
     "SumSquaresLaw",
     "BatchClippingEvent",
@@ -449,7 +461,8 @@ def batch_clipping_epsilon(
 
     References
     ----------
-    Batch-clipping paper, Lemma B.1 and eq. (6); PRIVACY-SPEC sections 0-1.
+    van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping"
+    (arXiv:2212.05796), Lemma B.1 and eq. (6).
     """
     mus, p = _mixture(law, _check_sigma(noise_multiplier))
     return gdp.mixture_epsilon(target_delta, mus, p)
@@ -596,56 +609,527 @@ class BatchClippingEvent(FedprivEvent):
         return batch_clipping_delta(self.law(count), self.noise_multiplier, target_epsilon)
 
 
+# --------------------------------------------------------------------------- the family spec
+#: Group sizes ``g`` whose ε is reported when ``privacy.group_sizes`` is null.
+DEFAULT_GROUP_SIZES = (1, 2, 4, 8)
+#: What answers for ε with fixed-size batches (shuffling or subsampling), whatever the accountant.
+OWN_ANALYSIS = (
+    "batch-clipping f-DP mixture (own analysis, arXiv:2212.05796 Sec. 5); "
+    "privacy.accountant and privacy.conversion do not apply"
+)
+
+
+class Analysis(StrEnum):
+    """Which analysis accounts a :class:`BatchClippingSpec`.
+
+    ``auto`` picks the one that fits the sampler: ``batch-clipping`` (the exact f-DP mixture,
+    fixed-size batches, replace-one) or ``poisson-gaussian`` (dp-accounting's Poisson-sampled
+    Gaussian, add/remove). Any other pairing is refused: it would under-report ε.
+    """
+
+    AUTO = "auto"
+    BATCH_CLIPPING = "batch-clipping"
+    POISSON_GAUSSIAN = "poisson-gaussian"
+
+
+def _int_at_least(field_name: str, value: Any, lo: int = 1) -> int:
+    check(
+        bool(isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo),
+        field_name,
+        value,
+        f"must be an integer >= {lo}",
+    )
+    return int(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchClippingSpec:
+    """Generalized DP-SGD (Algorithm 1 of the first paper): one client's release, typed.
+
+    Built by BOTH the client algorithm :class:`clients.batch_clipping.GeneralizedDPSGD` and
+    ``fedpriv-account batch-clipping``, so the CLI prints exactly a run's ε. Each client's
+    release carries its own noise and is private on its own (no secure aggregation assumed).
+
+    Per local round a client clips ``m`` group updates to ``C``, sums them (``U``), adds
+    ``N(0, (2 C σ)^2 I)`` (``N(0, (C σ)^2 I)`` for Poisson) and steps by
+    ``η_t (U + noise) / m``. The divisor :attr:`normalizer` ``= m`` is a public constant of
+    the config, the same for every client: a record's influence on ``U`` and the noise are
+    scaled alike, so every record's noise per unit sensitivity is σ whatever the client's size.
+
+    Parameters
+    ----------
+    sampler : SamplerKind
+        ``shuffle`` | ``subsample`` (fixed-size batches over the client's first ``N`` records)
+        or ``poisson`` (every record of the client independently with probability ``q``;
+        individual clipping, ``group_size = 1``).
+    num_groups : int
+        ``m`` >= 1, clipped group updates per local round (for Poisson: the public expected
+        batch size that divides the noisy sum).
+    group_size : int
+        ``s`` >= 1, records per group (``m s <= N``).
+    epochs, local_rounds : int, optional
+        Whole epochs (``N // (m s)`` local rounds each; ``round(1/q)`` for Poisson) or local
+        rounds per server round; exactly one. Every client runs the same number.
+    noise_multiplier : float
+        σ >= 0, finite (0: no privacy).
+    clipping_norm : float
+        ``C`` > 0, finite (``privacy.max_grad_norm``).
+    num_samples : int, optional
+        ``N``: records each client uses (shuffle/subsample; the smallest partition, see
+        :meth:`clients.batch_clipping.GeneralizedDPSGD.for_run`). Under the replace-one
+        relation every client's size is the same in neighbouring data sets, so ``N`` is public.
+        Unused (``None``) with Poisson sampling, whose analysis needs no data size.
+    sample_rate : float
+        ``q`` in (0, 1] (Poisson only).
+    group_sizes : tuple of int, optional
+        ``g`` values whose group ε is computed (each <= ``N`` and <= 64); ``None`` = those of
+        (1, 2, 4, 8) that are <= ``N`` for fixed-size batches, none for Poisson (an explicit
+        value is refused there).
+    analysis : Analysis
+        ``auto``, or the one analysis that fits the sampler.
+    accounting : AccountingSpec
+        Accountant, conversion, δ; its neighbouring relation is set from the sampler
+        (replace-one for fixed-size batches, add/remove for Poisson).
+
+    Raises
+    ------
+    ConfigError
+        On any out-of-range, non-finite or uncovered setting, naming the config field.
+
+    References
+    ----------
+    van Dijk, Nguyen, Nguyen, Phan, "Generalizing DP-SGD with Shuffling and Batch Clipping"
+    (arXiv:2212.05796): Algorithm 1, Sec. 3, Sec. 5 (Lemma B.1, Theorems 5.5/5.6), Table 1.
+    """
+
+    sampler: SamplerKind = SamplerKind.SHUFFLE
+    num_groups: int = 1
+    group_size: int = 64
+    epochs: int | None = 1
+    local_rounds: int | None = None
+    noise_multiplier: float
+    clipping_norm: float = 1.0
+    num_samples: int | None = None
+    sample_rate: float = 0.1
+    group_sizes: tuple[int, ...] | None = None
+    analysis: Analysis = Analysis.AUTO
+    accounting: AccountingSpec = field(default_factory=AccountingSpec)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        sampler = parse_enum(SamplerKind, "client.sampler", self.sampler)
+        set_(self, "sampler", sampler)
+        analysis = parse_enum(Analysis, "client.analysis", self.analysis)
+        set_(self, "analysis", analysis)
+        m = _int_at_least("client.num_groups", self.num_groups)
+        s = _int_at_least("client.group_size", self.group_size)
+        set_(self, "num_groups", m)
+        set_(self, "group_size", s)
+        check(
+            (self.local_rounds is None) != (self.epochs is None),
+            "client.local_rounds",
+            self.local_rounds,
+            f"and client.epochs={self.epochs!r}: give exactly one",
+        )
+        if self.epochs is not None:
+            set_(self, "epochs", _int_at_least("client.epochs", self.epochs))
+        if self.local_rounds is not None:
+            set_(self, "local_rounds", _int_at_least("client.local_rounds", self.local_rounds))
+        sigma = check_finite(
+            "privacy.noise_multiplier", self.noise_multiplier, "must be a finite number >= 0"
+        )
+        check(sigma >= 0, "privacy.noise_multiplier", sigma, "must be >= 0")
+        set_(self, "noise_multiplier", sigma)
+        clip = check_finite(
+            "privacy.max_grad_norm", self.clipping_norm, "must be a finite number > 0"
+        )
+        check(clip > 0, "privacy.max_grad_norm", clip, "must be > 0")
+        set_(self, "clipping_norm", clip)
+        q = check_finite("privacy.sample_rate", self.sample_rate, "must be in (0, 1]")
+        check(0 < q <= 1, "privacy.sample_rate", q, "must be in (0, 1]")
+        set_(self, "sample_rate", q)
+        poisson = sampler is SamplerKind.POISSON
+        if poisson:
+            check(
+                analysis is not Analysis.BATCH_CLIPPING,
+                "client.analysis",
+                analysis.value,
+                "does not cover sampler='poisson' (variable-size batches); "
+                "use analysis=poisson-gaussian",
+            )
+            check(
+                s == 1,
+                "client.group_size",
+                s,
+                "must be 1 with sampler=poisson: only individual clipping has a Poisson "
+                "analysis (noise N(0,(C sigma)^2))",
+            )
+        else:
+            check(
+                analysis is not Analysis.POISSON_GAUSSIAN,
+                "client.analysis",
+                analysis.value,
+                f"does not cover sampler={sampler.value!r}: the Poisson analysis under-reports "
+                "epsilon for shuffled or fixed-size batches; use analysis=batch-clipping",
+            )
+        set_(self, "group_sizes", self._checked_groups(poisson))
+        relation = NeighboringRelation.ADD_REMOVE if poisson else NeighboringRelation.REPLACE_ONE
+        check(
+            isinstance(self.accounting, AccountingSpec),
+            "privacy",
+            self.accounting,
+            "must be an AccountingSpec",
+        )
+        if self.accounting.neighboring_relation is not relation:
+            set_(self, "accounting", replace(self.accounting, neighboring_relation=relation))
+        if self.num_samples is not None:
+            n = _int_at_least("client.num_samples", self.num_samples)
+            set_(self, "num_samples", n)
+            if not poisson:
+                check(
+                    m * s <= n,
+                    "client.num_groups",
+                    m,
+                    f"times client.group_size={s} must be <= the client's {n} samples",
+                )
+                check(
+                    all(g <= n for g in self.group_sizes or ()),
+                    "privacy.group_sizes",
+                    list(self.group_sizes or ()),
+                    f"must all be <= the client's {n} samples",
+                )
+
+    def _checked_groups(self, poisson: bool) -> tuple[int, ...]:
+        if self.group_sizes is None or (poisson and not self.group_sizes):
+            # the default (cut to the records a client uses); () is the resolved Poisson value
+            if poisson:
+                return ()
+            n = self.num_samples
+            return tuple(g for g in DEFAULT_GROUP_SIZES if not isinstance(n, int) or g <= n)
+        groups = list(self.group_sizes)
+        check(
+            not poisson,
+            "privacy.group_sizes",
+            groups,
+            "is not computed with client.sampler=poisson (no group analysis of Poisson "
+            "sampling here); leave it null",
+        )
+        check(
+            len(groups) >= 1
+            and all(
+                isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g >= 1
+                for g in groups
+            ),
+            "privacy.group_sizes",
+            groups,
+            "must all be integers >= 1",
+        )
+        n = self.num_samples
+        if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
+            check(
+                max(groups) <= n,
+                "privacy.group_sizes",
+                groups,
+                f"must all be <= the client's {n} samples",
+            )
+        check(
+            max(groups) <= MAX_GROUP_PRIVACY,
+            "privacy.group_sizes",
+            groups,
+            f"must all be <= {MAX_GROUP_PRIVACY} (exact q_E is computed up to that size)",
+        )
+        return tuple(int(g) for g in groups)
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def is_poisson(self) -> bool:
+        """Whether the sampler is Poisson (add/remove, dp-accounting's analysis)."""
+        return self.sampler is SamplerKind.POISSON
+
+    @property
+    def analysis_name(self) -> Analysis:
+        """The analysis that accounts this spec (``auto`` resolved)."""
+        return Analysis.POISSON_GAUSSIAN if self.is_poisson else Analysis.BATCH_CLIPPING
+
+    @property
+    def normalizer(self) -> float:
+        """``m``: the PUBLIC divisor of every noisy step ``(U + noise) / m`` (same for all
+        clients, never computed from a client's data)."""
+        return float(self.num_groups)
+
+    def _n(self) -> int:
+        if self.num_samples is None:
+            raise ConfigError(
+                "client.num_samples", None, "is unknown: build the algorithm with for_run(cfg)"
+            )
+        return int(self.num_samples)
+
+    @property
+    def rounds_per_epoch(self) -> int:
+        """``N // (m s)``; for Poisson ``max(1, round(1/q))`` (no data size needed)."""
+        if self.is_poisson:
+            return max(1, round(1.0 / self.sample_rate))
+        return self._n() // (self.num_groups * self.group_size)
+
+    @property
+    def rounds_per_server_round(self) -> int:
+        """Local rounds (noise draws) per server round: the same for every client."""
+        if self.local_rounds is not None:
+            return int(self.local_rounds)
+        return int(self.epochs or 1) * self.rounds_per_epoch
+
+    def noise_stddev(self, clipping_norm: float | None = None) -> float:
+        """Std of the noise added to ``U``: ``2 C σ`` (``C σ`` for Poisson), before ``/ m``."""
+        c = self.clipping_norm if clipping_norm is None else float(clipping_norm)
+        return (1.0 if self.is_poisson else 2.0) * c * self.noise_multiplier
+
+    def sensitivity(self, clipping_norm: float | None = None) -> float:
+        """l2 sensitivity of ``U`` to one record: ``2 C`` (replace-one), ``C`` (Poisson,
+        add/remove); ``noise_stddev / sensitivity = σ``."""
+        c = self.clipping_norm if clipping_norm is None else float(clipping_norm)
+        return c if self.is_poisson else 2.0 * c
+
+    # ------------------------------------------------------------------ events and ε
+    def event(self, group_privacy: int = 1) -> Any:
+        """One local round's privacy event (``group_privacy`` records, fixed-size batches)."""
+        if self.is_poisson:
+            from fedpriv.accounting.dpsgd import poisson_gaussian_event
+
+            return poisson_gaussian_event(self.noise_multiplier, self.sample_rate)
+        n = self._n()
+        return BatchClippingEvent(
+            self.sampler.value,
+            n,
+            self.num_groups,
+            self.group_size,
+            self.noise_multiplier,
+            group_privacy,
+        )
+
+    def round_events(self) -> list[tuple[Any, int]]:
+        """``[(event, local rounds per server round)]``: one server round of one client."""
+        return [(self.event(), self.rounds_per_server_round)]
+
+    def ledger(self, num_rounds: int) -> Any:
+        """A ledger holding ``num_rounds`` server rounds, recorded as a run records them."""
+        ledger = self.accounting.ledger()
+        for _ in range(_int_at_least("num_rounds", num_rounds, 0)):
+            for event, count in self.round_events():
+                ledger.record(event, count)
+        return ledger
+
+    def epsilon(self, num_rounds: int) -> float:
+        """ε at ``accounting.target_delta`` after ``num_rounds`` server rounds (what
+        :class:`fedpriv.privacy.RunPrivacy` reports)."""
+        if num_rounds == 0:
+            return 0.0
+        return float(self.ledger(num_rounds).get_epsilon(self.accounting.target_delta))
+
+    def accounting_description(self) -> str:
+        """What answers for ε: :data:`OWN_ANALYSIS` for fixed-size batches (accountant and
+        conversion unused), else the ledger's ``"pld"`` / ``"rdp (CONVERSION)"``."""
+        if not self.is_poisson:
+            return OWN_ANALYSIS
+        ledger = self.accounting.ledger()
+        ledger.record(self.event(), 1)
+        return str(ledger.analysis())
+
+    def law(self, num_local_rounds: int, group_privacy: int = 1) -> SumSquaresLaw:
+        """The law ``q`` of ``c^2`` after ``num_local_rounds`` (fixed-size batches only)."""
+        check(not self.is_poisson, "client.sampler", self.sampler.value, "has no q_E law")
+        return self.event(group_privacy).law(num_local_rounds)
+
+    def group_epsilons(self, num_rounds: int) -> dict[str, float]:
+        """``epsilon_g{g}`` (exact mixture) and ``epsilon_g{g}_closed`` (Table 1 closed form)
+        for each ``g`` in :attr:`group_sizes` after ``num_rounds`` server rounds; ``{}`` for
+        Poisson or before any round."""
+        if self.is_poisson or num_rounds < 1:
+            return {}
+        count = num_rounds * self.rounds_per_server_round
+        epochs = count / self.rounds_per_epoch
+        delta = self.accounting.target_delta
+        out: dict[str, float] = {}
+        for g in self.group_sizes or ():
+            out[f"epsilon_g{g}"] = self.event(g).epsilon(delta, count)
+            mu, _ = table1_mu(self.num_groups, self.group_size, epochs, self.noise_multiplier, g)
+            out[f"epsilon_g{g}_closed"] = gdp.gdp_epsilon(delta, mu)
+        return out
+
+    def calibrated(self, target_epsilon: float, num_rounds: int) -> BatchClippingSpec:
+        """A copy whose σ is the smallest (to 0.1 %) with :meth:`epsilon` ``(num_rounds)``
+        <= ``target_epsilon``, evaluated on the very function the run reports (so accountant
+        AND conversion are honoured for Poisson; for fixed-size batches the own analysis
+        answers whatever they are).
+
+        Raises
+        ------
+        ConfigError
+            If the target is not a positive finite number or cannot be reached.
+        """
+        from fedpriv.accounting.calibrate import bisect_noise
+
+        target = check_finite(
+            "privacy.target_epsilon", target_epsilon, "must be a finite number > 0"
+        )
+        check(target > 0, "privacy.target_epsilon", target, "must be > 0")
+        rounds = _int_at_least("num_rounds", num_rounds)
+        delta = self.accounting.target_delta
+        if not self.is_poisson:
+            law = self.law(rounds * self.rounds_per_server_round)
+
+            def eps(sig: float) -> float:  # == BatchClippingEvent.epsilon, what the ledger calls
+                return batch_clipping_epsilon(law, sig, delta)
+
+            sigma = bisect_noise(eps, target, field="privacy.noise_multiplier")
+            return replace(self, noise_multiplier=sigma)
+
+        def eps_of(spec: BatchClippingSpec) -> Any:
+            return lambda sig: replace(spec, noise_multiplier=sig).epsilon(rounds)
+
+        hint = None
+        if self.accounting.accountant is Accountant.PLD:  # bracket with the fast RDP answer
+            rdp = replace(
+                self, accounting=AccountingSpec(accountant=Accountant.RDP, target_delta=delta)
+            )
+            sigma_rdp = bisect_noise(
+                eps_of(rdp), target, field="privacy.noise_multiplier", rtol=0.01
+            )
+            hint = (0.75 * sigma_rdp, sigma_rdp)
+        sigma = bisect_noise(eps_of(self), target, field="privacy.noise_multiplier", hint=hint)
+        return replace(self, noise_multiplier=sigma)
+
+    def summary(self) -> dict[str, Any]:
+        """The accounted mechanism, for ``results.json``'s ``privacy`` block."""
+        return {
+            "analysis": self.analysis_name.value,
+            "accounting": self.accounting_description(),
+            "sampler": self.sampler.value,
+            "num_samples": self.num_samples,
+            "num_groups": self.num_groups,
+            "group_size": self.group_size,
+            "local_rounds_per_server_round": self.rounds_per_server_round,
+            "noise_stddev_per_unit_clipping_norm": self.noise_stddev(1.0),
+            "normalizer": self.normalizer,
+            "neighboring_relation": self.accounting.neighboring_relation.value,
+            "group_sizes": list(self.group_sizes or ()),
+        }
+
+    # ------------------------------------------------------------------ CLI
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> tuple[BatchClippingSpec, dict[str, Any]]:
+        """The spec of ``fedpriv-account batch-clipping key=value ...`` and the CLI's extras.
+
+        Keys: ``sampling`` (shuffle | subsample), ``num_samples``, ``num_groups``,
+        ``group_size``, ``epochs`` (per server round) | ``local_rounds`` (per server round),
+        ``num_rounds`` (server rounds, default 1), ``noise_multiplier`` (omit to calibrate),
+        ``group_privacy`` (default 1), ``target_delta`` | ``target_epsilon``. With the values
+        of a run (``epochs`` or ``local_rounds`` of its client, its ``num_rounds``) the
+        spec's ε is exactly the run's.
+
+        Returns
+        -------
+        (BatchClippingSpec, dict)
+            The spec (σ = 0 when it is to be calibrated; δ = ``target_delta`` or 1e-5) and
+            ``{"num_rounds", "group_privacy", "target_epsilon", "target_delta", "calibrate"}``.
+
+        Raises
+        ------
+        ConfigError
+            On unknown keys, bad values or uncovered combinations (naming the CLI key).
+        """
+        p = Params(params, "batch-clipping")
+        sampling = p.str("sampling")
+        n = p.int("num_samples", ge=1)
+        m = p.int("num_groups", ge=1)
+        s = p.int("group_size", ge=1)
+        given = str(p.exclusive("epochs", "local_rounds"))  # required: never None
+        # beyond 100,000 epochs: minutes of exact convolution, and ε is meaningless
+        per = p.int(given, ge=1, le=100_000 if given == "epochs" else 10**8)
+        rounds = p.int("num_rounds", 1, ge=1, le=100_000)
+        g = p.int("group_privacy", 1, ge=1)
+        sigma = p.float("noise_multiplier", None, ge=0.0)
+        eps_t, delta_t = gdp.cli_targets(p)
+        p.finish()
+        _validate(sampling, n, m, s, g)
+        if sigma is None and (eps_t is None or delta_t is None):
+            raise ConfigError(
+                "noise_multiplier",
+                None,
+                "is required unless both target_epsilon and target_delta are given",
+            )
+        spec = cls(
+            sampler=SamplerKind(sampling),
+            num_groups=m,
+            group_size=s,
+            epochs=per if given == "epochs" else None,
+            local_rounds=per if given == "local_rounds" else None,
+            noise_multiplier=0.0 if sigma is None else sigma,
+            num_samples=n,
+            group_sizes=(g,),
+            accounting=AccountingSpec(target_delta=1e-5 if delta_t is None else delta_t),
+        )
+        extras = {
+            "num_rounds": rounds,
+            "group_privacy": g,
+            "target_epsilon": eps_t,
+            "target_delta": delta_t,
+            "calibrate": sigma is None,
+        }
+        return spec, extras
+
+
 # --------------------------------------------------------------------------- CLI
 def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
-    """CLI analysis ``batch-clipping``.
+    """CLI analysis ``batch-clipping``: the :class:`BatchClippingSpec` a run builds.
 
-    Keys: ``sampling`` (shuffle | subsample), ``num_samples``, ``num_groups``, ``group_size``,
-    ``epochs``, ``noise_multiplier``, ``group_privacy`` (default 1), ``target_delta`` |
-    ``target_epsilon``. Without ``noise_multiplier`` but with both targets the smallest
-    noise multiplier meeting them is returned (``"calibrated": "noise_multiplier"``).
+    Keys (see :meth:`BatchClippingSpec.from_params`): ``sampling`` (shuffle | subsample),
+    ``num_samples``, ``num_groups``, ``group_size``, ``epochs`` | ``local_rounds`` (per
+    server round), ``num_rounds`` (default 1), ``noise_multiplier``, ``group_privacy``
+    (default 1), ``target_delta`` | ``target_epsilon``. Without ``noise_multiplier`` but with
+    both targets the smallest noise multiplier meeting them (for ``group_privacy`` records)
+    is returned (``"calibrated": "noise_multiplier"``).
 
     Returns
     -------
     dict
         ``epsilon``, ``delta``, ``q_E`` ({"t": probability} with ``t = c^2 = sum k^2``),
-        ``rounds``, the Table 1 closed form (``closed_form``) and the worst case.
+        ``rounds`` (local rounds in all), the Table 1 closed form (``closed_form``), the worst
+        case and ``accounting`` (the own analysis answers; no accountant is involved).
 
     Raises
     ------
     ConfigError
         On unknown keys, bad values or uncovered combinations.
     """
-    p = Params(params, "batch-clipping")
-    sampling = p.str("sampling")
-    n = p.int("num_samples", ge=1)
-    m = p.int("num_groups", ge=1)
-    s = p.int("group_size", ge=1)
-    epochs = p.int(
-        "epochs", ge=1, le=100_000
-    )  # beyond: minutes of exact convolution, and ε is meaningless
-    g = p.int("group_privacy", 1, ge=1)
-    sigma = p.float("noise_multiplier", None, ge=0.0)
-    eps_t, delta_t = gdp.cli_targets(p)
-    p.finish()
-    per_epoch = _validate(sampling, n, m, s, g)
-    rounds = epochs * per_epoch
-    law = sum_squares_law(sampling, n, m, s, rounds, g)
+    from fedpriv.accounting.calibrate import bisect_noise
+
+    spec, extra = BatchClippingSpec.from_params(params)
+    g = int(extra["group_privacy"])
+    eps_t, delta_t = extra["target_epsilon"], extra["target_delta"]
+    per_epoch = spec.rounds_per_epoch
+    rounds = int(extra["num_rounds"]) * spec.rounds_per_server_round
+    epochs = rounds / per_epoch
+    law = spec.law(rounds, g)
     out: dict[str, Any] = {
         "analysis": "batch-clipping",
-        "sampling": sampling,
+        "accounting": OWN_ANALYSIS,
+        "sampling": spec.sampler.value,
         "rounds_per_epoch": per_epoch,
         "rounds": rounds,
         "group_privacy": g,
+        "normalizer": spec.normalizer,
     }
-    if sigma is None:
-        if eps_t is None or delta_t is None:
-            raise ConfigError(
-                "noise_multiplier",
-                None,
-                "is required unless both target_epsilon and target_delta are given",
+    sigma = spec.noise_multiplier
+    if extra["calibrate"]:
+        assert eps_t is not None and delta_t is not None
+        if law.components()[0].max() == 0.0:
+            sigma = 0.0
+        else:
+            sigma = bisect_noise(
+                lambda sig: batch_clipping_epsilon(law, sig, delta_t),
+                eps_t,
+                field="noise_multiplier",
             )
-        sigma = calibrate_noise_multiplier(law, eps_t, delta_t)
         out["calibrated"] = "noise_multiplier"
         out["target_epsilon"] = eps_t
     out["noise_multiplier"] = sigma
@@ -654,7 +1138,7 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     else:
         assert eps_t is not None
         out["epsilon"], out["delta"] = eps_t, batch_clipping_delta(law, sigma, eps_t)
-    mu_t1, formula = table1_mu(m, s, epochs, sigma, g)
+    mu_t1, formula = table1_mu(spec.num_groups, spec.group_size, epochs, sigma, g)
     mu_wc = worst_case_mu(law, sigma)
     d = out["delta"]
     out["closed_form"] = {
@@ -663,7 +1147,7 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
         "epsilon": gdp.gdp_epsilon(d, mu_t1) if 0 < d < 1 else None,
         "kind": (
             "upper bound (shuffling)"
-            if sampling == "shuffle"
+            if spec.sampler is SamplerKind.SHUFFLE
             else "approximation (Table 1, large N); not a bound for subsampling"
         ),
     }

@@ -1,0 +1,232 @@
+"""BatchClippingSpec (issue 11, items 2 and 8 for the batch-clipping family): validation,
+calibration over every accountant x conversion x sampler measured on what the run reports
+(RunPrivacy), the CLI printing exactly the run's epsilon, group privacy, noise draws."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from clients.base import ClientData, TrainContext
+from clients.batch_clipping import GeneralizedDPSGD
+from fedpriv.accounting import batch_clipping as bc
+from fedpriv.accounting.cli import main as cli_main
+from fedpriv.accounting.cli import run as cli_run
+from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
+from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation
+from fedpriv.errors import ConfigError
+from fedpriv.models import build_model
+from fedpriv.privacy import RunPrivacy
+from fedpriv.samplers import SamplerKind
+
+ACCOUNTING = [("pld", "default"), ("rdp", "default"), ("rdp", "mironov")]
+
+
+def _algo(sampler: str, privacy: dict, **kw: object) -> GeneralizedDPSGD:
+    sizes = {"poisson": (64, 1), "subsample": (8, 1), "shuffle": (1, 50)}[sampler]
+    fields = {"num_groups": sizes[0], "group_size": sizes[1], "num_samples": 600, **kw}
+    if sampler == "poisson":
+        fields["num_samples"] = None
+    return GeneralizedDPSGD(sampler=sampler, privacy=privacy, num_clients=10, **fields)
+
+
+def _run_epsilon(algo: GeneralizedDPSGD, privacy: dict, num_rounds: int) -> float:
+    """What a run prints after num_rounds released rounds."""
+    run = RunPrivacy(algo, {"target_delta": 1e-5, **privacy}).check()
+    for _ in range(num_rounds):
+        run.record_round()
+    return run.epsilon()
+
+
+# ------------------------------------------------------------------ item 2: calibration
+@pytest.mark.parametrize("sampler", ["shuffle", "subsample", "poisson"])
+@pytest.mark.parametrize(("accountant", "conversion"), ACCOUNTING)
+def test_calibration_meets_target_for_every_accountant_conversion_sampler(
+    sampler: str, accountant: str, conversion: str
+) -> None:
+    # the issue's case: target 3 after 3 rounds (main ended at 3.547 with rdp + mironov)
+    privacy = {
+        "noise_multiplier": None,
+        "target_epsilon": 3.0,
+        "sample_rate": 0.1,
+        "accountant": accountant,
+        "conversion": conversion,
+    }
+    algo = _algo(
+        sampler,
+        privacy,
+        local_rounds=2 if sampler == "poisson" else None,
+        epochs=None if sampler == "poisson" else 1,
+    )
+    cal = algo.calibrated(3.0, 1e-5, 3)
+    assert cal.privacy["noise_multiplier"] == cal.noise_multiplier > 0
+    eps = _run_epsilon(cal, cal.privacy, 3)
+    assert eps <= 3.0 and eps >= 3.0 * 0.99, (eps, cal.noise_multiplier)
+    if sampler == "poisson":  # independently: dp-accounting via the Poisson-Gaussian helper
+        ref = poisson_gaussian_epsilon(cal.noise_multiplier, 0.1, 6, 1e-5, accountant, conversion)
+        assert eps == pytest.approx(ref, rel=1e-12)
+        assert cal.privacy_summary()["accounting"] == (
+            "pld" if accountant == "pld" else f"rdp ({conversion})"
+        )
+    else:  # the own f-DP mixture answers: same sigma whatever the accountant, and it says so
+        assert cal.privacy_summary()["accounting"] == bc.OWN_ANALYSIS
+        same = _algo(sampler, {**privacy, "accountant": "pld", "conversion": "default"})
+        assert same.calibrated(3.0, 1e-5, 3).noise_multiplier == cal.noise_multiplier
+
+
+def test_poisson_calibration_honours_the_conversion() -> None:
+    # Mironov's conversion is looser than dp-accounting's: it needs more noise for the same target
+    base = {"noise_multiplier": None, "sample_rate": 0.1, "accountant": "rdp"}
+    tight = _algo("poisson", {**base, "conversion": "default"}, local_rounds=2, epochs=None)
+    loose = _algo("poisson", {**base, "conversion": "mironov"}, local_rounds=2, epochs=None)
+    s_tight = tight.calibrated(3.0, 1e-5, 3).noise_multiplier
+    s_loose = loose.calibrated(3.0, 1e-5, 3).noise_multiplier
+    assert s_loose > s_tight * 1.02
+
+
+# ------------------------------------------------------------------ CLI == run
+@pytest.mark.parametrize("sampler", ["shuffle", "subsample"])
+def test_cli_prints_exactly_the_runs_epsilon(sampler: str) -> None:
+    privacy = {"noise_multiplier": 1.7, "group_sizes": [1, 3]}
+    algo = _algo(sampler, privacy, epochs=2)
+    run_eps = _run_epsilon(algo, privacy, 3)
+    report = algo.privacy_report(3, 1e-5)
+    keys = {
+        "sampling": sampler,
+        "num_samples": "600",
+        "num_groups": str(algo.num_groups),
+        "group_size": str(algo.group_size),
+        "epochs": "2",
+        "num_rounds": "3",
+        "noise_multiplier": "1.7",
+        "target_delta": "1e-5",
+    }
+    assert cli_run("batch-clipping", keys)["epsilon"] == run_eps  # bit for bit
+    three = cli_run("batch-clipping", {**keys, "group_privacy": "3"})
+    assert three["epsilon"] == report["epsilon_g3"] > report["epsilon_g1"] == run_eps
+    # the same run described by its local rounds: 2 epochs of 600 // (m s) rounds
+    rounds = {**keys, "local_rounds": str(2 * algo.rounds_per_epoch)}
+    del rounds["epochs"]
+    assert cli_run("batch-clipping", rounds)["epsilon"] == run_eps
+    # calibration by the CLI gives the run's calibrated sigma
+    target = {**keys, "target_epsilon": "2.5"}
+    del target["noise_multiplier"]
+    cal = algo.calibrated(2.5, 1e-5, 3)
+    assert cli_run("batch-clipping", target)["noise_multiplier"] == cal.noise_multiplier
+
+
+def test_cli_refuses_epochs_with_local_rounds(capsys: pytest.CaptureFixture[str]) -> None:
+    args = "sampling=shuffle num_samples=100 num_groups=1 group_size=10 epochs=1 local_rounds=3"
+    assert (
+        cli_main(["batch-clipping", *args.split(), "noise_multiplier=1", "target_delta=1e-5"]) == 2
+    )
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "fedpriv-account: error: local_rounds='3' cannot be combined with epochs; give one"
+    )
+
+
+# ------------------------------------------------------------------ validation
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"noise_multiplier": math.nan}, "privacy.noise_multiplier=nan must be a finite number"),
+        ({"noise_multiplier": math.inf}, "privacy.noise_multiplier=inf must be a finite number"),
+        ({"clipping_norm": math.inf}, "privacy.max_grad_norm=inf must be a finite number > 0"),
+        ({"clipping_norm": 0.0}, "privacy.max_grad_norm=0.0 must be > 0"),
+        ({"sample_rate": math.nan}, "privacy.sample_rate=nan must be in (0, 1]"),
+        ({"sampler": "rows"}, "client.sampler='rows' must be one of: shuffle, subsample, poisson"),
+        ({"analysis": "exact"}, "client.analysis='exact' must be one of: auto, batch-clipping"),
+        ({"num_groups": 0}, "client.num_groups=0 must be an integer >= 1"),
+        ({"epochs": None}, "client.local_rounds=None and client.epochs=None: give exactly one"),
+        ({"num_groups": 11, "group_size": 10}, "client.num_groups=11 times client.group_size=10"),
+        ({"group_sizes": (1, 65)}, "privacy.group_sizes=[1, 65] must all be <= 64"),
+        ({"group_sizes": (0,)}, "privacy.group_sizes=[0] must all be integers >= 1"),
+        (
+            {"sampler": "poisson", "group_size": 1, "group_sizes": (1, 2)},
+            "privacy.group_sizes=[1, 2] is not computed with client.sampler=poisson",
+        ),
+        (
+            {"sampler": "subsample", "analysis": "poisson-gaussian"},
+            "client.analysis='poisson-gaussian' does not cover sampler='subsample'",
+        ),
+    ],
+)
+def test_spec_refuses_with_one_line(kw: dict, message: str) -> None:
+    fields = {"noise_multiplier": 1.0, "num_samples": 100, "group_size": 10, **kw}
+    with pytest.raises(ConfigError) as info:
+        bc.BatchClippingSpec(**fields)
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+def test_spec_sets_relation_and_default_groups() -> None:
+    shuffle = bc.BatchClippingSpec(noise_multiplier=1.0, num_samples=100, group_size=10)
+    assert shuffle.sampler is SamplerKind.SHUFFLE
+    assert shuffle.accounting.neighboring_relation is NeighboringRelation.REPLACE_ONE
+    assert shuffle.group_sizes == (1, 2, 4, 8)  # privacy.group_sizes null
+    assert bc.BatchClippingSpec(
+        noise_multiplier=1.0, num_samples=3, num_groups=3, group_size=1
+    ).group_sizes == (1, 2)  # the default, cut to the 3 records used
+    poisson = bc.BatchClippingSpec(
+        sampler="poisson", group_size=1, noise_multiplier=1.0, accounting=AccountingSpec()
+    )
+    assert poisson.accounting.neighboring_relation is NeighboringRelation.ADD_REMOVE
+    assert poisson.group_sizes == () and poisson.group_epsilons(5) == {}
+    assert poisson.normalizer == 1.0 and poisson.rounds_per_epoch == 10  # round(1 / 0.1)
+    assert GeneralizedDPSGD.supports_group_privacy is True
+
+
+def test_client_builds_its_spec_once_from_fields_and_privacy() -> None:
+    privacy = {"noise_multiplier": 2.0, "max_grad_norm": 0.3, "accountant": "rdp"}
+    algo = _algo("subsample", privacy)
+    spec = algo.spec
+    assert spec.noise_multiplier == 2.0 and spec.clipping_norm == 0.3
+    assert spec.num_groups == 8 and spec.num_samples == 600
+    assert algo.round_events() == spec.round_events() == [(spec.event(), 600 // 8)]
+    assert algo.normalizer == 8.0 and algo.privacy_summary()["normalizer"] == 8.0
+    assert algo.noise_stddev(0.3) == pytest.approx(2 * 0.3 * 2.0)
+
+
+# ------------------------------------------------------------------ noise draws
+@pytest.mark.parametrize("sampler", ["shuffle", "subsample", "poisson"])
+def test_noise_draws_equal_the_events_count(sampler: str) -> None:
+    torch.manual_seed(0)
+    data = ClientData(torch.randn(600, 5), torch.randint(0, 3, (600,)), 0)
+    algo = _algo(sampler, {"noise_multiplier": 1.0, "sample_rate": 0.1}, epochs=1)
+    model = build_model("mlp", (5,), 3, hidden=(4,))
+    ctx = TrainContext(1, np.random.default_rng(0), torch.Generator().manual_seed(0), "cpu")
+    _, metrics = algo.train(model, data, ctx)  # type: ignore[arg-type]
+    count = sum(c for _, c in algo.round_events())
+    assert (
+        metrics["noise_draws"] == count == {"poisson": 10, "subsample": 75, "shuffle": 12}[sampler]
+    )
+
+
+def test_issue_command_calibrates_to_the_target_through_the_runner() -> None:
+    # `fedpriv client=individual_clipping sampler=poisson privacy.accountant=rdp
+    #  privacy.conversion=mironov privacy.noise_multiplier=null privacy.target_epsilon=3
+    #  num_rounds=3`: the run's final epsilon is <= 3 and within 1 %
+    from hydra import compose, initialize_config_dir
+
+    from fedpriv.config import conf_dir, register_schema
+    from fedpriv.runner import prepare
+
+    register_schema()
+    overrides = [
+        "client=individual_clipping",
+        "sampler=poisson",
+        "privacy.accountant=rdp",
+        "privacy.conversion=mironov",
+        "privacy.noise_multiplier=null",
+        "privacy.target_epsilon=3",
+        "num_rounds=3",
+    ]
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        run_cfg, algo = prepare(compose(config_name="config", overrides=overrides))
+    assert run_cfg["privacy"]["noise_multiplier"] == algo.noise_multiplier
+    eps = _run_epsilon(algo, run_cfg["privacy"], 3)
+    assert 3.0 * 0.99 <= eps <= 3.0
