@@ -180,6 +180,7 @@ class GeneralizedDPSGD(ClientAlgorithm):
         On any out-of-range or uncovered setting, naming the field.
     """
 
+    supports_group_privacy = True  # epsilon_g for privacy.group_sizes (null: 1, 2, 4, 8)
     sampler: str = "shuffle"
     num_groups: int = 1
     group_size: int = 64

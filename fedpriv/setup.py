@@ -21,6 +21,7 @@ from fedpriv.data import (
     partition_iid,
     partition_natural,
 )
+from fedpriv.algorithm import ClientAlgorithm
 from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.models import build_model
 
@@ -109,8 +110,6 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
     ConfigError
         If the target cannot be imported or rejects its fields.
     """
-    from clients.base import ClientAlgorithm
-
     target = cfg["client"].get("_target_")
     try:
         algo = instantiate(
@@ -127,7 +126,15 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
         isinstance(algo, ClientAlgorithm),
         "client._target_",
         target,
-        "must be a clients.base.ClientAlgorithm subclass",
+        "must be a fedpriv.algorithm.ClientAlgorithm subclass",
+    )
+    groups = cfg["privacy"].get("group_sizes")
+    check(
+        groups is None or type(algo).supports_group_privacy,
+        "privacy.group_sizes",
+        groups,
+        f"must be null: {type(algo).__name__} computes no group privacy "
+        "(only batch-clipping clients do)",
     )
     return algo.for_run(cfg)
 
