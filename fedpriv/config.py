@@ -16,7 +16,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, parse_enum
+from fedpriv.accounting.spec import AccountingSpec
 from fedpriv.errors import ConfigError, check
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -179,12 +179,8 @@ def accounting_spec(p: DictConfig | PrivacyConfig | dict[str, Any]) -> Accountin
     ConfigError
         For an accountant or conversion outside its enum, or Mironov's conversion without RDP.
     """
-    get = p.get if isinstance(p, (dict, DictConfig)) else lambda k, d=None: getattr(p, k, d)
-    return AccountingSpec(
-        accountant=parse_enum(Accountant, "privacy.accountant", get("accountant", "pld")),
-        conversion=parse_enum(Conversion, "privacy.conversion", get("conversion", "default")),
-        target_delta=get("target_delta", 1e-5),
-    )
+    values: dict[str, Any] = dict(p) if isinstance(p, (dict, DictConfig)) else vars(p)
+    return AccountingSpec.from_privacy(values)
 
 
 def check_all_finite(node: Any, path: str = "") -> None:

@@ -152,7 +152,7 @@ def _adapter(call_next: ClientAppCallable) -> ClientAppCallable:
 
     def handle(msg: Message, ctxt: Context) -> Message:
         cfg = msg.content.config_records[FITINS_CONFIG]
-        inner = Message(content=unpack_content(bytes(cfg[CONTENT_KEY])), metadata=msg.metadata)  # type: ignore[arg-type]
+        inner = Message(content=unpack_content(bytes(cfg[CONTENT_KEY])), metadata=msg.metadata)  # type: ignore[arg-type, call-overload]
         reply = call_next(inner, ctxt)
         if reply.has_error():
             raise RuntimeError(f"train handler failed: {reply.error.reason}")
