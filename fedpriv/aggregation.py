@@ -132,7 +132,8 @@ class IdealAggregator(Aggregator):
     Parameters
     ----------
     min_replies : int | None
-        Minimum number of successful replies; ``None`` means all clients must reply.
+        Minimum number of successful replies with finite updates; ``None`` means all clients
+        must reply (non-finite updates among them are then dropped, not failed).
 
     Notes
     -----
@@ -161,6 +162,12 @@ class IdealAggregator(Aggregator):
             raise RoundFailed(
                 f"round {server_round}: every update of the {len(good)} replies is non-finite",
                 num_ok=0,
+            )
+        if self.min_replies is not None and len(finite) < self.min_replies:
+            raise RoundFailed(
+                f"round {server_round}: {len(finite)}/{len(messages)} finite updates "
+                f"(need {self.min_replies})",
+                num_ok=len(finite),
             )
         result = sum_replies(finite)
         if len(finite) < len(good):

@@ -424,3 +424,15 @@ def test_declared_capability_not_target_name_decides() -> None:
     assert not aggregator_class(
         {"_target_": "strategies.aggregators.IdealAggregator"}
     ).uses_secagg_mods
+
+
+def test_min_replies_counts_finite_updates_only() -> None:
+    replies = [_reply({"w": np.array([1.0])}), _reply({"w": np.array([np.nan])})]
+    with pytest.raises(RoundFailed, match="1/2 finite updates"):
+        IdealAggregator(min_replies=2).sum_updates(
+            _Grid(replies), [None] * 2, server_round=1, timeout=1
+        )
+    result = IdealAggregator(min_replies=1).sum_updates(
+        _Grid(replies), [None] * 2, server_round=1, timeout=1
+    )
+    assert result.num_clients == 1 and result.dropped == {NON_FINITE: 1}
