@@ -50,11 +50,11 @@ def make_probe_client_app() -> ClientApp:
         if pid in [int(p) for p in cfg.get("sleep_partitions", [])]:  # type: ignore[union-attr]
             time.sleep(float(cfg.get("sleep_seconds", 0.0)))  # type: ignore[arg-type]
         update = probe_update(
-            int(cfg["seed"]),
+            int(str(cfg["seed"])),
             pid,
-            int(cfg["server_round"]),
+            int(str(cfg["server_round"])),
             json.loads(str(cfg["shapes"])),
-            int(cfg["bits"]),
+            int(str(cfg["bits"])),
         )
         content = RecordDict(
             {

@@ -47,9 +47,9 @@ class ClientAlgorithm(ABC):
 
     Notes
     -----
-    Train metrics: ``train`` returns, besides diagnostics, ``"noise_draws"``: how many noise vectors this
-    client drew in the round (e.g. one per local step). Summed over the clients by the
-    aggregator; the contract test checks it equals the count of the events of one client.
+    Train metrics: besides diagnostics, ``train`` returns ``"noise_draws"``, how many noise
+    vectors this client drew in the round (e.g. one per local step). The aggregator sums it
+    over the clients; the contract test checks it equals the count of one client's events.
     """
 
     #: True if ``train`` returns integer residues (required by the SecAgg+ aggregator).
@@ -109,7 +109,8 @@ class ClientAlgorithm(ABC):
     def decode_sum(
         self, total: dict[str, Any], shapes: dict[str, tuple[int, ...]], server_round: int
     ) -> dict[str, Any]:
-        """The real-valued SUM of the clients' deltas from the aggregated ``total`` (default: as is)."""
+        """The real-valued SUM of the clients' deltas from the aggregated ``total`` (default: as
+        is)."""
         return total
 
     def local_events(self) -> list[tuple[Any, int]]:

@@ -45,7 +45,7 @@ def train_handler(cfg: dict[str, Any], msg: Message, context: Context) -> Messag
     torch.set_num_threads(1)
     cfg_json = json.dumps(cfg, sort_keys=True)
     partition_id = int(context.node_config["partition-id"])
-    server_round = int(msg.content.config_records[CONFIG_KEY]["server_round"])
+    server_round = int(str(msg.content.config_records[CONFIG_KEY]["server_round"]))
     data = _client_data(cfg_json, partition_id)
     algorithm = _algorithm(cfg_json)
     device = resolve_device(cfg)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 
+from fedpriv.algorithm import ClientAlgorithm
 from fedpriv.data import (
     ArrayDataset,
     load_dataset,
@@ -21,7 +22,6 @@ from fedpriv.data import (
     partition_iid,
     partition_natural,
 )
-from fedpriv.algorithm import ClientAlgorithm
 from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.models import build_model
 
@@ -64,7 +64,7 @@ def _partitions(key: str) -> tuple[np.ndarray, ...]:
             "natural",
             f"needs a dataset with natural clients; {ds.name} has none",
         )
-        parts = partition_natural(ds.groups_train)
+        parts = partition_natural(ds.groups_train)  # type: ignore[arg-type]
         check(
             len(parts) == n,
             "num_clients",
@@ -86,7 +86,7 @@ def partitions(cfg: dict[str, Any]) -> tuple[np.ndarray, ...]:
 
 
 def client_partition(cfg: dict[str, Any], partition_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)`` of client ``partition_id``: shapes ``(n, *input_shape)`` float32 and ``(n,)`` int64."""
+    """``(x, y)`` of client ``partition_id``: ``(n, *input_shape)`` float32, ``(n,)`` int64."""
     ds = run_dataset(cfg)
     idx = partitions(cfg)[partition_id]
     return ds.x_train[idx], ds.y_train[idx]
@@ -140,7 +140,8 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
 
 
 def resolve_device(cfg: dict[str, Any]) -> torch.device:
-    """``cuda`` when configured (``device`` auto/cuda with ``client_resources.num_gpus > 0``) and present."""
+    """``cuda`` if configured (``device`` auto/cuda with ``client_resources.num_gpus > 0``) and
+    present, else ``cpu``."""
     want, gpus = cfg.get("device", "auto"), float(cfg["client_resources"]["num_gpus"])
     if want == "cuda" or (want == "auto" and gpus > 0):
         check(
