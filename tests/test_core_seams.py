@@ -330,6 +330,7 @@ def test_noise_multiplier_zero_warns_and_marks_run_non_private(
     res = json.loads((tmp_path / "results.json").read_text())
     assert summary["status"] == "complete"
     assert res["privacy"]["non_private"] is True
+    assert res["privacy"]["epsilon"] == "inf"  # σ=0: the accountant's ε is unbounded
     assert res["privacy"]["noise_source"] == "secure"
     captured = capsys.readouterr()
     warnings = [ln for ln in captured.err.splitlines() if "NON-PRIVATE" in ln]
