@@ -58,6 +58,7 @@ class SkellamDPSGD(LocalDPSGD):
     """
 
     integer_updates = True  # what it sends: residues modulo 2**bits (SecAgg+-compatible)
+    hardened_noise = True  # integer Skellam noise: no floating-point attack surface
 
     bits: int = 32
     rotation: bool = False

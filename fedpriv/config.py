@@ -8,6 +8,7 @@ the field, the value and what is allowed. Client algorithms and strategies are p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -15,11 +16,29 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from fedpriv.errors import check
+from fedpriv.accounting.spec import AccountingSpec
+from fedpriv.errors import ConfigError, check
 
-ACCOUNTANTS = ("pld", "rdp")
-CONVERSIONS = ("default", "mironov")
 DEVICES = ("auto", "cpu", "cuda")
+
+#: What a float field must be, for the message refusing a non-finite value (other float
+#: fields anywhere in the composed config get "must be a finite number").
+FINITE_RULES = {
+    "privacy.noise_multiplier": "must be a finite number >= 0",
+    "privacy.target_epsilon": "must be a finite number > 0",
+    "privacy.target_delta": "must be a finite number in (0, 1)",
+    "privacy.max_grad_norm": "must be a finite number > 0",
+    "privacy.sample_rate": "must be a finite number in (0, 1]",
+    "privacy.stop_at_epsilon": "must be a finite number > 0",
+    "privacy.local_epsilon": "must be a finite number > 0",
+    "privacy.local_delta": "must be a finite number in [0, 1)",
+    "privacy.clipping_norm": "must be a finite number > 0",
+    "privacy.checkin_probability": "must be a finite number in (0, 1]",
+    "round_timeout": "must be a finite number > 0 (seconds)",
+    "partition.alpha": "must be a finite number > 0",
+    "client.lr": "must be a finite number > 0",
+    "strategy.server_lr": "must be a finite number > 0",
+}
 
 
 @dataclass
@@ -146,26 +165,40 @@ def validate_privacy(p: DictConfig | PrivacyConfig) -> None:
     check(0 < p.target_delta < 1, "privacy.target_delta", p.target_delta, "must be in (0, 1)")
     check(p.max_grad_norm > 0, "privacy.max_grad_norm", p.max_grad_norm, "must be > 0")
     check(0 < p.sample_rate <= 1, "privacy.sample_rate", p.sample_rate, "must be in (0, 1]")
-    check(
-        p.accountant in ACCOUNTANTS,
-        "privacy.accountant",
-        p.accountant,
-        f"must be one of {ACCOUNTANTS}",
-    )
-    check(
-        p.conversion in CONVERSIONS,
-        "privacy.conversion",
-        p.conversion,
-        f"must be one of {CONVERSIONS}",
-    )
-    check(
-        p.conversion == "default" or p.accountant == "rdp",
-        "privacy.conversion",
-        p.conversion,
-        "needs privacy.accountant=rdp (Mironov's conversion is an RDP conversion)",
-    )
+    accounting_spec(p)  # accountant and conversion: closed sets (enums) and their pairing
     if p.stop_at_epsilon is not None:
         check(p.stop_at_epsilon > 0, "privacy.stop_at_epsilon", p.stop_at_epsilon, "must be > 0")
+
+
+def accounting_spec(p: DictConfig | PrivacyConfig | dict[str, Any]) -> AccountingSpec:
+    """The :class:`AccountingSpec` of a ``privacy`` group (accountant, conversion, δ).
+
+    Raises
+    ------
+    ConfigError
+        For an accountant or conversion outside its enum, or Mironov's conversion without RDP.
+    """
+    values: dict[str, Any] = dict(p) if isinstance(p, (dict, DictConfig)) else vars(p)
+    return AccountingSpec.from_privacy(values)
+
+
+def check_all_finite(node: Any, path: str = "") -> None:
+    """Refuse any NaN or infinite float anywhere in the composed config, naming its path.
+
+    Raises
+    ------
+    ConfigError
+        ``privacy.max_grad_norm=inf must be a finite number > 0`` (rule from
+        :data:`FINITE_RULES`, else ``must be a finite number``).
+    """
+    if isinstance(node, dict):
+        for key, value in node.items():
+            check_all_finite(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            check_all_finite(value, f"{path}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(path, node, FINITE_RULES.get(path, "must be a finite number"))
 
 
 def validate(cfg: DictConfig) -> None:
@@ -176,6 +209,7 @@ def validate(cfg: DictConfig) -> None:
     ConfigError
         Naming the first offending field, its value and the allowed range.
     """
+    check_all_finite(OmegaConf.to_container(cfg, resolve=True))
     check(cfg.seed >= 0, "seed", cfg.seed, "must be >= 0")
     check(cfg.num_clients >= 1, "num_clients", cfg.num_clients, "must be >= 1")
     check(cfg.num_rounds >= 1, "num_rounds", cfg.num_rounds, "must be >= 1")

@@ -31,6 +31,8 @@ STANDARD = {
     "round_time_s",
     "status",
     "message",
+    "clients_dropped",
+    "dropped",
 }
 
 
@@ -38,7 +40,7 @@ GROUP_EPS = re.compile(r"epsilon_g(\d+)$")
 
 
 def fixed(value: float, width: int, decimals: int) -> str:
-    """``value`` right-aligned in ``width`` characters: fixed-point while it fits, else 3 significant digits."""
+    """``value`` right-aligned in ``width`` characters: fixed-point while it fits, else 3 digits."""
     text = f"{value:{width}.{decimals}f}"
     return text if len(text) <= width else f"{value:{width}.3g}"
 
@@ -70,6 +72,7 @@ def format_row(row: dict[str, Any]) -> str:
         if k not in STANDARD and isinstance(v, float) and not k.startswith("epsilon_g")
     ]
     extra.append(group_epsilons(row))
+    extra.append(str(row.get("dropped") or ""))  # e.g. "1 client dropped: non-finite update"
     return (
         f"{row['server_round']:>5}  {fixed(row['accuracy'], 8, 4)}  {fixed(row['loss'], 8, 4)}  "
         f"{fixed(row['epsilon'], 8, 3)}  {local_s}  {fixed(row['round_time_s'], 8, 2)}  "

@@ -1,8 +1,11 @@
 """Gaussian noise for real-valued updates, sampled from an explicit generator.
 
-``secure_mode`` seeds the generator from the OS's cryptographic entropy instead of a seed;
-research runs pass a seed for reproducibility. (Floating-point Gaussian sampling is not
-hardened against the Mironov 2012 attacks; use the Skellam mechanism where that matters.)
+``secure_mode`` seeds the generator from the OS's cryptographic entropy instead of a seed
+(:class:`fedpriv.accounting.spec.NoiseSource` ``secure``); research runs pass a seed for
+reproducibility (``seeded``: anyone holding the config can regenerate the noise and subtract
+it, so never for a deployment). Floating-point Gaussian sampling is not hardened against the
+Mironov 2012 attacks (results.json: ``float_noise_hardened: false``); use the Skellam
+mechanism where that matters. The runner states both in the header and results.json.
 """
 
 from __future__ import annotations

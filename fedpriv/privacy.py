@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from fedpriv.accounting.ledger import PrivacyLedger
+from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation, parse_enum
 
 
 class RunPrivacy:
@@ -21,21 +22,32 @@ class RunPrivacy:
     algorithm : ClientAlgorithm
         Supplies ``round_events()`` and ``local_events()``.
     privacy : dict
-        The run's ``privacy`` group (accountant, conversion, target_delta, stop_at_epsilon).
+        The run's ``privacy`` group (accountant, conversion, target_delta, stop_at_epsilon);
+        the first three become :attr:`spec`, an :class:`AccountingSpec` (enums, validated).
+
+    Raises
+    ------
+    ConfigError
+        For an accountant, conversion or δ the :class:`AccountingSpec` refuses.
     """
 
     def __init__(self, algorithm: Any, privacy: dict[str, Any]) -> None:
         self.algorithm = algorithm
-        self.target_delta = float(privacy["target_delta"])
+        relation = parse_enum(
+            NeighboringRelation,
+            "neighboring_relation",
+            getattr(algorithm, "neighboring_relation", NeighboringRelation.ADD_REMOVE),
+        )
+        self.spec = AccountingSpec.from_privacy(privacy, neighboring_relation=relation)
+        self.target_delta = float(self.spec.target_delta)
         self.stop_at_epsilon = privacy.get("stop_at_epsilon")
-        kw = {
-            "accountant": privacy.get("accountant", "pld"),
-            "conversion": privacy.get("conversion", "default"),
-            "neighboring_relation": getattr(algorithm, "neighboring_relation", "add_remove"),
+        self._privacy = {
+            "accountant": self.spec.accountant.value,
+            "conversion": self.spec.conversion.value,
+            "target_delta": self.target_delta,
         }
-        self._kw = kw
-        self.central = PrivacyLedger(**kw)
-        self.local = PrivacyLedger(**kw) if algorithm.local_events() else None
+        self.central: PrivacyLedger = self.spec.ledger()
+        self.local: PrivacyLedger | None = self.spec.ledger() if algorithm.local_events() else None
         self.rounds = 0
         self.analysis = (
             ""  # what answers for the central ε (PrivacyLedger.analysis), set by check()
@@ -67,14 +79,14 @@ class RunPrivacy:
         from fedpriv.accounting.ledger import IncompatibleEventsError
         from fedpriv.errors import ConfigError
 
-        trial = RunPrivacy(self.algorithm, {"target_delta": self.target_delta, **self._kw})
+        trial = RunPrivacy(self.algorithm, self._privacy)
         try:
             trial.record_round()
             trial.epsilon()
         except IncompatibleEventsError as exc:
             raise ConfigError(
                 "privacy.accountant",
-                self._kw["accountant"],
+                self.spec.accountant.value,
                 f"cannot account this client algorithm: {exc}",
             ) from None
         self.analysis = trial.central.analysis()

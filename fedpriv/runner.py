@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,16 +22,17 @@ from flwr.serverapp import Grid, ServerApp
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from clients.app import make_client_app
+from fedpriv.accounting.spec import NoiseSource
+from fedpriv.aggregation import AggregateResult, RoundFailed, aggregator_class
+from fedpriv.client_app import make_client_app
 from fedpriv.config import to_container, validate
 from fedpriv.display import RoundDisplay
-from fedpriv.errors import build_error, check
+from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.evaluate import evaluate
 from fedpriv.notices import quiet_known_notices
 from fedpriv.privacy import RunPrivacy
 from fedpriv.results import RunRecorder
 from fedpriv.setup import build_algorithm, build_model_for, partitions, resolve_device, run_dataset
-from strategies.aggregators import AggregateResult, RoundFailed
 
 DEFAULT_RAY_INIT = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
 
@@ -80,7 +82,7 @@ class Job:
         return True
 
     def evaluate_state(self, state: dict[str, np.ndarray]) -> tuple[float, float]:
-        """``(accuracy, loss)`` of ``state`` on the test split (the job's model is left as it was)."""
+        """``(accuracy, loss)`` of ``state`` on the test split (the job's model is unchanged)."""
         model = build_model_for(self.cfg)
         model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         return evaluate(model, self.x_test, self.y_test)
@@ -93,6 +95,30 @@ class Job:
         """The real-valued sum of the clients' deltas (the algorithm decodes e.g. integers)."""
         shapes = {k: tuple(p.shape) for k, p in self.model.named_parameters() if p.requires_grad}
         return self.privacy.algorithm.decode_sum(total, shapes, server_round)
+
+    def admit(self, result: AggregateResult, server_round: int) -> None:
+        """Refuse (RoundFailed) a sum the run cannot account, before anything is released.
+
+        A sum with fewer contributors than ``num_clients`` (dropouts, non-finite updates left
+        out by the aggregator) is accounted with the algorithm's ``degraded_round_events``; an
+        algorithm without them (or for which too few clients remain) fails the round: model
+        unchanged, nothing accounted.
+
+        Raises
+        ------
+        RoundFailed
+            If the degraded round cannot be accounted.
+        """
+        if result.num_clients >= self.num_clients:
+            return
+        try:
+            self.privacy.algorithm.degraded_round_events(result.num_clients)
+        except (NotImplementedError, ConfigError) as exc:
+            raise RoundFailed(
+                f"round {server_round}: {dropped_note(self.num_clients, result)}; "
+                f"not released: {exc}",
+                num_ok=result.num_clients,
+            ) from None
 
     def round_released(
         self,
@@ -109,6 +135,7 @@ class Job:
         (dropouts); the round is then accounted with the algorithm's degraded events.
         """
         self.privacy.record_round(contributors)
+        dropped = max(self.num_clients - contributors, 0) if contributors is not None else 0
         self.state = state
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         accuracy, loss = evaluate(self.model, self.x_test, self.y_test)
@@ -121,6 +148,8 @@ class Job:
             "round_time_s": seconds,
             "status": "ok",
             "client_metrics": {k: v for k, v in result.metrics.items()},
+            "clients_dropped": dropped,
+            "dropped": dropped_note(self.num_clients, result) if dropped else "",
             **self.privacy.algorithm.privacy_report(self.privacy.rounds, self.privacy.target_delta),
             **(extra or {}),
         }
@@ -148,6 +177,23 @@ class Job:
             raise RuntimeError(
                 f"every client failed in round {server_round}; stopping the run: {error}"
             )
+
+
+def dropped_note(num_clients: int, result: AggregateResult) -> str:
+    """``"1 client dropped: non-finite update"``: who is missing from the sum and why ('' if
+    nobody); clients the aggregator did not name a reason for count as ``no reply``."""
+    missing = num_clients - result.num_clients
+    if missing <= 0:
+        return ""
+    reasons = {k: v for k, v in result.dropped.items() if v > 0}
+    if missing > sum(reasons.values()):
+        reasons["no reply"] = missing - sum(reasons.values())
+    what = (
+        next(iter(reasons))
+        if len(reasons) == 1
+        else ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+    )
+    return f"{missing} client{'' if missing == 1 else 's'} dropped: {what}"
 
 
 def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
@@ -181,12 +227,14 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
         stop,
         "is below the epsilon of a single round: nothing could be trained",
     )
-    if "secaggplus" in str(run_cfg["aggregator"].get("_target_", "")).lower():
+    agg_cls = aggregator_class(run_cfg["aggregator"])
+    if getattr(agg_cls, "requires_integer_updates", False):
         check(
             algorithm.integer_updates,
             "aggregator",
-            "secaggplus",
-            f"needs a client algorithm that sends integers ({type(algorithm).__name__} sends floats): use client=skellam_dpsgd",
+            agg_cls.__name__,
+            "needs a client algorithm that sends integers "
+            f"({type(algorithm).__name__} sends floats): use client=skellam_dpsgd",
         )
         check(
             run_cfg["aggregator"].get("bits") == algorithm.bits,
@@ -195,6 +243,51 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
             f"must equal client.bits={algorithm.bits}",
         )
     return run_cfg, algorithm
+
+
+def noise_facts(algorithm: Any, privacy: dict[str, Any]) -> dict[str, Any]:
+    """What protects the noise and what divides the release, for results.json and the header.
+
+    ``noise_source``: ``seeded`` (reproducible from ``seed``: anyone holding the config can
+    regenerate the noise and subtract it; right for a simulation, not for a deployment) or
+    ``secure`` (OS entropy, ``privacy.secure_mode=true``). ``float_noise_hardened``: whether
+    the noise resists floating-point attacks (the algorithm's ``hardened_noise``: integer
+    Skellam noise does, float Gaussian noise does not). ``non_private``: no noise at all
+    (``privacy.noise_multiplier=0``). ``normalizer``: the public constant dividing every
+    released quantity (``privacy_summary()["normalizer"]``, else the algorithm's property;
+    ``None`` if it states none).
+    """
+    source = NoiseSource.SECURE if privacy.get("secure_mode") else NoiseSource.SEEDED
+    normalizer = algorithm.privacy_summary().get("normalizer")
+    if normalizer is None:
+        try:
+            normalizer = float(algorithm.normalizer)
+        except NotImplementedError:
+            normalizer = None
+    sigma = privacy.get("noise_multiplier")
+    return {
+        "noise_source": source.value,
+        "float_noise_hardened": bool(getattr(algorithm, "hardened_noise", False)),
+        "non_private": sigma is not None and float(sigma) == 0.0,
+        "normalizer": normalizer,
+    }
+
+
+def header_line(run_cfg: dict[str, Any], facts: dict[str, Any], analysis: str, out: Path) -> str:
+    """The run's first line: size, σ, δ, accounting, noise source, normalizer, outputs."""
+    p = run_cfg["privacy"]
+    sigma = p["noise_multiplier"]
+    sigma_s = "None" if sigma is None else format(sigma, ".4g")
+    norm = facts["normalizer"]
+    norm_s = "unstated" if norm is None else format(norm, ".6g")
+    hardened = "hardened" if facts["float_noise_hardened"] else "not hardened"
+    return (
+        ("NON-PRIVATE run (privacy.noise_multiplier=0): " if facts["non_private"] else "")
+        + f"fedpriv: {run_cfg['num_clients']} clients, {run_cfg['num_rounds']} rounds, "
+        f"σ={sigma_s}, δ={p['target_delta']:g}, accounting={analysis}, "
+        f"noise_source={facts['noise_source']} ({hardened} against floating-point attacks), "
+        f"normalizer={norm_s}; outputs in {out}"
+    )
 
 
 def _instantiate(node: Any, group: str) -> Any:
@@ -219,6 +312,12 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         strategy.check_algorithm(algorithm)
     p = run_cfg["privacy"]
     analysis = RunPrivacy(algorithm, p).check().analysis
+    facts = noise_facts(algorithm, p)
+    if facts["non_private"]:
+        print(
+            "fedpriv: warning: privacy.noise_multiplier=0 adds no noise: this run is NON-PRIVATE",
+            file=sys.stderr,
+        )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(run_cfg)))
@@ -237,15 +336,13 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             "num_rounds": run_cfg["num_rounds"],
             "num_clients": run_cfg["num_clients"],
             **algorithm.privacy_summary(),
+            **facts,
         },
         extra={"config": run_cfg},
     )
     display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
     job = Job(run_cfg, algorithm, aggregator, recorder, display)
-    display.note(
-        f"fedpriv: {run_cfg['num_clients']} clients, {run_cfg['num_rounds']} rounds, "
-        f"σ={p['noise_multiplier'] if p['noise_multiplier'] is None else format(p['noise_multiplier'], '.4g')}, δ={p['target_delta']:g}, accounting={analysis}; outputs in {out_dir}"
-    )
+    display.note(header_line(run_cfg, facts, analysis, out_dir))
     server_app = ServerApp()
 
     @server_app.main()
@@ -285,7 +382,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     }
 
 
-# ray.init arguments that configure a NEW local instance; connecting to an existing cluster rejects them
+# ray.init arguments that configure a NEW local instance (an existing cluster rejects them)
 RAY_RESOURCE_ARGS = (
     "num_cpus",
     "num_gpus",

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 
+from fedpriv.algorithm import ClientAlgorithm
 from fedpriv.data import (
     ArrayDataset,
     load_dataset,
@@ -63,7 +64,7 @@ def _partitions(key: str) -> tuple[np.ndarray, ...]:
             "natural",
             f"needs a dataset with natural clients; {ds.name} has none",
         )
-        parts = partition_natural(ds.groups_train)
+        parts = partition_natural(ds.groups_train)  # type: ignore[arg-type]
         check(
             len(parts) == n,
             "num_clients",
@@ -85,7 +86,7 @@ def partitions(cfg: dict[str, Any]) -> tuple[np.ndarray, ...]:
 
 
 def client_partition(cfg: dict[str, Any], partition_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)`` of client ``partition_id``: shapes ``(n, *input_shape)`` float32 and ``(n,)`` int64."""
+    """``(x, y)`` of client ``partition_id``: ``(n, *input_shape)`` float32, ``(n,)`` int64."""
     ds = run_dataset(cfg)
     idx = partitions(cfg)[partition_id]
     return ds.x_train[idx], ds.y_train[idx]
@@ -109,8 +110,6 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
     ConfigError
         If the target cannot be imported or rejects its fields.
     """
-    from clients.base import ClientAlgorithm
-
     target = cfg["client"].get("_target_")
     try:
         algo = instantiate(
@@ -127,13 +126,22 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
         isinstance(algo, ClientAlgorithm),
         "client._target_",
         target,
-        "must be a clients.base.ClientAlgorithm subclass",
+        "must be a fedpriv.algorithm.ClientAlgorithm subclass",
+    )
+    groups = cfg["privacy"].get("group_sizes")
+    check(
+        groups is None or type(algo).supports_group_privacy,
+        "privacy.group_sizes",
+        groups,
+        f"must be null: {type(algo).__name__} computes no group privacy "
+        "(only batch-clipping clients do)",
     )
     return algo.for_run(cfg)
 
 
 def resolve_device(cfg: dict[str, Any]) -> torch.device:
-    """``cuda`` when configured (``device`` auto/cuda with ``client_resources.num_gpus > 0``) and present."""
+    """``cuda`` if configured (``device`` auto/cuda with ``client_resources.num_gpus > 0``) and
+    present, else ``cpu``."""
     want, gpus = cfg.get("device", "auto"), float(cfg["client_resources"]["num_gpus"])
     if want == "cuda" or (want == "auto" and gpus > 0):
         check(

@@ -1,8 +1,9 @@
 """DP FedAvg with secure aggregation: every client trains each round, the aggregator reveals
 only the sum of their updates, the server adds its mean (third paper, Alg. 1, server side).
 
-The mean divides by the configured ``num_clients`` — never by client-reported weights — so a
-client's claim about itself cannot change the sensitivity.
+The mean divides by the configured ``num_clients`` — never by client-reported weights, nor by
+the number of clients that survived a round (dropouts, non-finite updates) — so neither a
+client's claim about itself nor who dropped out can change the sensitivity.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
+from fedpriv.aggregation import AggregateResult, Aggregator, RoundFailed
 from fedpriv.wire import CONFIG_KEY, MODEL_KEY
-from strategies.aggregators import AggregateResult, Aggregator, RoundFailed
 
 
 class ServerJob(Protocol):
@@ -32,6 +33,7 @@ class ServerJob(Protocol):
         self, total: dict[str, np.ndarray], server_round: int
     ) -> dict[str, np.ndarray]: ...
     def may_start_round(self, server_round: int) -> bool: ...
+    def admit(self, result: AggregateResult, server_round: int) -> None: ...
     def round_released(
         self,
         server_round: int,
@@ -45,7 +47,7 @@ class ServerJob(Protocol):
 
 
 def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float) -> list[int]:
-    """Node ids once ``num_nodes`` are registered (sorted, Python ints); raises after ``timeout`` s."""
+    """Node ids once ``num_nodes`` are registered (sorted Python ints); raises after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         ids = sorted(int(i) for i in grid.get_node_ids())
@@ -123,6 +125,7 @@ class DPFedAvg:
                     server_round=server_round,
                     timeout=job.round_timeout,
                 )
+                job.admit(result, server_round)  # a sum with dropouts must be accountable
             except RoundFailed as exc:
                 job.round_failed(server_round, exc, time.monotonic() - t0)
                 continue
@@ -136,7 +139,11 @@ class DPFedAvg:
     def apply(
         self, state: dict[str, np.ndarray], result: AggregateResult, num_clients: int
     ) -> dict[str, np.ndarray]:
-        """``w + η_s Σ Δ / num_clients`` for the keys in the sum; other entries unchanged."""
+        """``w + η_s Σ Δ / num_clients`` for the keys in the sum; other entries unchanged.
+
+        ``num_clients`` is the configured (public) number of clients, also when fewer
+        contributed to ``result``.
+        """
         new = dict(state)
         for key, total in result.total.items():
             new[key] = (state[key] + self.server_lr * total / num_clients).astype(state[key].dtype)

@@ -2,7 +2,7 @@
 
 The server runs Flower's :class:`flwr.server.workflow.SecAggPlusWorkflow` (in flwr 1.42 a
 legacy workflow: it reads a ``LegacyContext`` and a legacy ``Strategy``), and each client
-runs ``flwr.client.mod.secaggplus_mod`` (registered by :data:`clients.secagg.SECAGG_MODS`).
+runs ``flwr.client.mod.secaggplus_mod`` (registered by :data:`fedpriv.secagg.SECAGG_MODS`).
 Only the sum of the clients' masked vectors is ever unmasked (Bell et al. 2020, SecAgg+).
 
 How integers pass through exactly. The workflow is built for float models: a client clips a
@@ -30,13 +30,11 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.common import FitIns, FitRes, Parameters, Scalar, parameters_to_ndarrays
-from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
-from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from flwr.server.client_manager import ClientManager, SimpleClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.compat.grid_client_proxy import GridClientProxy
@@ -47,62 +45,21 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
+from fedpriv.aggregation import AggregateResult, Aggregator, RoundFailed
 from fedpriv.errors import ConfigError, check
-from strategies.aggregators import AggregateResult, Aggregator, RoundFailed
-
-CONTENT_KEY = "fedpriv.secagg.content"  # FitIns config: the original train RecordDict (bytes)
-BITS_KEY = "fedpriv.secagg.bits"  # FitIns config: residue width
-LIMB_KEY = "fedpriv.secagg.limb_bits"  # FitIns config: limb width L
-LAYOUT_KEY = "fedpriv.secagg.layout"  # FitRes metrics: JSON [[key, shape], ...] of the update
-MODULUS_BITS = 32  # Flower's default modulus range 2**32 (documented upper limit)
-MAX_LIMB_BITS = 31  # Flower casts quantized values to int32
-
-
-# ---- codec shared by the client mod and the server ------------------------------------
-def pack_content(content: RecordDict) -> bytes:
-    """Serialize a Message-API ``RecordDict`` (ProtoBuf bytes) to ride in a legacy FitIns."""
-    return cast(bytes, recorddict_to_proto(content).SerializeToString())
-
-
-def unpack_content(data: bytes) -> RecordDict:
-    """Inverse of :func:`pack_content`."""
-    return recorddict_from_proto(ProtoRecordDict.FromString(data))
-
-
-def limb_bits_for(bits: int, num_clients: int) -> int:
-    """L: limb width so that ``num_clients`` limb sums and weights stay below ``2**32``.
-
-    ``K = ceil(bits / Lmax)`` limbs of ``L = ceil(bits / K)`` bits, with
-    ``Lmax = min(31, 32 − ceil(log2(num_clients + 1)))``.
-    """
-    lmax = min(MAX_LIMB_BITS, MODULUS_BITS - math.ceil(math.log2(num_clients + 1)))
-    check(lmax >= 1, "num_clients", num_clients, "is too large for a 2**32 SecAgg+ modulus")
-    return math.ceil(bits / math.ceil(bits / lmax))
-
-
-def split_limbs(flat: np.ndarray, bits: int, limb_bits: int) -> list[np.ndarray]:
-    """Residues ``(D,)`` in ``[0, 2**bits)`` → K float64 arrays ``limb − 2**(L−1)`` for Flower."""
-    num = math.ceil(bits / limb_bits)
-    mask, centre = (1 << limb_bits) - 1, float(1 << (limb_bits - 1))
-    return [((flat >> (k * limb_bits)) & mask).astype(np.float64) - centre for k in range(num)]
-
-
-def join_limb_means(means: Sequence[np.ndarray], num_clients: int, limb_bits: int) -> np.ndarray:
-    """Flower's per-limb means over ``num_clients`` → the exact int64 sum of the residues.
-
-    Raises
-    ------
-    RoundFailed
-        If a recovered limb sum is outside ``[0, n (2**L − 1)]`` (a corrupted aggregate).
-    """
-    n, centre = num_clients, 1 << (limb_bits - 1)
-    total = np.zeros(np.asarray(means[0]).shape, dtype=np.int64)
-    for k, mean in enumerate(means):
-        limb_sum = np.rint(np.asarray(mean, dtype=np.float64) * n).astype(np.int64) + n * centre
-        if limb_sum.size and (limb_sum.min() < 0 or limb_sum.max() > n * ((1 << limb_bits) - 1)):
-            raise RoundFailed(f"SecAgg+ limb {k} sum out of range: the aggregate is corrupted")
-        total += limb_sum << (k * limb_bits)
-    return total
+from fedpriv.secagg import (  # noqa: F401 - re-exported for tests and benchmarks
+    BITS_KEY,
+    CONTENT_KEY,
+    LAYOUT_KEY,
+    LIMB_KEY,
+    MAX_LIMB_BITS,
+    MODULUS_BITS,
+    join_limb_means,
+    limb_bits_for,
+    pack_content,
+    split_limbs,
+    unpack_content,
+)
 
 
 def resolve_shares(num_shares: int | float, threshold: int | float, n: int) -> tuple[int, int]:
@@ -191,10 +148,13 @@ class _TimedWorkflow(SecAggPlusWorkflow):
 class SecAggPlusAggregator(Aggregator):
     """Sum integer client updates with Flower's SecAgg+ protocol; exact, like the ideal sum.
 
+    Declares ``requires_integer_updates`` (its ``bits`` must equal the client's) and
+    ``uses_secagg_mods`` (every client registers :data:`fedpriv.secagg.SECAGG_MODS`).
+
     Every client's ``update`` arrays must hold integers in ``[0, 2**bits)`` (e.g. Skellam
     residues, :meth:`fedpriv.skellam.SkellamMechanism.encode`); the returned ``total`` is their
     exact int64 sum over the clients that survived the protocol (reduce it modulo
-    ``2**bits`` to decode). The round's clients must register :data:`clients.secagg.SECAGG_MODS`.
+    ``2**bits`` to decode). The round's clients must register :data:`fedpriv.secagg.SECAGG_MODS`.
 
     Parameters
     ----------
@@ -220,6 +180,8 @@ class SecAggPlusAggregator(Aggregator):
         For out-of-range fields, or a threshold above the number of clients.
     """
 
+    requires_integer_updates: ClassVar[bool] = True
+    uses_secagg_mods: ClassVar[bool] = True
     num_shares: int | float = 1.0
     reconstruction_threshold: int | float = 0.5
     bits: int = 32

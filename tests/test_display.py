@@ -49,3 +49,11 @@ def test_group_epsilons_condensed_and_other_extras_kept() -> None:
         format_row({**BASE, "status": "failed", "message": "timeout"})
         == "    2  round failed: timeout"
     )
+
+
+def test_round_line_says_who_dropped_out() -> None:
+    row = {**BASE, "clients_dropped": 1, "dropped": "1 client dropped: non-finite update"}
+    line = format_row(row)
+    assert line.endswith("   7.00  1 client dropped: non-finite update")
+    assert "clients_dropped" not in line
+    assert format_row({**BASE, "clients_dropped": 0, "dropped": ""}) == format_row(BASE)
