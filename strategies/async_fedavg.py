@@ -30,8 +30,8 @@ import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+from fedpriv.aggregation import RoundFailed
 from fedpriv.errors import check
-from strategies.aggregators import RoundFailed
 from strategies.fedavg import DPFedAvg, ServerJob, train_messages, wait_for_nodes
 
 
@@ -106,6 +106,7 @@ class AsyncDPFedAvg(DPFedAvg):
                 result = job.aggregator.sum_updates(
                     grid, messages, server_round=server_round, timeout=job.round_timeout
                 )
+                job.admit(result, server_round)  # a sum with dropouts must be accountable
             except RoundFailed as exc:
                 job.round_failed(server_round, exc, time.monotonic() - t0)
                 continue

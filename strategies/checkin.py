@@ -47,10 +47,16 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedpriv.accounting.checkin import expected_dummy_updates
+from fedpriv.aggregation import (
+    NON_FINITE,
+    AggregateResult,
+    error_reason,
+    is_finite_reply,
+    sum_replies,
+)
 from fedpriv.errors import check
 from fedpriv.noise import make_generator
 from fedpriv.wire import ABSTAIN, CHECKIN_KEY, CONFIG_KEY, MODEL_KEY
-from strategies.aggregators import AggregateResult, error_reason, sum_replies
 from strategies.fedavg import numpy_state, wait_for_nodes
 
 __all__ = [
@@ -385,6 +391,7 @@ class CheckinStrategy:
                 )
             )
             bad = [error_reason(r) for r in replies if r.has_error()]
+            bad += [NON_FINITE for r in replies if not r.has_error() and not is_finite_reply(r)]
             if bad or len(replies) != len(asked):
                 raise RuntimeError(
                     f"pass {server_round}: {len(replies) - len(bad)}/{len(asked)} slot updates "

@@ -50,6 +50,7 @@ class FakeJob:
     def __init__(self) -> None:
         self.aggregator = EchoAggregator()
         self.released: list[tuple[int, float, dict]] = []
+        self.admitted = 0
 
     def initial_state(self) -> dict[str, np.ndarray]:
         return {"w": np.array([0.0])}
@@ -59,6 +60,9 @@ class FakeJob:
 
     def may_start_round(self, server_round: int) -> bool:
         return True
+
+    def admit(self, result: AggregateResult, server_round: int) -> None:
+        self.admitted += 1
 
     def round_released(
         self,
@@ -87,6 +91,7 @@ def test_synchronous_when_staleness_zero() -> None:
     # every client gets the current w; w <- w + mean(w + 1) = 2 w + 1 each round
     assert states == [1.0, 3.0, 7.0, 15.0, 31.0, 63.0]
     assert all(len(set(ws)) == 1 for ws in job.aggregator.sent)
+    assert job.admitted == 6  # every sum is checked as accountable before it is applied
 
 
 def test_stale_models_within_bound_and_applied_to_current() -> None:
