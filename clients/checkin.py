@@ -38,7 +38,7 @@ from fedpriv.accounting.checkin import CheckinSpec, CheckinVariant
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
 from fedpriv.randomizers import LocalRandomizer
-from fedpriv.wire import ABSTAIN, CHECKIN_KEY
+from fedpriv.wire import ABSTAIN, CHECKIN_KEY, record_int
 
 __all__ = ["CheckinClient", "mean_cross_entropy", "slot_update"]
 
@@ -220,11 +220,11 @@ class CheckinClient(ClientAlgorithm):
         uniform pick, so seeded runs repeat exactly although Flower's node ids change per run.
         """
         q = msg.content.config_records[CHECKIN_KEY]
-        server_round = int(q["server_round"])
-        if str(q["variant"]) != self.variant or int(q["num_slots"]) != int(self.num_slots):
+        server_round = record_int(q, "server_round")
+        if str(q["variant"]) != self.variant or record_int(q, "num_slots") != int(self.num_slots):
             raise RuntimeError(
-                f"check-in query for variant={q['variant']} num_slots={q['num_slots']} does not "
-                f"match this client's protocol ({self.variant}, {self.num_slots})"
+                f"check-in query for variant={q['variant']!r} num_slots={q['num_slots']!r} "
+                f"does not match this client's protocol ({self.variant}, {self.num_slots})"
             )
         partition_id = int(context.node_config["partition-id"])
         rng = checkin_rng(
@@ -257,10 +257,14 @@ class CheckinClient(ClientAlgorithm):
         from fedpriv.wire import CONFIG_KEY
 
         conf = msg.content.config_records[CONFIG_KEY]
-        want = (int(conf["server_round"]), int(conf["slot"]))
+        want = (record_int(conf, "server_round"), record_int(conf, "slot"))
         if self.variant is not CheckinVariant.POISSON:
             mine = context.state.config_records.get(CHECKIN_KEY)
-            have = None if mine is None else (int(mine["server_round"]), int(mine["slot"]))
+            have = (
+                None
+                if mine is None
+                else (record_int(mine, "server_round"), record_int(mine, "slot"))
+            )
             if have != want or want[1] == ABSTAIN:
                 raise RuntimeError(
                     f"asked for the update of (pass, slot)={want} but checked into {have}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -21,7 +22,7 @@ def _main(cfg: DictConfig) -> float | None:
     from fedpriv.runner import run_experiment
 
     try:
-        summary = run_experiment(cfg, HydraConfig.get().runtime.output_dir)
+        summary = run_experiment(cfg, Path(HydraConfig.get().runtime.output_dir))
     except ConfigError as exc:
         print(f"fedpriv: error: {exc}", file=sys.stderr)
         sys.exit(2)

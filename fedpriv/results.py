@@ -103,7 +103,7 @@ class RunRecorder:
     ) -> None:
         """Mark the run ended; save the weights (``model.npz``) and ``curves.png``."""
         if weights is not None:
-            np.savez_compressed(self.out_dir / "model.npz", **weights)
+            np.savez_compressed(self.out_dir / "model.npz", allow_pickle=False, **weights)
         if plot and self.rounds:
             from fedpriv.plots import plot_curves
 

@@ -6,6 +6,8 @@ spelling and one meaning.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 #: ArrayRecord of a train message: the global model's state (parameter name -> array).
 MODEL_KEY = "arrays"
 #: ConfigRecord of a train or query message: ``server_round`` and per-message settings.
@@ -18,3 +20,17 @@ METRICS_KEY = "metrics"
 CHECKIN_KEY = "checkin"
 #: The slot a client answers when it abstains from a random check-in.
 ABSTAIN = -1
+
+
+def record_int(record: Mapping[str, object], key: str, default: int | None = None) -> int:
+    """The integer ``record[key]`` of a ConfigRecord (``default`` when absent).
+
+    Raises
+    ------
+    TypeError
+        If the value is missing without a default, or is not a number (a malformed message).
+    """
+    value = record.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"message field {key}={value!r} must be a number")
+    return int(value)

@@ -56,7 +56,7 @@ from fedpriv.aggregation import (
 )
 from fedpriv.errors import check
 from fedpriv.noise import make_generator
-from fedpriv.wire import ABSTAIN, CHECKIN_KEY, CONFIG_KEY, MODEL_KEY
+from fedpriv.wire import ABSTAIN, CHECKIN_KEY, CONFIG_KEY, MODEL_KEY, record_int
 from strategies.fedavg import numpy_state, wait_for_nodes
 
 __all__ = [
@@ -120,7 +120,9 @@ def poisson_occupancy(
 ) -> dict[int, list[int]]:
     """Server-side Poisson sampling (baseline): each node joins each slot with probability ``q``."""
     hits = rng.random((num_slots, len(node_ids))) < sample_rate
-    return {s + 1: [int(node_ids[i]) for i in np.flatnonzero(hits[s])] for s in range(num_slots)}
+    return {
+        s + 1: [int(node_ids[int(i)]) for i in np.flatnonzero(hits[s])] for s in range(num_slots)
+    }
 
 
 def _slot_message(node: int, arrays: ArrayRecord, server_round: int, slot: int) -> Message:
@@ -237,7 +239,8 @@ class CheckinStrategy:
             t0 = time.monotonic()
             slots = update_slots(algo.variant, int(algo.num_slots), job.num_clients)
             if algo.variant == "poisson":
-                answers, missing = {}, 0
+                answers: dict[int, int] = {}
+                missing = 0
                 occ = poisson_occupancy(node_ids, len(slots), algo.sample_rate, rng)
             else:
                 answers, tickets, missing = self.check_in(
@@ -312,12 +315,13 @@ class CheckinStrategy:
             for i in range(0, len(messages), chunk)
             for r in grid.send_and_receive(messages[i : i + chunk], timeout=timeout)
         ]
-        answers, tickets = {}, {}
+        answers: dict[int, int] = {}
+        tickets: dict[int, int] = {}
         for reply in replies:
             if not reply.has_error() and CHECKIN_KEY in reply.content.config_records:
                 record = reply.content.config_records[CHECKIN_KEY]
-                answers[int(reply.metadata.src_node_id)] = int(record["slot"])
-                tickets[int(reply.metadata.src_node_id)] = int(record.get("ticket", 0))
+                answers[int(reply.metadata.src_node_id)] = record_int(record, "slot")
+                tickets[int(reply.metadata.src_node_id)] = record_int(record, "ticket", 0)
         return answers, tickets, len(node_ids) - len(answers)
 
     # ------------------------------------------------------------------ slots
@@ -381,7 +385,7 @@ class CheckinStrategy:
             released).
         """
         by_slot: dict[int, list[Message]] = {}
-        arrays = ArrayRecord(numpy_state(state)) if any(t.nodes for t in chunk) else None
+        arrays = ArrayRecord(numpy_state(state))  # once per chunk, shared by its messages
         for wave in _waves([(node, t.slot) for t in chunk for node in t.nodes]):
             asked = dict(wave)
             replies = list(
