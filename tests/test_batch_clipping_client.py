@@ -63,7 +63,7 @@ def test_poisson_individual_clipping_reproduces_local_dpsgd_exactly() -> None:
         build_model("mlp", (1, 6, 6), 3, hidden=(8,)),
     )
     model.load_state_dict(ref_model.state_dict())
-    ref = LocalDPSGD(steps=4, lr=0.3, privacy=privacy, num_clients=1)
+    ref = LocalDPSGD(steps=4, lr=0.3, normalizer=0.2 * 40, privacy=privacy, num_clients=1)
     ours = GeneralizedDPSGD(
         sampler="poisson",
         num_groups=1,
