@@ -25,6 +25,7 @@ from torch import nn
 
 from clients.base import ClientData, TrainContext
 from clients.dpsgd import LocalDPSGD, summed_cross_entropy
+from clients.dpsgd import nominal_expected_batch as nominal
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.skellam import SkellamEvent, SkellamSpec
 from fedpriv.accounting.spec import AccountingSpec
@@ -124,9 +125,9 @@ class SkellamDPSGD(LocalDPSGD):
         from fedpriv.setup import build_model_for, partitions
 
         num_params = sum(p.numel() for p in build_model_for(cfg).parameters() if p.requires_grad)
-        bound = super().for_run(cfg)
         return replace(
-            bound,
+            self,
+            normalizer=self.normalizer if self.normalizer is not None else nominal(cfg),
             num_params=int(num_params),
             local_samples=max(1, max(len(idx) for idx in partitions(cfg))),
         )

@@ -142,14 +142,16 @@ def calibrate_noise_multiplier(
     check(0 < target_delta < 1, "target_delta", target_delta, "must be in (0, 1)")
     check(isinstance(steps, int) and steps >= 1, "steps", steps, "must be an integer >= 1")
     from fedpriv.accounting.dpsgd import DPSGDSpec
-    from fedpriv.accounting.spec import AccountingSpec
+    from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, parse_enum
 
     spec = DPSGDSpec(
         noise_multiplier=0.0,
         sample_rate=sample_rate,
         steps=steps,
         accounting=AccountingSpec(
-            accountant=accountant, conversion=conversion, target_delta=target_delta
+            accountant=parse_enum(Accountant, "accountant", accountant),
+            conversion=parse_enum(Conversion, "conversion", conversion),
+            target_delta=target_delta,
         ),
     )
     return spec.calibrated(target_epsilon, 1).noise_multiplier

@@ -22,7 +22,7 @@ from dp_accounting import dp_event
 
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.spec import Accountant, AccountingSpec, check_finite
+from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, check_finite
 from fedpriv.errors import check
 
 SAMPLING_REFUSAL = (
@@ -269,8 +269,8 @@ class DPSGDSpec:
             sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
             steps=p.int("steps", ge=1),
             accounting=AccountingSpec(
-                accountant=p.choice("accountant", ACCOUNTANTS, "pld"),
-                conversion=p.choice("conversion", CONVERSIONS, "default"),
+                accountant=Accountant(p.choice("accountant", ACCOUNTANTS, "pld")),
+                conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
                 target_delta=p.delta("target_delta"),
             ),
         )

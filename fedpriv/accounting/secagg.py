@@ -29,7 +29,7 @@ from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.skellam import SKELLAM_KEYS, SkellamSpec
-from fedpriv.accounting.spec import Accountant, AccountingSpec
+from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion
 from fedpriv.errors import ConfigError, check
 
 MECHANISMS = ("gaussian", "skellam")
@@ -79,7 +79,9 @@ def _skellam_spec(
         num_clients=num_clients,
         honest_but_curious=honest_but_curious,
         accounting=AccountingSpec(
-            accountant=Accountant.RDP, conversion=conversion, target_delta=target_delta
+            accountant=Accountant.RDP,
+            conversion=Conversion(conversion),
+            target_delta=target_delta,
         ),
         **given,
     )

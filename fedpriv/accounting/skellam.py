@@ -38,7 +38,7 @@ from fedpriv.accounting.ledger import (
     rdp_to_epsilon,
 )
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.spec import Accountant, AccountingSpec, check_finite
+from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, check_finite
 from fedpriv.errors import ConfigError, check
 from fedpriv.skellam import DEFAULT_BETA, MAX_BITS, SkellamMechanism, rounded_norm_bound
 
@@ -577,7 +577,7 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     p.choice("accountant", ["rdp"], "rdp")
     accounting = AccountingSpec(
         accountant=Accountant.RDP,
-        conversion=p.choice("conversion", CONVERSIONS, "default"),
+        conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
         target_delta=p.delta("target_delta"),
     )
     steps = p.int("steps", ge=1)
