@@ -232,3 +232,37 @@ def test_for_run_binds_the_nominal_expected_batch() -> None:
     assert algo.normalizer == pytest.approx(0.1 * 6000 / 10, rel=1e-12)
     assert algo.privacy_summary()["normalizer"] == algo.normalizer
     assert type(algo).supports_group_privacy is False
+
+
+@pytest.mark.parametrize(("accountant", "conversion"), [("pld", "default"), ("rdp", "mironov")])
+def test_cli_poisson_gaussian_calibrates_to_the_runs_sigma(
+    accountant: str, conversion: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_cfg, algorithm = prepare(
+        _cfg(
+            [
+                f"privacy.accountant={accountant}",
+                f"privacy.conversion={conversion}",
+                "privacy.noise_multiplier=null",
+                f"privacy.target_epsilon={TARGET}",
+                f"num_rounds={ROUNDS}",
+            ]
+        )
+    )
+    p = run_cfg["privacy"]
+    status, out = _cli_json(
+        capsys,
+        [
+            "poisson-gaussian",
+            f"target_epsilon={TARGET}",
+            f"sample_rate={p['sample_rate']!r}",
+            f"steps={algorithm.steps}",
+            f"num_rounds={ROUNDS}",
+            f"target_delta={p['target_delta']!r}",
+            f"accountant={accountant}",
+            f"conversion={conversion}",
+        ],
+    )
+    assert status == 0, out
+    assert out["noise_multiplier"] == p["noise_multiplier"]  # the same bisection, bit for bit
+    assert out["epsilon"] == pytest.approx(run_epsilon(run_cfg, algorithm, ROUNDS), rel=1e-12)
