@@ -173,8 +173,10 @@ def test_skellam_local_steps_and_server_decode_use_one_normalizer(rotation: bool
         },
         num_clients=1,
     )
-    ctx = TrainContext(1, np.random.default_rng(3), torch.Generator().manual_seed(3), "cpu")
-    update, metrics = algo.train(model, data, ctx)  # type: ignore[arg-type]
+    ctx = TrainContext(
+        1, np.random.default_rng(3), torch.Generator().manual_seed(3), torch.device("cpu")
+    )
+    update, metrics = algo.train(model, data, ctx)
     assert metrics["noise_draws"] == 3 == sum(c for _, c in algo.round_events())
     shapes = {k: tuple(v.shape) for k, v in start.items()}
     decoded = algo.decode_sum({UPDATE_NAME: update[UPDATE_NAME].numpy()}, shapes, 1)
@@ -195,9 +197,11 @@ def test_skellam_refuses_more_records_than_local_samples() -> None:
         num_clients=2,
     )
     data = ClientData(torch.randn(5, 4), torch.randint(0, 2, (5,)), 0)
-    ctx = TrainContext(1, np.random.default_rng(0), torch.Generator().manual_seed(0), "cpu")
+    ctx = TrainContext(
+        1, np.random.default_rng(0), torch.Generator().manual_seed(0), torch.device("cpu")
+    )
     with pytest.raises(ConfigError, match="client.local_samples=3"):
-        algo.train(model, data, ctx)  # type: ignore[arg-type]
+        algo.train(model, data, ctx)
 
 
 @pytest.mark.parametrize(
@@ -219,9 +223,11 @@ def test_unbound_normalizer_is_refused_not_guessed_from_data() -> None:
     algo = LocalDPSGD(privacy={"noise_multiplier": 1.0, "sample_rate": 1.0}, num_clients=2)
     model = build_model("logistic", (4,), 2)
     data = ClientData(torch.randn(5, 4), torch.randint(0, 2, (5,)), 0)
-    ctx = TrainContext(1, np.random.default_rng(0), torch.Generator().manual_seed(0), "cpu")
+    ctx = TrainContext(
+        1, np.random.default_rng(0), torch.Generator().manual_seed(0), torch.device("cpu")
+    )
     with pytest.raises(ConfigError, match="client.normalizer"):
-        algo.train(model, data, ctx)  # type: ignore[arg-type]
+        algo.train(model, data, ctx)
 
 
 def test_for_run_binds_the_nominal_expected_batch() -> None:

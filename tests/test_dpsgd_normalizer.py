@@ -125,7 +125,7 @@ def check_partition(cfg: dict[str, Any], tol: float, skewed: bool) -> None:
     n = int(cfg["num_clients"])
     sigma, std, infl = effective_sigma(cfg, lambda _n: algo, range(n))
     # The public normalizer B: influence of a record is exactly γC/B, noise std γσC/B.
-    b = algo.normalizer
+    b = algo.bound_normalizer
     assert algo.privacy_summary()["normalizer"] == b
     assert infl == pytest.approx(LR * CLIP / b, rel=1e-6)  # float64 rounding only
     assert sigma >= SIGMA * (1 - tol), (sigma, std, infl)  # measured 1.196 (iid, dirichlet), 1.194
