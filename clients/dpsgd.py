@@ -1,30 +1,47 @@
 """Multi-step local DP-SGD with local Gaussian noise whose SUM over clients is private.
 
-Third paper (secagg-multiple-local-steps, Alg. 1 / Thm 4.6-4.7): each of the ``steps`` local
-steps draws a Poisson batch of the client's data at ``sample_rate``, clips per-sample
-gradients to ``max_grad_norm`` C, sums them, adds N(0, (σC)²/N) noise (σ =
-``noise_multiplier``, N = ``num_clients``; N−1 if ``honest_but_curious``) and takes an SGD
-step. The client sends its model delta; the aggregator reveals only the sum over clients,
-whose per-step noise is N(0, (σC)²): one Poisson-subsampled Gaussian per step on the union
-of the clients' data.
+Third paper ("On Using Secure Aggregation in Differentially Private Federated Learning with
+Multiple Local Steps", Heikkilä; Alg. 1, Theorems 4.6-4.7): each of the ``steps`` local steps
+draws a Poisson batch of the client's data at ``sample_rate``, clips per-sample gradients to
+``max_grad_norm`` C, sums them, adds N(0, (σC)²/m) noise (σ = ``noise_multiplier``, m =
+``num_clients``, or N−1 if ``honest_but_curious``), divides by the PUBLIC ``normalizer`` B
+(the same for every client) and takes an SGD step. The client sends its model delta; the
+aggregator reveals only the sum over clients, whose per-step noise is N(0, (σC)²)/B while
+any record moves it by at most C/B: one Poisson-subsampled Gaussian with multiplier σ per
+step on the union of the clients' data. The analysis lives in
+:class:`fedpriv.accounting.dpsgd.DPSGDSpec`, which this client builds once and delegates to.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import cached_property
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from clients.base import ClientAlgorithm, ClientData, TrainContext
-from fedpriv.accounting.calibrate import calibrate_noise_multiplier
-from fedpriv.accounting.dpsgd import poisson_gaussian_event
+from fedpriv.accounting.dpsgd import DPSGDSpec
+from fedpriv.accounting.spec import AccountingSpec, check_finite
 from fedpriv.errors import check
 from fedpriv.noise import add_gaussian_noise
 from fedpriv.persample import clipped_grad_sum
 from fedpriv.samplers import PoissonSampler
+
+
+def nominal_expected_batch(cfg: dict[str, Any]) -> float:
+    """The public normalizer of a run: ``max(q * n_train / N, 1)``.
+
+    ``n_train`` is the number of training records of the run's dataset as configured (its
+    nominal size, known from the config like Opacus's expected batch size), ``q`` =
+    ``privacy.sample_rate`` and ``N`` = ``num_clients``: the expected batch of an average
+    client. It is the same for every client and never depends on a client's own data.
+    """
+    from fedpriv.setup import run_dataset
+
+    q = float(cfg["privacy"]["sample_rate"])
+    return max(q * len(run_dataset(cfg).y_train) / int(cfg["num_clients"]), 1.0)
 
 
 def summed_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -41,7 +58,13 @@ class LocalDPSGD(ClientAlgorithm):
     steps : int
         Local DP-SGD steps per server round (S), >= 1.
     lr : float
-        Step size γ; the step is ``θ ← θ − γ (g + ξ) / (q n)`` with q n the expected batch.
+        Step size γ; the step is ``θ ← θ − γ (g + ξ) / B`` with B = :attr:`normalizer`.
+    momentum : float
+        Heavy-ball momentum in [0, 1) (post-processing of the noisy steps).
+    normalizer : float, optional
+        B > 0, the public constant that divides every client's noisy gradient sum. ``None``
+        (the config default): the run's nominal expected batch ``max(q n_train / N, 1)``, set
+        by :meth:`for_run` from the configured dataset (:func:`nominal_expected_batch`).
     privacy : dict
         The run's ``privacy`` group (noise_multiplier, max_grad_norm, sample_rate, ...).
     num_clients : int
@@ -50,12 +73,15 @@ class LocalDPSGD(ClientAlgorithm):
     Raises
     ------
     ConfigError
-        For out-of-range fields.
+        For out-of-range or non-finite fields (see :class:`~fedpriv.accounting.dpsgd.DPSGDSpec`).
     """
+
+    supports_group_privacy: ClassVar[bool] = False
 
     steps: int = 10
     lr: float = 1.0
     momentum: float = 0.0
+    normalizer: float | None = None
     privacy: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 1
 
@@ -66,75 +92,98 @@ class LocalDPSGD(ClientAlgorithm):
             self.steps,
             "must be an integer >= 1",
         )
-        check(self.lr > 0, "client.lr", self.lr, "must be > 0")
-        check(0 <= self.momentum < 1, "client.momentum", self.momentum, "must be in [0, 1)")
+        lr = check_finite("client.lr", self.lr)
+        check(lr > 0, "client.lr", self.lr, "must be a finite number > 0")
+        mom = check_finite("client.momentum", self.momentum)
+        check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
         check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
-        check(
-            self.noise_shares >= 1,
-            "num_clients",
-            self.num_clients,
-            "must be >= 2 with privacy.honest_but_curious=true",
+        self.spec  # noqa: B018 - validates the privacy fields now, before training
+
+    @cached_property
+    def spec(self) -> DPSGDSpec:
+        """The mechanism's spec: validation, events, calibration (built once)."""
+        return DPSGDSpec.from_privacy(
+            self.privacy,
+            steps=self.steps,
+            num_clients=self.num_clients,
+            normalizer=self.normalizer,
         )
+
+    def for_run(self, cfg: dict[str, Any]) -> LocalDPSGD:
+        """Bind the public normalizer (nominal expected batch) when it is not configured."""
+        if self.normalizer is not None:
+            return self
+        return replace(self, normalizer=nominal_expected_batch(cfg))
 
     @property
     def noise_multiplier(self) -> float:
-        return float(self.privacy.get("noise_multiplier") or 0.0)
+        return self.spec.noise_multiplier
 
     @property
     def max_grad_norm(self) -> float:
-        return float(self.privacy.get("max_grad_norm", 1.0))
+        return self.spec.max_grad_norm
 
     @property
     def sample_rate(self) -> float:
-        return float(self.privacy.get("sample_rate", 1.0))
+        return self.spec.sample_rate
 
     @property
     def noise_shares(self) -> int:
-        """Clients whose noise the privacy of the sum relies on (N, or N−1 if honest-but-curious)."""
-        return self.num_clients - (1 if self.privacy.get("honest_but_curious") else 0)
+        """Clients whose noise the sum's privacy relies on (N, or N−1 if honest-but-curious)."""
+        return self.spec.noise_shares
 
     @property
     def local_noise_stddev(self) -> float:
         """Each client's noise std per step: σ C / √(noise_shares)."""
-        return self.noise_multiplier * self.max_grad_norm / math.sqrt(self.noise_shares)
+        return self.spec.local_noise_stddev
+
+    @property
+    def bound_normalizer(self) -> float:
+        """:attr:`normalizer` as a float; refuses an unbound algorithm (never a data size)."""
+        check(
+            self.spec.normalizer is not None,
+            "client.normalizer",
+            None,
+            "must be set (give client.normalizer or build the algorithm with for_run(cfg))",
+        )
+        return float(self.spec.normalizer)  # type: ignore[arg-type]
 
     def round_events(self) -> list[tuple[Any, int]]:
-        return [(poisson_gaussian_event(self.noise_multiplier, self.sample_rate), self.steps)]
+        return self.spec.round_events()
 
     def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
-        """Only ``contributors`` clients' noise is in the sum: σ_eff = σ √((contributors − hbc) / shares)."""
-        hbc = self.num_clients - self.noise_shares
-        trusted = contributors - hbc
-        check(trusted >= 1, "contributors", contributors, "leave no trusted noise in the sum")
-        sigma = self.noise_multiplier * math.sqrt(
-            min(trusted, self.noise_shares) / self.noise_shares
-        )
-        return [(poisson_gaussian_event(sigma, self.sample_rate), self.steps)]
+        """Only ``contributors`` clients' noise is in the sum (see ``DPSGDSpec``)."""
+        return self.spec.degraded_round_events(contributors)
 
     def local_events(self) -> list[tuple[Any, int]]:
-        local_sigma = self.noise_multiplier / math.sqrt(self.noise_shares)
-        return [(poisson_gaussian_event(local_sigma, self.sample_rate), self.steps)]
+        return self.spec.local_events()
+
+    def privacy_summary(self) -> dict[str, Any]:
+        """The spec's parameters, with the public ``normalizer`` (recorded in results.json)."""
+        return {**self.spec.summary(), "normalizer": self.bound_normalizer}
 
     def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> LocalDPSGD:
-        sigma = calibrate_noise_multiplier(
-            target_epsilon,
-            target_delta,
-            self.sample_rate,
-            self.steps * num_rounds,
-            accountant=self.privacy.get("accountant", "pld"),
-        )
+        """Smallest σ whose ε after ``num_rounds`` rounds, composed with the run's accountant
+        AND conversion (``privacy.accountant``, ``privacy.conversion``), is <= the target."""
+        accounting = AccountingSpec.from_privacy(self.privacy, target_delta=target_delta)
+        spec = replace(self.spec, accounting=accounting).calibrated(target_epsilon, num_rounds)
         return replace(
-            self, privacy={**self.privacy, "noise_multiplier": sigma, "target_epsilon": None}
+            self,
+            privacy={
+                **self.privacy,
+                "noise_multiplier": spec.noise_multiplier,
+                "target_epsilon": None,
+            },
         )
 
     def train(
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        normalizer = self.bound_normalizer
         sampler = PoissonSampler(self.sample_rate)
         start = {k: p.detach().clone() for k, p in model.named_parameters()}
         params = dict(model.named_parameters())
         velocity = {k: torch.zeros_like(p) for k, p in params.items()}
-        expected_batch = max(self.sample_rate * len(data), 1.0)
         empty = 0
         total = 0
         for _ in range(self.steps):
@@ -146,11 +195,12 @@ class LocalDPSGD(ClientAlgorithm):
             noisy = add_gaussian_noise(sums, self.local_noise_stddev, ctx.generator)
             with torch.no_grad():
                 for k, g in noisy.items():
-                    velocity[k].mul_(self.momentum).add_(g / expected_batch)
+                    velocity[k].mul_(self.momentum).add_(g / normalizer)
                     params[k].sub_(self.lr * velocity[k])
         update = {k: (p.detach() - start[k]).cpu() for k, p in params.items()}
         metrics = {
             "steps": float(self.steps),
+            "noise_draws": float(self.steps),
             "empty_batches": float(empty),
             "examples": float(total),
         }

@@ -1,10 +1,13 @@
 """Multi-step local DP-SGD with Skellam noise on integers, for secure aggregation.
 
-Third paper (secagg-multiple-local-steps, §3-4) with the Skellam mechanism of Agarwal, Kairouz,
-Liu 2021: at each of the ``steps`` local steps the client clips every per-sample gradient to
-C, scales it by ``scale``, rounds it to integers (conditional randomized rounding, so each
-sample's contribution has ℓ2 norm ≤ Δ2), sums the rows, adds its share Sk(μ/N) of the noise
-and takes a local step with the unscaled result. Its message is the integer sum over the
+The third paper ("On Using Secure Aggregation in Differentially Private Federated Learning
+with Multiple Local Steps", Heikkilä, §3-4) with the Skellam mechanism of Agarwal, Kairouz,
+Liu 2021 ("The Skellam Mechanism for Differentially Private Federated Learning",
+arXiv:2110.04995): at each of the ``steps`` local steps the client clips every per-sample
+gradient to C, scales it by ``scale``, rounds it to integers (conditional randomized rounding,
+so each sample's contribution has ℓ2 norm ≤ Δ2), sums the rows, adds its share Sk(μ/N) of the noise
+and takes a local step with the unscaled result divided by the public ``normalizer`` (the
+constant the server also divides the decoded sum by). Its message is the integer sum over the
 steps, reduced modulo ``2**bits``: every aggregator (ideal or SecAgg+) sees only integers. The
 sum over N clients of each step carries Sk(μ) with μ = (sσC)²/2: one Poisson-subsampled
 Skellam release per step (RDP: AKL21 Thm 3.5 + Steinke 2022 subsampling).
@@ -12,7 +15,6 @@ Skellam release per step (RDP: AKL21 Thm 3.5 + Steinke 2022 subsampling).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -23,9 +25,10 @@ from torch import nn
 
 from clients.base import ClientData, TrainContext
 from clients.dpsgd import LocalDPSGD, summed_cross_entropy
-from fedpriv.accounting.calibrate import bisect_noise
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.skellam import SkellamEvent
+from clients.dpsgd import nominal_expected_batch as nominal
+from fedpriv.accounting.dpsgd import DPSGDSpec
+from fedpriv.accounting.skellam import SkellamEvent, SkellamSpec
+from fedpriv.accounting.spec import AccountingSpec
 from fedpriv.errors import check
 from fedpriv.persample import per_sample_grads
 from fedpriv.samplers import PoissonSampler
@@ -38,6 +41,10 @@ UPDATE_NAME = "skellam_residues"
 class SkellamDPSGD(LocalDPSGD):
     """Local DP-SGD whose per-step noise is a Skellam share on integers.
 
+    The mechanism, its scale and its events come from ONE
+    :class:`~fedpriv.accounting.skellam.SkellamSpec`, the object ``fedpriv-account skellam``
+    also builds; :meth:`privacy_summary` lists the settings that reproduce the run's ε there.
+
     Parameters
     ----------
     bits : int
@@ -48,13 +55,20 @@ class SkellamDPSGD(LocalDPSGD):
         Conditional rounding parameter in [0, 1).
     dropout_tolerance : int
         Clients that may drop out while the survivors' shares still sum to Sk(μ).
-    num_params, num_samples : int
-        Model dimension and total training samples; filled in by :meth:`bind`.
+    num_params : int
+        Model dimension; filled in by :meth:`for_run`.
+    local_samples : int
+        Most records any client holds (the wrap bound sums at most ``steps * local_samples``
+        rounded vectors per message); filled in by :meth:`for_run` from the run's partition.
+    normalizer : float, optional
+        Public constant B of the local steps AND of the server's decoding (see
+        :class:`~clients.dpsgd.LocalDPSGD`).
 
     Raises
     ------
     ConfigError
-        For out-of-range fields, or ``bits`` too small for the sum not to wrap.
+        For out-of-range fields, ``client.momentum`` != 0 (the server decodes the plain sum of
+        the steps), or ``bits`` too small for the sum not to wrap.
     """
 
     integer_updates = True  # what it sends: residues modulo 2**bits (SecAgg+-compatible)
@@ -65,10 +79,16 @@ class SkellamDPSGD(LocalDPSGD):
     beta: float = DEFAULT_BETA
     dropout_tolerance: int = 0
     num_params: int = 0
-    num_samples: int = 0
+    local_samples: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check(
+            self.momentum == 0,
+            "client.momentum",
+            self.momentum,
+            "must be 0 for skellam_dpsgd (the server decodes the plain sum of the steps)",
+        )
         calibrating = not self.noise_multiplier and self.privacy.get("target_epsilon") is not None
         check(
             self.noise_multiplier > 0 or calibrating,
@@ -79,92 +99,73 @@ class SkellamDPSGD(LocalDPSGD):
         if self.num_params and not calibrating:
             self.mechanism  # noqa: B018 - validates bits now, before training
 
+    @cached_property
+    def spec(self) -> SkellamSpec:  # type: ignore[override]
+        """THE Skellam spec of the run (scale, mechanism, events), built once."""
+        base = DPSGDSpec.from_privacy(self.privacy, steps=self.steps, num_clients=self.num_clients)
+        return SkellamSpec(
+            noise_multiplier=base.noise_multiplier,
+            sample_rate=base.sample_rate,
+            steps=self.steps,
+            max_grad_norm=base.max_grad_norm,
+            num_clients=self.num_clients,
+            honest_but_curious=base.honest_but_curious,
+            normalizer=self.normalizer,
+            accounting=AccountingSpec.from_privacy({"accountant": "rdp", **self.privacy}),
+            bits=self.bits,
+            num_params=self.num_params,
+            rotation=self.rotation,
+            beta=self.beta,
+            dropout_tolerance=self.dropout_tolerance,
+            local_samples=self.local_samples,
+        )
+
     def for_run(self, cfg: dict[str, Any]) -> SkellamDPSGD:
-        """Bind the model dimension and the total training samples (for the wrap bound)."""
-        from fedpriv.setup import build_model_for, run_dataset
+        """Bind the model dimension, the largest client's record count (wrap bound) and the
+        public normalizer."""
+        from fedpriv.setup import build_model_for, partitions
 
         num_params = sum(p.numel() for p in build_model_for(cfg).parameters() if p.requires_grad)
-        return replace(self, num_params=int(num_params), num_samples=len(run_dataset(cfg).y_train))
+        return replace(
+            self,
+            normalizer=self.normalizer if self.normalizer is not None else nominal(cfg),
+            num_params=int(num_params),
+            local_samples=max(1, max(len(idx) for idx in partitions(cfg))),
+        )
 
-    @cached_property
+    @property
     def mechanism(self) -> SkellamMechanism:
         """The client's (and decoder's) mechanism: largest scale that cannot wrap."""
-        check(
-            self.num_params > 0, "client.num_params", self.num_params, "must be set (call for_run)"
-        )
-        per_client = math.ceil(self.num_samples / self.num_clients)
-        return SkellamMechanism.from_noise_multiplier(
-            self.noise_multiplier,
-            bits=self.bits,
-            clipping_norm=self.max_grad_norm,
-            num_clients=self.num_clients,
-            dim=self.num_params,
-            rotation=self.rotation,
-            honest_but_curious=bool(self.privacy.get("honest_but_curious")),
-            dropout_tolerance=self.dropout_tolerance,
-            beta=self.beta,
-            steps=self.steps,
-            max_summands=self.steps * max(per_client, 1),
-        )
+        return self.spec.mechanism
 
-    def step_event(self, noise_multiplier: float | None = None) -> SkellamEvent:
+    def step_event(self) -> SkellamEvent:
         """The Skellam release of one step's sum over the clients (integer units)."""
-        mech = (
-            self.mechanism
-            if noise_multiplier is None
-            else replace(
-                self, privacy={**self.privacy, "noise_multiplier": noise_multiplier}
-            ).mechanism
-        )
-        return SkellamEvent(
-            mu=mech.mu,
-            l1_sensitivity=mech.l1_sensitivity,
-            l2_sensitivity=mech.l2_sensitivity,
-            sample_rate=self.sample_rate,
-        )
+        return self.spec.step_event()
 
     def privacy_summary(self) -> dict[str, Any]:
-        """The mechanism's integer-unit parameters (pass ``scale``/``beta`` to ``fedpriv-account
-        secagg-dpsgd mechanism=skellam`` to recompute ε)."""
-        m = self.mechanism
-        return {
-            "mechanism": "skellam",
-            "bits": m.bits,
-            "scale": m.scale,
-            "mu": m.mu,
-            "beta": m.beta,
-            "num_params": m.dim,
-            "l1_sensitivity": m.l1_sensitivity,
-            "l2_sensitivity": m.l2_sensitivity,
-        }
-
-    def round_events(self) -> list[tuple[Any, int]]:
-        return [(self.step_event(), self.steps)]
-
-    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
-        """Events of a round whose sum holds only ``contributors`` clients' shares."""
-        hbc = int(bool(self.privacy.get("honest_but_curious")))
-        mu = min(self.mechanism.mu, self.mechanism.mu_per_client * (contributors - hbc))
-        check(mu > 0, "contributors", contributors, "leave no trusted noise in the sum")
-        return [(replace(self.step_event(), mu=mu), self.steps)]
-
-    def local_events(self) -> list[tuple[Any, int]]:
-        own = self.step_event()
-        return [(replace(own, mu=self.mechanism.mu_per_client), self.steps)]
+        """The spec's parameters: with ``noise_multiplier``, ``steps``, ``num_rounds``,
+        ``sample_rate`` and ``num_clients`` they are the keys of ``fedpriv-account skellam``
+        that reproduce the run's ε."""
+        return {**self.spec.summary(), "normalizer": self.bound_normalizer}
 
     def calibrated(
         self, target_epsilon: float, target_delta: float, num_rounds: int
     ) -> SkellamDPSGD:
-        def epsilon_of(sigma: float) -> float:
-            ledger = PrivacyLedger(
-                accountant="rdp", conversion=self.privacy.get("conversion", "default")
-            )
-            ledger.record(self.step_event(sigma), self.steps * num_rounds)
-            return ledger.get_epsilon(target_delta)
-
-        sigma = bisect_noise(epsilon_of, target_epsilon, field="privacy.noise_multiplier")
+        """Smallest σ whose ε (RDP, the run's ``privacy.conversion``) meets the target."""
+        spec = replace(
+            self.spec,
+            noise_multiplier=self.noise_multiplier or 1.0,
+            accounting=AccountingSpec.from_privacy(
+                {"accountant": "rdp", **self.privacy}, target_delta=target_delta
+            ),
+        ).calibrated(target_epsilon, num_rounds)
         return replace(
-            self, privacy={**self.privacy, "noise_multiplier": sigma, "target_epsilon": None}
+            self,
+            privacy={
+                **self.privacy,
+                "noise_multiplier": spec.noise_multiplier,
+                "target_epsilon": None,
+            },
         )
 
     def rotation_seed(self, server_round: int) -> int:
@@ -175,9 +176,15 @@ class SkellamDPSGD(LocalDPSGD):
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         mech, sampler = self.mechanism, PoissonSampler(self.sample_rate)
+        normalizer = self.bound_normalizer
+        check(
+            len(data) <= self.local_samples,
+            "client.local_samples",
+            self.local_samples,
+            f"is below this client's {len(data)} records (the sum could wrap)",
+        )
         seed = self.rotation_seed(ctx.server_round)
         params = {k: p for k, p in model.named_parameters() if p.requires_grad}
-        expected_batch = max(self.sample_rate * len(data), 1.0)
         total = np.zeros(mech.padded_dim, dtype=np.int64)
         empty = 0
         for _ in range(self.steps):
@@ -207,21 +214,26 @@ class SkellamDPSGD(LocalDPSGD):
                     p.sub_(
                         self.lr
                         * step[offset : offset + n].reshape(p.shape).to(p.dtype)
-                        / expected_batch
+                        / normalizer
                     )
                     offset += n
         residues = torch.from_numpy(mech.to_residues(total))
-        return {UPDATE_NAME: residues}, {"steps": float(self.steps), "empty_batches": float(empty)}
+        metrics = {
+            "steps": float(self.steps),
+            "noise_draws": float(self.steps),
+            "empty_batches": float(empty),
+        }
+        return {UPDATE_NAME: residues}, metrics
 
     def decode_sum(
         self, total: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], server_round: int
     ) -> dict[str, np.ndarray]:
         """The real sum over clients of their deltas, from the modular sum of their residues."""
         summed = self.mechanism.decode_sum(total[UPDATE_NAME], self.rotation_seed(server_round))
-        expected_batch = max(self.sample_rate * self.num_samples / self.num_clients, 1.0)
+        normalizer = self.bound_normalizer  # the constant of every client's local steps
         out, offset = {}, 0
         for name, shape in shapes.items():
             n = int(np.prod(shape))
-            out[name] = -self.lr * summed[offset : offset + n].reshape(shape) / expected_batch
+            out[name] = -self.lr * summed[offset : offset + n].reshape(shape) / normalizer
             offset += n
         return out

@@ -16,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedpriv.accounting import PrivacyLedger, poisson_gaussian_epsilon, poisson_gaussian_event
+from fedpriv.accounting.dpsgd import DPSGDSpec
+from fedpriv.accounting.spec import AccountingSpec
 from fedpriv.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -196,3 +198,95 @@ def test_many_runs_compose_fast_enough():
     assert eps <= rdp.get_epsilon(1e-5)
     assert time.perf_counter() - t < 20  # ~1.1 s measured on 2 shared cores
     assert np.isclose(eps, 148.2, rtol=0.01)  # PLD at grid 1e-3 (148.19); grid 1e-4 gives 148.08
+
+
+# ------------------------------------------------------------------ DPSGDSpec
+def _spec(**kw: object) -> DPSGDSpec:
+    base: dict[str, object] = dict(noise_multiplier=1.1, sample_rate=0.05, steps=5, num_clients=8)
+    base.update(kw)
+    return DPSGDSpec(**base)  # type: ignore[arg-type]
+
+
+def test_spec_epsilon_is_dp_accounting_over_steps_times_rounds() -> None:
+    spec = _spec(accounting=AccountingSpec(accountant="pld", target_delta=1e-5))
+    acc = pld_privacy_accountant.PLDAccountant()
+    acc.compose(dp_event.PoissonSampledDpEvent(0.05, dp_event.GaussianDpEvent(1.1)), 5 * 20)
+    # same accountant, same discretization: equal up to float summation order
+    assert spec.epsilon(20) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    assert spec.epsilon(0) == 0.0
+
+
+def test_spec_local_and_degraded_events() -> None:
+    spec = _spec(honest_but_curious=True)
+    assert spec.noise_shares == 7
+    ((local, count),) = spec.local_events()
+    assert count == 5 and local.event.noise_multiplier == pytest.approx(1.1 / math.sqrt(7))
+    ((fewer, _),) = spec.degraded_round_events(5)  # 4 trusted of 7 shares
+    assert fewer.event.noise_multiplier == pytest.approx(1.1 * math.sqrt(4 / 7))
+    ((full, _),) = spec.degraded_round_events(8)
+    assert full == spec.round_events()[0][0]
+    with pytest.raises(ConfigError, match="contributors=1"):
+        spec.degraded_round_events(1)
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"noise_multiplier": math.nan}, "privacy.noise_multiplier"),
+        ({"noise_multiplier": math.inf}, "privacy.noise_multiplier"),
+        ({"noise_multiplier": -1.0}, "privacy.noise_multiplier"),
+        ({"sample_rate": math.nan}, "privacy.sample_rate"),
+        ({"sample_rate": 1.5}, "privacy.sample_rate"),
+        ({"max_grad_norm": math.inf}, "privacy.max_grad_norm"),
+        ({"max_grad_norm": 0.0}, "privacy.max_grad_norm"),
+        ({"steps": 0}, "client.steps"),
+        ({"steps": 2.0}, "client.steps"),
+        ({"num_clients": 1, "honest_but_curious": True}, "num_clients"),
+        ({"normalizer": math.inf}, "client.normalizer"),
+        ({"normalizer": 0.0}, "client.normalizer"),
+    ],
+)
+def test_spec_refuses_in_one_line(kw: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _spec(**kw)
+    assert str(err.value).startswith(field + "=") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("accountant", "conversion"), [("pld", "default"), ("rdp", "default"), ("rdp", "mironov")]
+)
+def test_spec_calibration_uses_its_own_accountant_and_conversion(
+    accountant: str, conversion: str
+) -> None:
+    acc = AccountingSpec(accountant=accountant, conversion=conversion, target_delta=1e-5)
+    spec = _spec(accounting=acc).calibrated(2.0, 10)
+    eps = spec.epsilon(10)
+    assert 0.99 * 2.0 <= eps <= 2.0
+    # the ledger the run builds from the same events agrees
+    ledger = PrivacyLedger(accountant, conversion)
+    ledger.record(poisson_gaussian_event(spec.noise_multiplier, 0.05), 50)
+    assert ledger.get_epsilon(1e-5) == pytest.approx(eps, rel=1e-12)
+
+
+def test_cli_num_rounds_composes_steps_per_round() -> None:
+    from fedpriv.accounting.dpsgd import run_cli
+
+    keys = {"noise_multiplier": "1.1", "sample_rate": "0.05", "target_delta": "1e-5"}
+    per_round = run_cli({**keys, "steps": "5", "num_rounds": "20", "accountant": "rdp"})
+    flat = run_cli({**keys, "steps": "100", "accountant": "rdp"})
+    assert (
+        per_round["epsilon"]
+        == flat["epsilon"]
+        == _spec(accounting=AccountingSpec(accountant="rdp")).epsilon(20)
+    )
+    cal = run_cli(
+        {
+            **{k: v for k, v in keys.items() if k != "noise_multiplier"},
+            "target_epsilon": "3",
+            "steps": "10",
+            "num_rounds": "3",
+            "accountant": "rdp",
+            "conversion": "mironov",
+        }
+    )
+    assert 0.99 * 3 <= cal["epsilon"] <= 3

@@ -104,3 +104,50 @@ def test_refusals():
         secagg_dpsgd("skellam", 1.0, 5, 0.1, 3, 4, 1e-5, accountant="rdp", num_params=10, colour=1)
     with pytest.raises(ConfigError, match="noise_multiplier"):
         secagg_dpsgd("gaussian", 0.0, 5, 0.1, 3, 4, 1e-5)
+
+
+def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
+    # A run's Skellam settings, per-client σ_i = σ/√N (N = 4: √4 = 2 exactly), give the run's
+    # central and local ε: the CLI builds the run's SkellamSpec (same scale rule).
+    from fedpriv.accounting.secagg import run_cli
+    from fedpriv.privacy import RunPrivacy
+    from fedpriv.runner import prepare
+    from tests.test_integration import _cfg
+
+    run_cfg, algo = prepare(
+        _cfg(
+            [
+                "client=skellam_dpsgd",
+                "privacy.accountant=rdp",
+                "model=logistic",
+                "num_clients=4",
+                "num_rounds=2",
+                "client.steps=3",
+                "client.bits=24",
+                "privacy.noise_multiplier=1.3",
+            ]
+        )
+    )
+    privacy = RunPrivacy(algo, run_cfg["privacy"])
+    for _ in range(2):
+        privacy.record_round()
+    s = algo.privacy_summary()
+    out = run_cli(
+        {
+            "mechanism": "skellam",
+            "noise_multiplier": "0.65",
+            "num_clients": "4",
+            "sample_rate": repr(algo.sample_rate),
+            "steps": "3",
+            "num_rounds": "2",
+            "target_delta": repr(run_cfg["privacy"]["target_delta"]),
+            "accountant": "rdp",
+            "num_params": str(s["num_params"]),
+            "bits": "24",
+            "beta": repr(s["beta"]),
+            "local_samples": str(s["local_samples"]),
+        }
+    )
+    assert out["scale"] == s["scale"]
+    assert out["epsilon"] == pytest.approx(privacy.epsilon(), rel=1e-9)
+    assert out["local_epsilon"] == pytest.approx(privacy.local_epsilon(), rel=1e-9)

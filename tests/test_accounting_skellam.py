@@ -11,14 +11,14 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special, stats
 
-from fedpriv.accounting import PrivacyLedger, SkellamConfig, SkellamEvent, poisson_gaussian_event
+from fedpriv.accounting import PrivacyLedger, SkellamEvent, SkellamSpec, poisson_gaussian_event
 from fedpriv.accounting.ledger import IncompatibleEventsError
 from fedpriv.accounting.skellam import (
     poisson_subsampled_rdp,
     rounded_sensitivities,
-    scale_for_bits,
     skellam_rdp,
 )
+from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion
 from fedpriv.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -107,20 +107,15 @@ def test_rounded_sensitivities_by_hand():
             rounded_sensitivities(**args)
 
 
-def test_scale_for_bits_fills_the_range():
-    s = scale_for_bits(
-        bits=16, num_clients=10, num_params=1000, noise_stddev=2.0, signal_norm=10.0, k=4.0
-    )
-    std = math.sqrt(s**2 * (10.0**2 / 1000 + 2.0**2) + 10 / 4)
-    assert 4.0 * std == pytest.approx(2.0**15, rel=1e-12)
-    with pytest.raises(ConfigError, match="bits"):
-        scale_for_bits(bits=2, num_clients=100, num_params=10, noise_stddev=1.0, signal_norm=1.0)
-
-
 def test_32_bit_skellam_matches_gaussian_accounting():
     # With 32 bits the scale is ~1e8 and rounding/discreteness are negligible: Skellam ε
     # equals the Gaussian's at integer orders (third paper, Table 1 "no quantization").
-    ev = SkellamConfig(noise_multiplier=0.69, num_params=100_000, sample_rate=0.1, bits=32).event()
+    mironov = AccountingSpec(accountant=Accountant.RDP, conversion=Conversion.MIRONOV)
+    spec = SkellamSpec(
+        noise_multiplier=0.69, num_params=100_000, sample_rate=0.1, bits=32, accounting=mironov
+    )
+    ev = spec.step_event()
+    assert spec.epsilon(1) == ev.epsilon(1e-5, 1, "mironov")  # the ledger composes the same
     gauss = PrivacyLedger("rdp", "mironov")
     gauss.record(poisson_gaussian_event(0.69, 0.1))
     assert ev.epsilon(1e-5, 1, "mironov") == pytest.approx(gauss.get_epsilon(1e-5), rel=1e-5)
@@ -130,12 +125,12 @@ def test_32_bit_skellam_matches_gaussian_accounting():
 def test_few_bits_cost_privacy():
     # Fewer bits → smaller scale → relatively larger rounding inflation → larger ε.
     eps = [
-        SkellamConfig(
+        SkellamSpec(
             noise_multiplier=1.0, num_params=10_000, sample_rate=0.05, bits=b, num_clients=10
         )
-        .event()
+        .step_event()
         .epsilon(1e-5, 100)
-        for b in (12, 16, 20, 32)
+        for b in (18, 20, 24, 32)
     ]
     assert eps[0] > eps[1] > eps[2] >= eps[3]
 
@@ -161,6 +156,6 @@ def test_skellam_event_in_ledger():
 
 def test_skellam_monotone():
     base = dict(num_params=1000, sample_rate=0.05, bits=16, num_clients=5)
-    e1 = SkellamConfig(noise_multiplier=1.0, **base).event()
-    e2 = SkellamConfig(noise_multiplier=1.5, **base).event()
+    e1 = SkellamSpec(noise_multiplier=1.0, **base).step_event()
+    e2 = SkellamSpec(noise_multiplier=1.5, **base).step_event()
     assert e1.epsilon(1e-5, 200) > e1.epsilon(1e-5, 100) > e2.epsilon(1e-5, 100)

@@ -63,8 +63,8 @@ def test_poisson_individual_clipping_reproduces_local_dpsgd_exactly() -> None:
         build_model("mlp", (1, 6, 6), 3, hidden=(8,)),
     )
     model.load_state_dict(ref_model.state_dict())
-    ref = LocalDPSGD(steps=4, lr=0.3, privacy=privacy, num_clients=1)
-    ours = GeneralizedDPSGD(  # m = q N = 8: the public divisor equals LocalDPSGD's q len(data)
+    ref = LocalDPSGD(steps=4, lr=0.3, normalizer=0.2 * 40, privacy=privacy, num_clients=1)
+    ours = GeneralizedDPSGD(  # m = q N = 8: the same public divisor as the reference's
         sampler="poisson",
         num_groups=8,
         group_size=1,

@@ -35,7 +35,7 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.supercore.task_identity import TaskIdentity
 from hydra import compose, initialize_config_dir
 
-import clients.app as app
+import fedpriv.client_app as app
 from clients.base import ClientData
 from fedpriv.config import conf_dir, register_schema
 from fedpriv.runner import prepare

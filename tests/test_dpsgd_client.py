@@ -38,11 +38,12 @@ def test_noiseless_full_batch_step_matches_manual_clipped_sgd() -> None:
     algo = LocalDPSGD(
         steps=1,
         lr=0.5,
+        normalizer=7.0,
         privacy={"noise_multiplier": 0.0, "max_grad_norm": 0.3, "sample_rate": 1.0},
         num_clients=4,
     )
     update, metrics = algo.train(model, data, _ctx())
-    # manual: per-example autograd, clip each to C, sum, divide by expected batch q*n = n
+    # manual: per-example autograd, clip each to C, sum, divide by the public normalizer B = 7
     total = {k: torch.zeros_like(p) for k, p in ref.named_parameters()}
     for i in range(len(data)):
         ref.zero_grad()
@@ -55,8 +56,9 @@ def test_noiseless_full_batch_step_matches_manual_clipped_sgd() -> None:
         for k in total:
             total[k] += factor * grads[k]
     for k, t in total.items():
-        torch.testing.assert_close(update[k], -0.5 * t / len(data), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(update[k], -0.5 * t / 7.0, rtol=1e-5, atol=1e-6)
     assert metrics["steps"] == 1 and metrics["examples"] == len(data)
+    assert metrics["noise_draws"] == 1 == sum(c for _, c in algo.round_events())
 
 
 def test_empty_batches_take_noise_only_steps() -> None:
@@ -65,6 +67,7 @@ def test_empty_batches_take_noise_only_steps() -> None:
     algo = LocalDPSGD(
         steps=4,
         lr=1.0,
+        normalizer=1.0,
         privacy={"noise_multiplier": 1.0, "max_grad_norm": 1.0, "sample_rate": 1e-9},
         num_clients=1,
     )

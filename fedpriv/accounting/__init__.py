@@ -7,17 +7,18 @@ recomputes ε from them. See ``docs/accounting.md`` and the ``fedpriv-account`` 
 """
 
 from fedpriv.accounting.calibrate import bisect_noise, calibrate_noise_multiplier
-from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon, poisson_gaussian_event
+from fedpriv.accounting.dpsgd import DPSGDSpec, poisson_gaussian_epsilon, poisson_gaussian_event
 from fedpriv.accounting.ledger import FedprivEvent, IncompatibleEventsError, PrivacyLedger
 from fedpriv.accounting.secagg import secagg_dpsgd
-from fedpriv.accounting.skellam import SkellamConfig, SkellamEvent
+from fedpriv.accounting.skellam import SkellamEvent, SkellamSpec
 
 __all__ = [
+    "DPSGDSpec",
     "FedprivEvent",
     "IncompatibleEventsError",
     "PrivacyLedger",
-    "SkellamConfig",
     "SkellamEvent",
+    "SkellamSpec",
     "bisect_noise",
     "calibrate_noise_multiplier",
     "poisson_gaussian_epsilon",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
 from fedpriv.errors import ConfigError, check
 
 #: Relative width of the final bracket: the result is within 0.1 % of the smallest noise.
@@ -114,6 +113,10 @@ def calibrate_noise_multiplier(
 ) -> float:
     """Smallest DP-SGD ``noise_multiplier`` with ε ≤ ``target_epsilon`` after ``steps`` steps.
 
+    A thin wrapper of :meth:`fedpriv.accounting.dpsgd.DPSGDSpec.calibrated` (one round of
+    ``steps`` steps): the run, the CLI and this function share one calibration path, which
+    honours both ``accountant`` and ``conversion``.
+
     Parameters
     ----------
     target_epsilon, target_delta : float
@@ -137,19 +140,18 @@ def calibrate_noise_multiplier(
         For out-of-range arguments or an unreachable target.
     """
     check(0 < target_delta < 1, "target_delta", target_delta, "must be in (0, 1)")
-    check(0 <= sample_rate <= 1, "sample_rate", sample_rate, "must be in [0, 1]")
     check(isinstance(steps, int) and steps >= 1, "steps", steps, "must be an integer >= 1")
-    if sample_rate == 0:
-        return 0.0
+    from fedpriv.accounting.dpsgd import DPSGDSpec
+    from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, parse_enum
 
-    def eps(acc: str, conv: str) -> Callable[[float], float]:
-        return lambda s: poisson_gaussian_epsilon(s, sample_rate, steps, target_delta, acc, conv)
-
-    if accountant == "rdp":
-        return bisect_noise(eps("rdp", conversion), target_epsilon)
-    # PLD: bracket with the fast RDP answer (PLD needs at most as much noise, usually
-    # 5-20 % less), then bisect on the PLD accountant itself.
-    sigma_rdp = bisect_noise(eps("rdp", "default"), target_epsilon, rtol=0.01)
-    return bisect_noise(
-        eps(accountant, conversion), target_epsilon, hint=(0.75 * sigma_rdp, sigma_rdp)
+    spec = DPSGDSpec(
+        noise_multiplier=0.0,
+        sample_rate=sample_rate,
+        steps=steps,
+        accounting=AccountingSpec(
+            accountant=parse_enum(Accountant, "accountant", accountant),
+            conversion=parse_enum(Conversion, "conversion", conversion),
+            target_delta=target_delta,
+        ),
     )
+    return spec.calibrated(target_epsilon, 1).noise_multiplier

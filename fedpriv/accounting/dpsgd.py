@@ -14,6 +14,7 @@ Doroshenko et al. 2022 (connect-the-dots PLD); Mironov 2017, Prop. 3 (RDP conver
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -21,6 +22,7 @@ from dp_accounting import dp_event
 
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params
+from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, check_finite
 from fedpriv.errors import check
 
 SAMPLING_REFUSAL = (
@@ -36,6 +38,7 @@ KEYS = (
     "accountant",
     "conversion",
     "sampling",
+    "num_rounds",
 )
 
 
@@ -56,7 +59,8 @@ def poisson_gaussian_event(
     Returns
     -------
     DpEvent
-        ``GaussianDpEvent(σ)`` when ``q == 1``, else ``PoissonSampledDpEvent(q, GaussianDpEvent(σ))``.
+        ``GaussianDpEvent(σ)`` when ``q == 1``, else
+        ``PoissonSampledDpEvent(q, GaussianDpEvent(σ))``.
 
     Raises
     ------
@@ -110,40 +114,306 @@ def poisson_gaussian_epsilon(
     return ledger.get_epsilon(target_delta)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DPSGDSpec:
+    """Multi-step local DP-SGD whose SUM over clients is released: validation, events, ε.
+
+    Every client runs ``steps`` local steps per round; each step draws a Poisson batch of the
+    client's records at ``sample_rate`` q, clips every per-sample gradient to ``max_grad_norm``
+    C, sums, adds its share N(0, (σC)²/m) of the noise (m = :attr:`noise_shares`) and divides
+    by the PUBLIC ``normalizer`` B, the same constant for every client. The aggregator releases
+    only Σ_i Δ_i. Per step the released sum is ``(Σ_records clipped grads + N(0, (σC)²)) / B``
+    on the union of the clients' data: one Poisson-subsampled Gaussian with noise multiplier σ
+    for every record, whichever client holds it, because B is common to all clients (a
+    client-dependent divisor B_i would scale a record's sensitivity by 1/B_i but the noise by
+    a mixture of all 1/B_j, so records of small clients would get less than σ).
+
+    Both the run's client algorithms (``clients.dpsgd.LocalDPSGD``) and ``fedpriv-account
+    poisson-gaussian`` build this spec, so the CLI answers exactly what the run accounts.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        σ >= 0: std of the noise of the released SUM per step, per unit clipping norm
+        (0 = no privacy).
+    sample_rate : float
+        q in [0, 1]: each record's probability to be in a step's batch.
+    steps : int
+        Local steps per round (S), >= 1.
+    max_grad_norm : float
+        C > 0, the per-sample clipping norm (real units).
+    num_clients : int
+        N >= 1, the clients whose noise adds up in the released sum.
+    honest_but_curious : bool
+        Size each share so that N − 1 clients' noise suffices (a client may subtract its own).
+    normalizer : float or None
+        B > 0, the public constant dividing every client's noisy gradient sum (e.g. the
+        nominal expected batch ``q * num_train_records / N``); ``None`` when not bound yet
+        (it does not change ε, only the scale of the release).
+    accounting : AccountingSpec
+        Accountant, conversion and δ of the run's ledger.
+
+    Raises
+    ------
+    ConfigError
+        For a non-finite or out-of-range field, naming ``privacy.<field>``, ``client.steps`` or
+        ``num_clients``.
+
+    References
+    ----------
+    Abadi et al. 2016, "Deep Learning with Differential Privacy", arXiv:1607.00133, Alg. 1;
+    the third paper, On Using Secure Aggregation in Differentially Private Federated
+    Learning with Multiple Local Steps (Heikkilä), Theorems 4.6 (sum-dominating mechanism) and
+    4.7 (local σ/√N).
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+    steps: int = 1
+    max_grad_norm: float = 1.0
+    num_clients: int = 1
+    honest_but_curious: bool = False
+    normalizer: float | None = None
+    accounting: AccountingSpec = dataclasses.field(default_factory=AccountingSpec)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        sigma = check_finite(
+            "privacy.noise_multiplier", self.noise_multiplier, "must be a finite number >= 0"
+        )
+        check(sigma >= 0, "privacy.noise_multiplier", self.noise_multiplier, "must be >= 0")
+        set_(self, "noise_multiplier", sigma)
+        q = check_finite("privacy.sample_rate", self.sample_rate, "must be in [0, 1]")
+        check(0 <= q <= 1, "privacy.sample_rate", self.sample_rate, "must be in [0, 1]")
+        set_(self, "sample_rate", q)
+        c = check_finite("privacy.max_grad_norm", self.max_grad_norm, "must be a finite number > 0")
+        check(c > 0, "privacy.max_grad_norm", self.max_grad_norm, "must be a finite number > 0")
+        set_(self, "max_grad_norm", c)
+        check(
+            isinstance(self.steps, int) and not isinstance(self.steps, bool) and self.steps >= 1,
+            "client.steps",
+            self.steps,
+            "must be an integer >= 1",
+        )
+        check(
+            isinstance(self.num_clients, int) and self.num_clients >= 1,
+            "num_clients",
+            self.num_clients,
+            "must be an integer >= 1",
+        )
+        check(
+            isinstance(self.honest_but_curious, bool),
+            "privacy.honest_but_curious",
+            self.honest_but_curious,
+            "must be true or false",
+        )
+        check(
+            self.noise_shares >= 1,
+            "num_clients",
+            self.num_clients,
+            "must be >= 2 with privacy.honest_but_curious=true",
+        )
+        if self.normalizer is not None:
+            b = check_finite("client.normalizer", self.normalizer, "must be a finite number > 0")
+            check(b > 0, "client.normalizer", self.normalizer, "must be a finite number > 0")
+            set_(self, "normalizer", b)
+        check(
+            isinstance(self.accounting, AccountingSpec),
+            "privacy",
+            type(self.accounting).__name__,
+            "accounting must be an AccountingSpec",
+        )
+
+    @classmethod
+    def from_privacy(
+        cls,
+        privacy: dict[str, Any],
+        *,
+        steps: int,
+        num_clients: int,
+        normalizer: float | None = None,
+        **overrides: Any,
+    ) -> DPSGDSpec:
+        """From a run's ``privacy`` group (``noise_multiplier`` null = 0 until calibrated).
+
+        Raises
+        ------
+        ConfigError
+            If ``privacy.sample_rate`` is missing, or for any invalid field.
+        """
+        check(
+            privacy.get("sample_rate") is not None,
+            "privacy.sample_rate",
+            privacy.get("sample_rate"),
+            "must be given (Poisson sampling rate of each step)",
+        )
+        kw: dict[str, Any] = dict(
+            noise_multiplier=privacy.get("noise_multiplier") or 0.0,
+            sample_rate=privacy["sample_rate"],
+            max_grad_norm=privacy.get("max_grad_norm", 1.0),
+            honest_but_curious=bool(privacy.get("honest_but_curious") or False),
+            steps=steps,
+            num_clients=num_clients,
+            normalizer=normalizer,
+            accounting=AccountingSpec.from_privacy(privacy),
+        )
+        kw.update(overrides)
+        return cls(**kw)
+
+    @classmethod
+    def from_params(cls, p: Params, noise_multiplier: float = 0.0) -> DPSGDSpec:
+        """The spec of ``fedpriv-account poisson-gaussian``'s keys ``sample_rate``, ``steps``
+        (per round), ``target_delta``, ``accountant`` and ``conversion`` (σ given apart)."""
+        return cls(
+            noise_multiplier=noise_multiplier,
+            sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
+            steps=p.int("steps", ge=1),
+            accounting=AccountingSpec(
+                accountant=Accountant(p.choice("accountant", ACCOUNTANTS, "pld")),
+                conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
+                target_delta=p.delta("target_delta"),
+            ),
+        )
+
+    # ---- noise shares -----------------------------------------------------------------
+    @property
+    def noise_shares(self) -> int:
+        """m: clients whose noise the privacy of the sum relies on (N, or N − 1)."""
+        return self.num_clients - int(self.honest_but_curious)
+
+    @property
+    def local_noise_stddev(self) -> float:
+        """Each client's noise std per step, real units before dividing by B: σ C / √m."""
+        return self.noise_multiplier * self.max_grad_norm / math.sqrt(self.noise_shares)
+
+    # ---- events -----------------------------------------------------------------------
+    def step_event(self, noise_multiplier: float | None = None) -> dp_event.DpEvent:
+        """The Poisson-subsampled Gaussian of one step's released sum."""
+        sigma = self.noise_multiplier if noise_multiplier is None else noise_multiplier
+        return poisson_gaussian_event(sigma, self.sample_rate)
+
+    def round_events(self) -> list[tuple[Any, int]]:
+        """One round's release: ``steps`` Poisson-subsampled Gaussians with σ (Thm 4.6)."""
+        return [(self.step_event(), self.steps)]
+
+    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
+        """A round whose sum holds only ``contributors`` clients' noise (dropouts):
+        σ_eff = σ √(min(contributors − [hbc], m) / m).
+
+        Raises
+        ------
+        ConfigError
+            If no trusted client's noise is left in the sum.
+        """
+        trusted = contributors - int(self.honest_but_curious)
+        check(trusted >= 1, "contributors", contributors, "leave no trusted noise in the sum")
+        frac = min(trusted, self.noise_shares) / self.noise_shares
+        return [(self.step_event(self.noise_multiplier * math.sqrt(frac)), self.steps)]
+
+    def local_events(self) -> list[tuple[Any, int]]:
+        """One client's own release (its LDP): σ/√m per step (Thm 4.7)."""
+        local = self.noise_multiplier / math.sqrt(self.noise_shares)
+        return [(self.step_event(local), self.steps)]
+
+    def epsilon(self, num_rounds: int) -> float:
+        """Central ε at ``accounting.target_delta`` after ``num_rounds`` full rounds, composed
+        exactly as the run's ledger composes them (its accountant and conversion)."""
+        check(
+            isinstance(num_rounds, int) and num_rounds >= 0,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 0",
+        )
+        if num_rounds == 0:
+            return 0.0
+        return self.accounting.epsilon(
+            [(event, count * num_rounds) for event, count in self.round_events()]
+        )
+
+    def calibrated(self, target_epsilon: float, num_rounds: int) -> DPSGDSpec:
+        """The spec with the smallest σ (to 0.1 %) whose :meth:`epsilon` is <= the target.
+
+        Bisects on :meth:`epsilon` itself, i.e. on the SAME accountant and conversion as the
+        run's ledger (for PLD the bracket comes from a fast RDP search, checked before use).
+
+        Raises
+        ------
+        ConfigError
+            For a non-positive/non-finite target or one that no σ <= 1e6 reaches.
+        """
+        from fedpriv.accounting.calibrate import bisect_noise
+
+        check(
+            isinstance(num_rounds, int) and num_rounds >= 1,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 1",
+        )
+        target = check_finite("privacy.target_epsilon", target_epsilon, "must be > 0")
+        check(target > 0, "privacy.target_epsilon", target_epsilon, "must be > 0")
+        if self.sample_rate == 0:
+            return dataclasses.replace(self, noise_multiplier=0.0)
+
+        def eps_of(spec: DPSGDSpec) -> Any:
+            return lambda s: dataclasses.replace(spec, noise_multiplier=s).epsilon(num_rounds)
+
+        hint = None
+        if self.accounting.accountant is Accountant.PLD:
+            rdp = dataclasses.replace(
+                self,
+                accounting=AccountingSpec(
+                    accountant=Accountant.RDP, target_delta=self.accounting.target_delta
+                ),
+            )
+            s_rdp = bisect_noise(eps_of(rdp), target, field="privacy.noise_multiplier", rtol=0.01)
+            hint = (0.75 * s_rdp, s_rdp)
+        sigma = bisect_noise(eps_of(self), target, field="privacy.noise_multiplier", hint=hint)
+        return dataclasses.replace(self, noise_multiplier=sigma)
+
+    def summary(self) -> dict[str, Any]:
+        """The spec's parameters for ``results.json`` (``normalizer`` included)."""
+        return {
+            "mechanism": "gaussian",
+            "noise_multiplier": self.noise_multiplier,
+            "local_noise_multiplier": self.noise_multiplier / math.sqrt(self.noise_shares),
+            "sample_rate": self.sample_rate,
+            "max_grad_norm": self.max_grad_norm,
+            "steps": self.steps,
+            "noise_shares": self.noise_shares,
+            "normalizer": self.normalizer,
+        }
+
+
 def run_cli(params: dict[str, str]) -> dict[str, Any]:
     """``fedpriv-account poisson-gaussian``: keys noise_multiplier | target_epsilon,
-    sample_rate, steps, target_delta, accountant=pld|rdp, conversion=default|mironov."""
-    from fedpriv.accounting.calibrate import calibrate_noise_multiplier
-
+    sample_rate, steps (per round), num_rounds (default 1), target_delta, accountant=pld|rdp,
+    conversion=default|mironov. Builds the run's :class:`DPSGDSpec`, so a run's settings give
+    the run's ε (``steps * num_rounds`` composed steps)."""
     p = Params(params, "poisson-gaussian", KEYS)
     sampling = p.str("sampling", "poisson")
     check(sampling == "poisson", "sampling", sampling, SAMPLING_REFUSAL)
     given = p.exclusive("noise_multiplier", "target_epsilon")
-    sample_rate = p.float("sample_rate", ge=0.0, le=1.0)
-    steps = p.int("steps", ge=1)
-    delta = p.delta("target_delta")
-    accountant = p.choice("accountant", ACCOUNTANTS, "pld")
-    conversion = p.choice("conversion", CONVERSIONS, "default")
+    spec = DPSGDSpec.from_params(p)
+    num_rounds = p.int("num_rounds", 1, ge=1)
     out: dict[str, Any] = {"analysis": "poisson-gaussian"}
     if given == "target_epsilon":
         target = p.float("target_epsilon", gt=0.0)
         p.finish()
-        sigma = calibrate_noise_multiplier(
-            target, delta, sample_rate, steps, accountant, conversion
-        )
+        spec = spec.calibrated(target, num_rounds)
         out.update(calibrated="noise_multiplier", target_epsilon=target)
     else:
         sigma = p.float("noise_multiplier", ge=0.0)
         p.finish()
-    eps = poisson_gaussian_epsilon(sigma, sample_rate, steps, delta, accountant, conversion)
+        spec = dataclasses.replace(spec, noise_multiplier=sigma)
     out.update(
-        epsilon=eps,
-        delta=delta,
-        noise_multiplier=sigma,
-        sample_rate=sample_rate,
-        steps=steps,
-        accountant=accountant,
-        conversion=conversion,
+        epsilon=spec.epsilon(num_rounds),
+        delta=spec.accounting.target_delta,
+        noise_multiplier=spec.noise_multiplier,
+        sample_rate=spec.sample_rate,
+        steps=spec.steps,
+        num_rounds=num_rounds,
+        accountant=spec.accounting.accountant.value,
+        conversion=spec.accounting.conversion.value,
         neighboring_relation="add_remove",
     )
     return out

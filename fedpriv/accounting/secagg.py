@@ -22,14 +22,14 @@ Table 1; PRIVACY-SPEC.md §3.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.skellam import SKELLAM_KEYS, SkellamConfig, skellam_config_from_params
+from fedpriv.accounting.skellam import SKELLAM_KEYS, SkellamSpec
+from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion
 from fedpriv.errors import ConfigError, check
 
 MECHANISMS = ("gaussian", "skellam")
@@ -53,9 +53,16 @@ def _noise_clients(num_clients: int, honest_but_curious: bool) -> int:
     return num_clients
 
 
-def _skellam_config(
-    sigma_total: float, sample_rate: float, num_clients: int, kwargs: dict[str, Any]
-) -> SkellamConfig:
+def _skellam_spec(
+    sigma_total: float,
+    sample_rate: float,
+    num_clients: int,
+    steps: int,
+    honest_but_curious: bool,
+    conversion: str,
+    target_delta: float,
+    kwargs: dict[str, Any],
+) -> SkellamSpec:
     for key, value in kwargs.items():
         check(
             key in SKELLAM_KEYS,
@@ -64,8 +71,19 @@ def _skellam_config(
             "is not a Skellam option; known: " + ", ".join(SKELLAM_KEYS),
         )
     check("num_params" in kwargs, "num_params", None, "is required for mechanism='skellam'")
-    return SkellamConfig(
-        noise_multiplier=sigma_total, sample_rate=sample_rate, num_clients=num_clients, **kwargs
+    given = {k: v for k, v in kwargs.items() if v is not None}
+    return SkellamSpec(
+        noise_multiplier=sigma_total,
+        sample_rate=sample_rate,
+        steps=steps,
+        num_clients=num_clients,
+        honest_but_curious=honest_but_curious,
+        accounting=AccountingSpec(
+            accountant=Accountant.RDP,
+            conversion=Conversion(conversion),
+            target_delta=target_delta,
+        ),
+        **given,
     )
 
 
@@ -106,7 +124,9 @@ def secagg_dpsgd(
         As in :class:`~fedpriv.accounting.ledger.PrivacyLedger`.
     **skellam_kwargs
         For Skellam: ``num_params`` (required), ``max_grad_norm``, ``bits``, ``scale``,
-        ``beta``, ``signal_norm`` (see :class:`~fedpriv.accounting.skellam.SkellamConfig`).
+        ``beta``, ``rotation``, ``dropout_tolerance``, ``local_samples`` (see
+        :class:`~fedpriv.accounting.skellam.SkellamSpec`, the run's own spec: σ_total =
+        σ_i √m is its ``noise_multiplier``).
 
     Returns
     -------
@@ -152,10 +172,19 @@ def secagg_dpsgd(
         central = poisson_gaussian_event(sigma_total, sample_rate)
         local = poisson_gaussian_event(noise_multiplier, sample_rate)
     else:
-        cfg = _skellam_config(sigma_total, sample_rate, num_clients, skellam_kwargs)
-        central = cfg.event()
-        # Each client's own Skellam share, at the scale the aggregate sum uses.
-        local = dataclasses.replace(central, mu=central.mu / noise_clients)
+        spec = _skellam_spec(
+            sigma_total,
+            sample_rate,
+            num_clients,
+            steps,
+            honest_but_curious,
+            conversion,
+            target_delta,
+            skellam_kwargs,
+        )
+        # The run's mechanism (same scale rule); each client's own share at that scale.
+        ((central, _),) = spec.round_events()
+        ((local, _),) = spec.local_events()
     results = {}
     for name, event in (("epsilon", central), ("local_epsilon", local)):
         ledger = PrivacyLedger(accountant=accountant, conversion=conversion)
@@ -185,7 +214,10 @@ def secagg_dpsgd(
         out.update(
             mu_total=central.mu,
             mu_local=local.mu,
-            scale=cfg.resolved_scale,
+            scale=spec.mechanism.scale,
+            bits=spec.bits,
+            beta=spec.beta,
+            local_samples=spec.local_samples,
             l1_sensitivity=central.l1_sensitivity,
             l2_sensitivity=central.l2_sensitivity,
         )
@@ -232,15 +264,15 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
         for key in SKELLAM_KEYS:
             check(not p.has(key), key, p.raw.get(key), "applies only to mechanism=skellam")
     if mechanism == "skellam":
-        cfg = skellam_config_from_params(p, 1.0, num_clients)
-        kwargs.update(
-            num_params=cfg.num_params,
-            max_grad_norm=cfg.max_grad_norm,
-            bits=cfg.bits,
-            scale=cfg.scale,
-            beta=cfg.beta,
-            signal_norm=cfg.signal_norm,
+        probe = SkellamSpec.from_params(
+            p,
+            noise_multiplier=1.0,
+            num_clients=num_clients,
+            steps=kwargs["steps"],
+            honest_but_curious=kwargs["honest_but_curious"],
+            accounting=AccountingSpec(accountant=Accountant.RDP),
         )
+        kwargs.update({k: getattr(probe, k) for k in SKELLAM_KEYS})
     if given == "target_epsilon":
         target = p.float("target_epsilon", gt=0.0)
         p.finish()

@@ -20,6 +20,7 @@ PRIVACY-SPEC.md §0 and §3.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -27,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy import special
 
+from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.ledger import (
     CONVERSIONS,
     INTEGER_ORDERS,
@@ -36,7 +38,9 @@ from fedpriv.accounting.ledger import (
     rdp_to_epsilon,
 )
 from fedpriv.accounting.params import Params
+from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, check_finite
 from fedpriv.errors import ConfigError, check
+from fedpriv.skellam import DEFAULT_BETA, MAX_BITS, SkellamMechanism, rounded_norm_bound
 
 
 def _integer_orders(orders: np.ndarray) -> np.ndarray:
@@ -183,56 +187,9 @@ def rounded_sensitivities(
         "must be an integer >= 1",
     )
     check(0 <= beta < 1, "beta", beta, "must be in [0, 1)")
-    from fedpriv.skellam import rounded_norm_bound  # the mechanism's own bound: one formula
-
     l2 = rounded_norm_bound(int(num_params), scale * clipping_norm, beta)
     l1 = l2 * min(math.sqrt(num_params), l2)
     return l1, l2
-
-
-def scale_for_bits(
-    bits: int,
-    num_clients: int,
-    num_params: int,
-    noise_stddev: float,
-    signal_norm: float,
-    k: float = 4.0,
-) -> float:
-    """Largest scale ``s`` whose modular sum of ``bits`` bits does not wrap (k std devs).
-
-    The scaled sum per coordinate (after a flattening rotation) has variance about
-    ``s²(signal_norm²/d + noise_stddev²) + num_clients/4`` (signal, noise, rounding), and it
-    must stay within ``±2**(bits-1)`` for ``k`` standard deviations (AKL21 §4, as in their
-    ``skellam_params``):  ``s = √((4**(bits-1)/k² − N/4) / (signal²/d + σ²))``.
-
-    Parameters
-    ----------
-    bits : int
-        Bit width of the modular sum, 2..64.
-    num_clients : int
-        N clients whose rounded vectors are summed.
-    num_params : int
-        Dimension d.
-    noise_stddev : float
-        Total noise std in unscaled units (σ·C for noise multiplier σ).
-    signal_norm : float
-        ℓ2 bound of the summed signal in unscaled units (N·C if each client sends one
-        clipped vector; a DP-SGD step sums the clipped per-sample gradients of a batch).
-    k : float
-        Number of standard deviations that must fit.
-
-    Raises
-    ------
-    ConfigError
-        If the bit width leaves no room at all.
-    """
-    check(isinstance(bits, int) and 2 <= bits <= 64, "bits", bits, "must be an integer in [2, 64]")
-    check(num_clients >= 1, "num_clients", num_clients, "must be >= 1")
-    var_unit = signal_norm**2 / num_params + noise_stddev**2
-    room = 4.0 ** (bits - 1) / k**2 - num_clients / 4.0
-    if room <= 0 or var_unit <= 0:
-        raise ConfigError("bits", bits, f"is too small for {num_clients} clients (no scale fits)")
-    return math.sqrt(room / var_unit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,90 +240,325 @@ class SkellamEvent(FedprivEvent):
         return rdp_to_delta(orders, count * self.rdp(orders), target_epsilon, conversion)
 
 
-@dataclasses.dataclass(frozen=True)
-class SkellamConfig:
-    """Skellam DP-SGD step: noise, clipping, quantization → :class:`SkellamEvent`.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SkellamSpec:
+    """Multi-step local DP-SGD with Skellam noise on integers: THE object that picks the
+    scale, builds the :class:`~fedpriv.skellam.SkellamMechanism` and states its events.
+
+    Built by the run's client algorithm (``clients.skellam_dpsgd.SkellamDPSGD``), by
+    ``fedpriv-account skellam`` and by ``fedpriv-account secagg-dpsgd mechanism=skellam``, so a
+    run's settings give the CLI exactly the run's ε. The scale is the largest for which the
+    modular sum of ``bits`` bits cannot wrap (:meth:`SkellamMechanism.from_noise_multiplier`:
+    deterministic signal bound of ``num_clients × steps × local_samples`` rounded vectors plus
+    the noise tail), unless ``scale`` is given. Per step the sum over clients carries
+    ``Sk(μ)``, ``μ = (s σ C)² / 2``: one Poisson-subsampled Skellam release (RDP only).
 
     Parameters
     ----------
     noise_multiplier : float
-        Total noise std (all clients) per unit clipping norm, > 0.
-    num_params : int
-        Model dimension d.
+        σ of the summed noise per unit clipping norm (real units); > 0 to build the
+        mechanism (0 only while waiting for calibration).
     sample_rate : float
-        Poisson sampling rate q.
+        Poisson rate q in [0, 1].
+    steps : int
+        Local steps per round, >= 1 (noise shares per message).
     max_grad_norm : float
-        Per-sample clipping norm C, > 0 (default 1).
-    bits : int
-        Bit width of the modular secure sum.
+        Per-sample clipping norm C > 0.
     num_clients : int
-        Clients whose vectors are summed (bit-width budget).
-    scale : float, optional
-        Scale s; derived from ``bits`` by :func:`scale_for_bits` when omitted.
+        N >= 1.
+    honest_but_curious : bool
+        Size shares so that N − 1 clients' noise suffices.
+    normalizer : float or None
+        Public constant B dividing the decoded step sums (the same for every client and for
+        the server's decoding); ``None`` when not bound yet.
+    accounting : AccountingSpec
+        Must use ``accountant=rdp`` (the Skellam analysis is an RDP bound).
+    bits : int
+        Width of the modular secure sum, 2..62.
+    num_params : int
+        Model dimension d (>= 1 to build the mechanism; 0 = not bound yet).
+    rotation : bool
+        Randomized Hadamard rotation before rounding.
     beta : float
-        Conditional rounding parameter (0 = unconditional rounding).
-    signal_norm : float, optional
-        ℓ2 bound of the summed signal (default ``num_clients * max_grad_norm``).
+        Conditional rounding parameter in [0, 1).
+    dropout_tolerance : int
+        Clients that may drop out while the survivors' shares still sum to ``Sk(μ)``.
+    local_samples : int
+        Most records one client holds (its Poisson batches are subsets): with ``steps`` it
+        bounds the rounded vectors a client sums into one message (wrap bound).
+    scale : float, optional
+        Explicit scale s (the mechanism refuses it if the sum could wrap).
+
+    Raises
+    ------
+    ConfigError
+        For out-of-range or non-finite fields, ``privacy.accountant=pld``, or ``bits`` too
+        small (the message names the bits needed).
+
+    References
+    ----------
+    Agarwal, Kairouz, Liu 2021, "The Skellam Mechanism for Differentially Private Federated
+    Learning", arXiv:2110.04995, Thm 3.5; Steinke 2022, arXiv:2210.00597 (subsampling); the
+    third paper, "On Using Secure Aggregation in Differentially Private Federated Learning with
+    Multiple Local Steps" (Heikkilä), Theorem 4.6 (μ_total = Σ μ_i).
     """
 
     noise_multiplier: float
-    num_params: int
     sample_rate: float
+    steps: int = 1
     max_grad_norm: float = 1.0
-    bits: int = 32
     num_clients: int = 1
+    honest_but_curious: bool = False
+    normalizer: float | None = None
+    accounting: AccountingSpec = dataclasses.field(
+        default_factory=lambda: AccountingSpec(accountant=Accountant.RDP)
+    )
+    bits: int = 32
+    num_params: int = 0
+    rotation: bool = False
+    beta: float = DEFAULT_BETA
+    dropout_tolerance: int = 0
+    local_samples: int = 1
     scale: float | None = None
-    beta: float = 0.0
-    signal_norm: float | None = None
 
     def __post_init__(self) -> None:
+        # The Gaussian family's spec validates the shared fields with the same names.
+        DPSGDSpec(
+            noise_multiplier=self.noise_multiplier,
+            sample_rate=self.sample_rate,
+            steps=self.steps,
+            max_grad_norm=self.max_grad_norm,
+            num_clients=self.num_clients,
+            honest_but_curious=self.honest_but_curious,
+            normalizer=self.normalizer,
+        )
+        set_ = object.__setattr__
+        for name in ("noise_multiplier", "sample_rate", "max_grad_norm", "beta"):
+            set_(self, name, float(getattr(self, name)))
         check(
-            math.isfinite(self.noise_multiplier) and self.noise_multiplier > 0,
-            "noise_multiplier",
-            self.noise_multiplier,
-            "must be a finite number > 0",
+            isinstance(self.accounting, AccountingSpec)
+            and self.accounting.accountant is Accountant.RDP,
+            "privacy.accountant",
+            getattr(getattr(self.accounting, "accountant", None), "value", self.accounting),
+            "must be rdp for the Skellam mechanism (its analysis is an RDP bound)",
         )
-        check(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "must be > 0")
-        check(self.num_params >= 1, "num_params", self.num_params, "must be >= 1")
-        check(0 <= self.sample_rate <= 1, "sample_rate", self.sample_rate, "must be in [0, 1]")
-        check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
-        check(self.scale is None or self.scale > 0, "scale", self.scale, "must be > 0")
-
-    @property
-    def resolved_scale(self) -> float:
-        """``scale``, or the largest one the bit width allows."""
-        if self.scale is not None:
-            return float(self.scale)
-        signal = (
-            self.signal_norm
-            if self.signal_norm is not None
-            else self.num_clients * self.max_grad_norm
-        )
-        return scale_for_bits(
+        check(
+            isinstance(self.bits, int) and 2 <= self.bits <= MAX_BITS,
+            "client.bits",
             self.bits,
-            self.num_clients,
+            f"must be an integer in [2, {MAX_BITS}]",
+        )
+        check(
+            isinstance(self.num_params, int) and self.num_params >= 0,
+            "client.num_params",
             self.num_params,
-            self.noise_multiplier * self.max_grad_norm,
-            signal,
+            "must be an integer >= 1",
         )
+        beta = check_finite("client.beta", self.beta, "must be in [0, 1)")
+        check(0 <= beta < 1, "client.beta", self.beta, "must be in [0, 1)")
+        check(
+            isinstance(self.dropout_tolerance, int) and self.dropout_tolerance >= 0,
+            "client.dropout_tolerance",
+            self.dropout_tolerance,
+            "must be an integer >= 0",
+        )
+        check(
+            isinstance(self.local_samples, int) and self.local_samples >= 1,
+            "client.local_samples",
+            self.local_samples,
+            "must be an integer >= 1",
+        )
+        if self.scale is not None:
+            s = check_finite("client.scale", self.scale, "must be a finite number > 0")
+            check(s > 0, "client.scale", self.scale, "must be a finite number > 0")
+            set_(self, "scale", s)
 
-    def event(self) -> SkellamEvent:
-        """The :class:`SkellamEvent` of one step (μ = (s σ C)² / 2)."""
-        s = self.resolved_scale
-        l1, l2 = rounded_sensitivities(self.max_grad_norm, s, self.num_params, self.beta)
-        mu = (s * self.noise_multiplier * self.max_grad_norm) ** 2 / 2.0
+    @functools.cached_property
+    def mechanism(self) -> SkellamMechanism:
+        """The clients' (and decoder's) mechanism: the largest scale that cannot wrap.
+
+        Raises
+        ------
+        ConfigError
+            If σ or ``num_params`` is not set, or no scale fits in ``bits``.
+        """
+        check(
+            self.noise_multiplier > 0,
+            "privacy.noise_multiplier",
+            self.noise_multiplier,
+            "must be > 0 for the Skellam mechanism",
+        )
+        check(
+            self.num_params >= 1,
+            "client.num_params",
+            self.num_params,
+            "must be set (the model dimension; call for_run)",
+        )
+        fields: dict[str, Any] = dict(
+            bits=self.bits,
+            clipping_norm=self.max_grad_norm,
+            num_clients=self.num_clients,
+            dim=self.num_params,
+            rotation=self.rotation,
+            honest_but_curious=self.honest_but_curious,
+            dropout_tolerance=self.dropout_tolerance,
+            beta=self.beta,
+            steps=self.steps,
+            max_summands=self.steps * self.local_samples,
+        )
+        if self.scale is not None:
+            mu = (self.scale * self.noise_multiplier * self.max_grad_norm) ** 2 / 2.0
+            return SkellamMechanism(scale=self.scale, mu=mu, **fields)
+        return SkellamMechanism.from_noise_multiplier(self.noise_multiplier, **fields)
+
+    def step_event(self) -> SkellamEvent:
+        """The Skellam release of one step's sum over the clients (integer units)."""
+        m = self.mechanism
         return SkellamEvent(
-            mu=mu, l1_sensitivity=l1, l2_sensitivity=l2, sample_rate=self.sample_rate
+            mu=m.mu,
+            l1_sensitivity=m.l1_sensitivity,
+            l2_sensitivity=m.l2_sensitivity,
+            sample_rate=self.sample_rate,
+        )
+
+    def round_events(self) -> list[tuple[Any, int]]:
+        """One round: ``steps`` subsampled Skellam releases with the total μ."""
+        return [(self.step_event(), self.steps)]
+
+    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
+        """A round whose sum holds only ``contributors`` clients' shares: μ_eff = min(μ,
+        (contributors − [hbc]) μ/m).
+
+        Raises
+        ------
+        ConfigError
+            If no trusted share is left in the sum.
+        """
+        m = self.mechanism
+        mu = min(m.mu, m.mu_per_client * (contributors - int(self.honest_but_curious)))
+        check(mu > 0, "contributors", contributors, "leave no trusted noise in the sum")
+        return [(dataclasses.replace(self.step_event(), mu=mu), self.steps)]
+
+    def local_events(self) -> list[tuple[Any, int]]:
+        """One client's own release: its share μ/m per step."""
+        own = dataclasses.replace(self.step_event(), mu=self.mechanism.mu_per_client)
+        return [(own, self.steps)]
+
+    def epsilon(self, num_rounds: int) -> float:
+        """Central ε after ``num_rounds`` full rounds, composed as the run's ledger does."""
+        check(
+            isinstance(num_rounds, int) and num_rounds >= 0,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 0",
+        )
+        if num_rounds == 0:
+            return 0.0
+        return self.accounting.epsilon(
+            [(event, count * num_rounds) for event, count in self.round_events()]
+        )
+
+    def local_epsilon(self, num_rounds: int) -> float:
+        """One client's own ε (its noise share alone) after ``num_rounds`` rounds."""
+        return self.accounting.epsilon(
+            [(event, count * num_rounds) for event, count in self.local_events()]
+        )
+
+    def calibrated(self, target_epsilon: float, num_rounds: int) -> SkellamSpec:
+        """The spec with the smallest σ (to 0.1 %) whose :meth:`epsilon` is <= the target
+        (bisection on the run's own accountant and conversion; the scale follows σ).
+
+        Raises
+        ------
+        ConfigError
+            For a bad target, or one that no σ <= 1e6 reaches.
+        """
+        from fedpriv.accounting.calibrate import bisect_noise
+
+        check(
+            isinstance(num_rounds, int) and num_rounds >= 1,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 1",
+        )
+        target = check_finite("privacy.target_epsilon", target_epsilon, "must be > 0")
+        check(target > 0, "privacy.target_epsilon", target_epsilon, "must be > 0")
+
+        def eps_of(sigma: float) -> float:
+            return dataclasses.replace(self, noise_multiplier=sigma).epsilon(num_rounds)
+
+        sigma = bisect_noise(eps_of, target, field="privacy.noise_multiplier")
+        return dataclasses.replace(self, noise_multiplier=sigma)
+
+    def summary(self) -> dict[str, Any]:
+        """The mechanism's parameters for ``results.json``: pass them (with σ, steps,
+        num_rounds, sample_rate, num_clients) to ``fedpriv-account skellam`` to recompute ε."""
+        m = self.mechanism
+        return {
+            "mechanism": "skellam",
+            "noise_multiplier": self.noise_multiplier,
+            "bits": m.bits,
+            "scale": m.scale,
+            "mu": m.mu,
+            "beta": m.beta,
+            "rotation": m.rotation,
+            "num_params": m.dim,
+            "local_samples": self.local_samples,
+            "dropout_tolerance": m.dropout_tolerance,
+            "l1_sensitivity": m.l1_sensitivity,
+            "l2_sensitivity": m.l2_sensitivity,
+            "normalizer": self.normalizer,
+        }
+
+    @classmethod
+    def from_params(
+        cls,
+        p: Params,
+        *,
+        noise_multiplier: float,
+        num_clients: int,
+        steps: int,
+        honest_but_curious: bool,
+        accounting: AccountingSpec,
+    ) -> SkellamSpec:
+        """Read the Skellam keys of ``fedpriv-account`` (``SKELLAM_KEYS``); their defaults are
+        the run's (``conf/client/skellam_dpsgd.yaml``)."""
+        return cls(
+            noise_multiplier=noise_multiplier,
+            sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
+            steps=steps,
+            max_grad_norm=p.float("max_grad_norm", 1.0, gt=0.0),
+            num_clients=num_clients,
+            honest_but_curious=honest_but_curious,
+            accounting=accounting,
+            bits=p.int("bits", 32, ge=2, le=MAX_BITS),
+            num_params=p.int("num_params", ge=1),
+            rotation=p.bool("rotation", False),
+            beta=p.float("beta", DEFAULT_BETA, ge=0.0, lt=1.0),
+            dropout_tolerance=p.int("dropout_tolerance", 0, ge=0),
+            local_samples=p.int("local_samples", 1, ge=1),
+            scale=p.float("scale", None, gt=0.0),
         )
 
 
-SKELLAM_KEYS = ("num_params", "max_grad_norm", "bits", "scale", "beta", "signal_norm")
+SKELLAM_KEYS = (
+    "num_params",
+    "max_grad_norm",
+    "bits",
+    "scale",
+    "beta",
+    "rotation",
+    "dropout_tolerance",
+    "local_samples",
+)
 KEYS = (
     "noise_multiplier",
     "target_epsilon",
     "num_clients",
     "sample_rate",
     "steps",
+    "num_rounds",
+    "honest_but_curious",
     "target_delta",
     "accountant",
     "conversion",
@@ -374,73 +566,63 @@ KEYS = (
 )
 
 
-def skellam_config_from_params(
-    p: Params, noise_multiplier: float, num_clients: int
-) -> SkellamConfig:
-    """Read the Skellam-specific keys (bits, num_params, max_grad_norm, scale, beta, signal_norm)."""
-    return SkellamConfig(
-        noise_multiplier=noise_multiplier,
-        max_grad_norm=p.float("max_grad_norm", 1.0, gt=0.0),
-        num_params=p.int("num_params", ge=1),
-        sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
-        bits=p.int("bits", 32, ge=2, le=64),
-        num_clients=num_clients,
-        scale=p.float("scale", None, gt=0.0),
-        beta=p.float("beta", 0.0, ge=0.0, lt=1.0),
-        signal_norm=p.float("signal_norm", None, gt=0.0),
-    )
-
-
 def run_cli(params: dict[str, str]) -> dict[str, Any]:
-    """``fedpriv-account skellam``: noise_multiplier | target_epsilon, bits, num_params,
-    num_clients, sample_rate, steps, max_grad_norm, target_delta [, conversion, scale, beta,
-    signal_norm]."""
-    from fedpriv.accounting.calibrate import bisect_noise
-
+    """``fedpriv-account skellam``: noise_multiplier | target_epsilon (σ of the SUM, as in a
+    run's ``privacy.noise_multiplier``), num_params, num_clients, sample_rate, steps (per
+    round), num_rounds, target_delta [, bits, max_grad_norm, beta, rotation,
+    dropout_tolerance, local_samples, honest_but_curious, conversion, scale]. Builds the run's
+    :class:`SkellamSpec`: a run's ``results.json`` settings give exactly the run's ε."""
     p = Params(params, "skellam", KEYS)
     given = p.exclusive("noise_multiplier", "target_epsilon")
-    num_clients = p.int("num_clients", 1, ge=1)
-    steps = p.int("steps", ge=1)
-    delta = p.delta("target_delta")
-    conversion = p.choice("conversion", CONVERSIONS, "default")
     p.choice("accountant", ["rdp"], "rdp")
-    probe = skellam_config_from_params(p, 1.0, num_clients)
-
-    def eps_of(sigma: float) -> float:
-        return (
-            dataclasses.replace(probe, noise_multiplier=sigma)
-            .event()
-            .epsilon(delta, steps, conversion)
-        )
-
+    accounting = AccountingSpec(
+        accountant=Accountant.RDP,
+        conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
+        target_delta=p.delta("target_delta"),
+    )
+    steps = p.int("steps", ge=1)
+    num_rounds = p.int("num_rounds", 1, ge=1)
+    spec_kw: dict[str, Any] = dict(
+        num_clients=p.int("num_clients", 1, ge=1),
+        steps=steps,
+        honest_but_curious=p.bool("honest_but_curious", False),
+        accounting=accounting,
+    )
     out: dict[str, Any] = {"analysis": "skellam"}
     if given == "target_epsilon":
         target = p.float("target_epsilon", gt=0.0)
+        probe = SkellamSpec.from_params(p, noise_multiplier=1.0, **spec_kw)
         p.finish()
-        sigma = bisect_noise(eps_of, target)
+        spec = probe.calibrated(target, num_rounds)
         out.update(calibrated="noise_multiplier", target_epsilon=target)
     else:
         sigma = p.float("noise_multiplier", gt=0.0)
+        spec = SkellamSpec.from_params(p, noise_multiplier=sigma, **spec_kw)
         p.finish()
-    cfg = dataclasses.replace(probe, noise_multiplier=sigma)
-    ev = cfg.event()
+    ev = spec.step_event()
     out.update(
-        epsilon=ev.epsilon(delta, steps, conversion),
-        delta=delta,
-        noise_multiplier=sigma,
+        epsilon=spec.epsilon(num_rounds),
+        delta=accounting.target_delta,
+        local_epsilon=spec.local_epsilon(num_rounds),
+        noise_multiplier=spec.noise_multiplier,
         mu=ev.mu,
-        scale=cfg.resolved_scale,
+        scale=spec.mechanism.scale,
         l1_sensitivity=ev.l1_sensitivity,
         l2_sensitivity=ev.l2_sensitivity,
-        bits=cfg.bits,
-        num_params=cfg.num_params,
-        num_clients=num_clients,
-        sample_rate=cfg.sample_rate,
+        bits=spec.bits,
+        num_params=spec.num_params,
+        num_clients=spec.num_clients,
+        honest_but_curious=spec.honest_but_curious,
+        sample_rate=spec.sample_rate,
         steps=steps,
-        max_grad_norm=cfg.max_grad_norm,
-        beta=cfg.beta,
+        num_rounds=num_rounds,
+        max_grad_norm=spec.max_grad_norm,
+        beta=spec.beta,
+        rotation=spec.rotation,
+        dropout_tolerance=spec.dropout_tolerance,
+        local_samples=spec.local_samples,
         accountant="rdp",
-        conversion=conversion,
+        conversion=accounting.conversion.value,
         neighboring_relation="add_remove",
     )
     return out
