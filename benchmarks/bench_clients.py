@@ -119,8 +119,8 @@ def client_compute_seconds(cfg: Any, sample: int) -> float:
     import numpy as np
     import torch
 
-    from clients.app import _client_data
-    from clients.base import TrainContext
+    from fedpriv.algorithm import TrainContext
+    from fedpriv.client_app import _client_data
     from fedpriv.noise import make_generator
     from fedpriv.runner import prepare
     from fedpriv.setup import build_model_for

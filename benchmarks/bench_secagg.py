@@ -22,7 +22,7 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from clients.secagg import make_probe_client_app
-from strategies.aggregators import Aggregator, IdealAggregator
+from fedpriv.aggregation import Aggregator, IdealAggregator
 from strategies.fedavg import wait_for_nodes
 from strategies.secaggplus import SecAggPlusAggregator
 

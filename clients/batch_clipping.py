@@ -40,10 +40,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.base import ClientAlgorithm, ClientData, TrainContext
 from clients.dpsgd import summed_cross_entropy
 from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting.spec import AccountingSpec, check_finite, parse_enum
+from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.clipping import clip_tensors
 from fedpriv.errors import ConfigError, check, unknown_key
 from fedpriv.ghost import batch_clipped_grad, refuse_cross_sample

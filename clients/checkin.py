@@ -33,9 +33,9 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from torch import nn
 
-from clients.base import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.accounting.checkin import CheckinSpec, CheckinVariant
 from fedpriv.accounting.ledger import FedprivEvent
+from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
 from fedpriv.randomizers import LocalRandomizer
 from fedpriv.wire import ABSTAIN, CHECKIN_KEY, record_int
@@ -290,7 +290,7 @@ def slot_update(
 
     from flwr.app import ArrayRecord, MetricRecord
 
-    from clients.app import _client_data
+    from fedpriv.client_app import _client_data
     from fedpriv.noise import make_generator
     from fedpriv.setup import build_model_for, resolve_device
     from fedpriv.wire import METRICS_KEY, MODEL_KEY, UPDATE_KEY

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from clients.base import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.spec import AccountingSpec, check_finite
+from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.errors import check
 from fedpriv.noise import add_gaussian_noise
 from fedpriv.persample import clipped_grad_sum
@@ -81,7 +81,8 @@ class LocalDPSGD(ClientAlgorithm):
     steps: int = 10
     lr: float = 1.0
     momentum: float = 0.0
-    normalizer: float | None = None
+    # client.normalizer: null until for_run binds the public default (ClientAlgorithm.normalizer)
+    normalizer: float | None = None  # type: ignore[assignment]
     privacy: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 1
 

@@ -1,7 +1,6 @@
 """A probe client for SecAgg+ tests and the benchmark: fixed integer updates.
 
-The client-side SecAgg+ mod lives in the core (:mod:`fedpriv.secagg`); it is re-exported
-here (``SECAGG_MODS``, ``flatten_update``) for existing callers.
+The client-side SecAgg+ mod lives in the core (:data:`fedpriv.secagg.SECAGG_MODS`).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedpriv.secagg import SECAGG_MODS, flatten_update  # noqa: F401 - re-exported
+from fedpriv.secagg import SECAGG_MODS
 from fedpriv.wire import METRICS_KEY, UPDATE_KEY
 
 

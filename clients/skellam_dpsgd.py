@@ -23,12 +23,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.base import ClientData, TrainContext
 from clients.dpsgd import LocalDPSGD, summed_cross_entropy
 from clients.dpsgd import nominal_expected_batch as nominal
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.skellam import SkellamEvent, SkellamSpec
 from fedpriv.accounting.spec import AccountingSpec
+from fedpriv.algorithm import ClientData, TrainContext
 from fedpriv.errors import check
 from fedpriv.persample import per_sample_grads
 from fedpriv.samplers import PoissonSampler

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.base import ClientData, TrainContext
 from clients.dpsgd import LocalDPSGD
+from fedpriv.aggregation import AggregateResult
+from fedpriv.algorithm import ClientData, TrainContext
 from fedpriv.clipping import clip_tensors
 from fedpriv.errors import check
-from strategies.aggregators import AggregateResult
 from strategies.fedavg import DPFedAvg
 
 

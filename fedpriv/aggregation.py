@@ -6,7 +6,7 @@ The ideal aggregator does this in-process; a SecAgg+ aggregator does it through 
 protocol. Either way the strategy never sees a single client's update.
 
 The interface (:class:`Aggregator`, :class:`AggregateResult`, :class:`RoundFailed`) lives in
-the core so the runner never imports ``strategies/``; ``strategies.aggregators`` re-exports it.
+the core so the runner never imports ``strategies/``.
 An aggregator DECLARES its capabilities as class attributes (e.g.
 :attr:`Aggregator.requires_integer_updates`); the runner checks them, never its ``_target_``.
 """

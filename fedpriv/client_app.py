@@ -5,7 +5,7 @@ worker that re-imports this module does no argument parsing. Each virtual client
 data by its ``partition-id`` (Flower's node config) and seeds its randomness from
 ``(seed, server_round, partition_id)``, or from OS entropy in ``secure_mode``.
 
-Engine glue, so it lives in the core (``clients.app`` re-exports it).
+Engine glue, so it lives in the core.
 """
 
 from __future__ import annotations

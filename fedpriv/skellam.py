@@ -115,7 +115,7 @@ def centered_mod(values: ArrayLike, bits: int) -> NDArray[np.int64]:
 def _fwht(x: NDArray[np.float64]) -> NDArray[np.float64]:
     """Unnormalised Walsh–Hadamard transform along the last axis (length a power of two)."""
     n = x.shape[-1]
-    y = x.reshape(-1, n)
+    y: np.ndarray = x.reshape(-1, n)
     h = 1
     while h < n:
         y = y.reshape(y.shape[0], n // (2 * h), 2, h)

@@ -47,18 +47,15 @@ from flwr.serverapp import Grid
 
 from fedpriv.aggregation import AggregateResult, Aggregator, RoundFailed
 from fedpriv.errors import ConfigError, check
-from fedpriv.secagg import (  # noqa: F401 - re-exported for tests and benchmarks
+from fedpriv.secagg import (
     BITS_KEY,
     CONTENT_KEY,
     LAYOUT_KEY,
     LIMB_KEY,
-    MAX_LIMB_BITS,
     MODULUS_BITS,
     join_limb_means,
     limb_bits_for,
     pack_content,
-    split_limbs,
-    unpack_content,
 )
 
 

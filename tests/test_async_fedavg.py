@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from flwr.supercore.task_identity import TaskIdentity
 
+from fedpriv.aggregation import AggregateResult
 from fedpriv.errors import ConfigError
-from strategies.aggregators import AggregateResult
 from strategies.async_fedavg import AsyncDPFedAvg
 
 

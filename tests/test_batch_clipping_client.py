@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from clients.base import ClientData, TrainContext
 from clients.batch_clipping import GeneralizedDPSGD, step_size
 from clients.dpsgd import LocalDPSGD
 from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting import gdp
+from fedpriv.algorithm import ClientData, TrainContext
 from fedpriv.config import conf_dir, register_schema
 from fedpriv.errors import ConfigError
 from fedpriv.models import build_model

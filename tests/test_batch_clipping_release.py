@@ -1,7 +1,7 @@
 """Issue 11, item 1, for the batch-clipping family: measured from the SERIALIZED replies.
 
-Every client's reply is built by ``clients.app.train_handler`` (as a Flower run builds it) and
-round-tripped through Flower 1.42's protobuf serde (``recorddict_to_proto`` /
+Every client's reply is built by ``fedpriv.client_app.train_handler`` (as a Flower run builds
+it) and round-tripped through Flower 1.42's protobuf serde (``recorddict_to_proto`` /
 ``recorddict_from_proto``). From those bytes we measure, for every client of IID, Dirichlet
 (alpha = 0.05: sizes 2 ... 1196) and natural (ACSIncome states WY, VT, AL: 2451 ... 17814
 records) partitions:
@@ -36,7 +36,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from hydra import compose, initialize_config_dir
 
 import fedpriv.client_app as app
-from clients.base import ClientData
+from fedpriv.algorithm import ClientData
 from fedpriv.config import conf_dir, register_schema
 from fedpriv.runner import prepare
 from fedpriv.setup import build_model_for, client_partition, partitions

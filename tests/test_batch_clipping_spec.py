@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from clients.base import ClientData, TrainContext
 from clients.batch_clipping import GeneralizedDPSGD
 from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting.cli import main as cli_main
 from fedpriv.accounting.cli import run as cli_run
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
 from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation
+from fedpriv.algorithm import ClientData, TrainContext
 from fedpriv.errors import ConfigError
 from fedpriv.models import build_model
 from fedpriv.privacy import RunPrivacy

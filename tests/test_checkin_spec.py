@@ -311,7 +311,7 @@ def test_sent_report_has_the_claimed_noise_and_no_data_dependent_divisor(
             ]
         )
     )
-    from clients.app import _client_data
+    from fedpriv.client_app import _client_data
     from fedpriv.setup import build_model_for
 
     model = build_model_for(cfg)

@@ -423,7 +423,7 @@ def test_declared_capability_not_target_name_decides() -> None:
         {"_target_": "strategies.secaggplus.SecAggPlusAggregator"}
     ).uses_secagg_mods
     assert not aggregator_class(
-        {"_target_": "strategies.aggregators.IdealAggregator"}
+        {"_target_": "fedpriv.aggregation.IdealAggregator"}
     ).uses_secagg_mods
 
 

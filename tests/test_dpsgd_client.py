@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from clients.base import ClientData, TrainContext
 from clients.dpsgd import LocalDPSGD
+from fedpriv.algorithm import ClientData, TrainContext
 from fedpriv.errors import ConfigError
 from fedpriv.models import build_model
 from fedpriv.noise import make_generator

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from clients.base import ClientData, TrainContext
 from clients.dpsgd import LocalDPSGD
 from clients.skellam_dpsgd import UPDATE_NAME, SkellamDPSGD
 from fedpriv.accounting import cli
+from fedpriv.algorithm import ClientData, TrainContext
 from fedpriv.errors import ConfigError
 from fedpriv.models import build_model
 from fedpriv.privacy import RunPrivacy

@@ -35,8 +35,8 @@ from flwr.app import ArrayRecord, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
-from clients.base import ClientData, TrainContext
 from clients.dpsgd import LocalDPSGD
+from fedpriv.algorithm import ClientData, TrainContext
 from fedpriv.noise import make_generator
 from fedpriv.runner import to_container
 from fedpriv.setup import build_algorithm, build_model_for, client_partition

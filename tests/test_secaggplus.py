@@ -35,19 +35,19 @@ from flwr.serverapp import Grid, ServerApp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clients.secagg import flatten_update, make_probe_client_app, probe_update
+from clients.secagg import make_probe_client_app, probe_update
+from fedpriv.aggregation import IdealAggregator, RoundFailed
 from fedpriv.errors import ConfigError
-from strategies.aggregators import IdealAggregator, RoundFailed
-from strategies.fedavg import wait_for_nodes
-from strategies.secaggplus import (
-    SecAggPlusAggregator,
+from fedpriv.secagg import (
+    flatten_update,
     join_limb_means,
     limb_bits_for,
     pack_content,
-    resolve_shares,
     split_limbs,
     unpack_content,
 )
+from strategies.fedavg import wait_for_nodes
+from strategies.secaggplus import SecAggPlusAggregator, resolve_shares
 
 N, BITS, SEED = 4, 32, 2024
 SHAPES = {"conv.weight": [2, 3, 4], "fc.bias": [5], "scalar": []}
@@ -220,7 +220,8 @@ def simulation() -> dict[str, Any]:
                 out[("secagg", server_round)] = _run(sec, grid, nodes, server_round, fail, late)
                 out[("dropped", server_round)] = sec.last_num_dropped
                 ideal = IdealAggregator(min_replies=N - len(fail) - len(late) if ok else None)
-                # reference: the late clients raise instead (a sleeping Ray actor would delay the rest)
+                # reference: the late clients raise instead (a sleeping Ray actor would delay
+                # the rest)
                 out[("ideal", server_round)] = _run(
                     ideal, grid, nodes, server_round, fail + late, []
                 )
