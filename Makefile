@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.fedpriv-installed
 
-.PHONY: install run test bench bench-accounting gpu-check data clean
+.PHONY: install run test lint bench bench-accounting gpu-check data clean
 
 install: $(STAMP)
 
@@ -21,8 +21,14 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/fedpriv $(ARGS)
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+# ruff (lint + format check) and mypy on the packages; part of `make test`, so CI runs them.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_steps.py
