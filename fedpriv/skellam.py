@@ -365,8 +365,17 @@ class SkellamMechanism:
         -------
         numpy.ndarray
             int64, shape ``(n,)`` or ``(B, n)``; each row's ℓ2 norm ≤ :attr:`l2_sensitivity`.
+
+        Raises
+        ------
+        ValueError
+            If ``x`` holds NaN or ±inf: rounding it would send arbitrary integers, which no
+            aggregator could tell from a valid share (the client's reply then fails and it
+            counts as dropped).
         """
         arr = np.asarray(x, dtype=np.float64)
+        if not np.isfinite(arr).all():
+            raise ValueError("non-finite values in the Skellam mechanism's input (NaN or inf)")
         single = arr.ndim == 1
         rows = arr.reshape(1, -1) if single else arr
         check(

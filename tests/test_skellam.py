@@ -294,3 +294,16 @@ class TestBadInput:
     def test_frozen(self) -> None:
         with pytest.raises(AttributeError):
             mech().bits = 8  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_input_is_refused_never_rounded(bad: float) -> None:
+    """A NaN/inf gradient must not become arbitrary integers that SecAgg+ would sum."""
+    mech = SkellamMechanism.from_noise_multiplier(
+        1.0, bits=32, clipping_norm=1.0, num_clients=2, dim=4, steps=1, max_summands=8
+    )
+    rows = np.ones((3, 4))
+    rows[1, 2] = bad
+    with pytest.raises(ValueError, match="non-finite"):
+        mech.privatize(rows, np.random.default_rng(0))
+    assert mech.privatize(np.ones((3, 4)), np.random.default_rng(0)).shape == (mech.padded_dim,)

@@ -57,10 +57,12 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from fedpriv.accounting.spec import Accountant, Conversion
 from fedpriv.errors import ConfigError, check
 
-ACCOUNTANTS = ("pld", "rdp")
-CONVERSIONS = ("default", "mironov")
+#: The closed sets, as their enums (StrEnum members compare equal to their spelling).
+ACCOUNTANTS = tuple(Accountant)
+CONVERSIONS = tuple(Conversion)
 RELATIONS = {
     "add_remove": NeighboringRelation.ADD_OR_REMOVE_ONE,
     "replace_one": NeighboringRelation.REPLACE_ONE,

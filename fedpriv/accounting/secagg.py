@@ -16,8 +16,8 @@ clients per round); all clients use the same σ_i, q and C.
 
 References
 ----------
-The third paper (``secagg-multiple-local-steps.txt``), Theorems 4.6 and 4.7, Appendix A.5,
-Table 1; PRIVACY-SPEC.md §3.
+Heikkilä, "On Using Secure Aggregation in Differentially Private Federated Learning with
+Multiple Local Steps" (arXiv:2407.19286), Theorems 4.6 and 4.7, Appendix A.5, Table 1.
 """
 
 from __future__ import annotations

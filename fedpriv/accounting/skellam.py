@@ -14,7 +14,6 @@ Steinke (2022), "Composition of Differential Privacy & Privacy Amplification by 
 arXiv 2210.00597 (RDP of Poisson subsampling, integer orders, add/remove).
 Kairouz, Liu, Steinke (2021), "The Distributed Discrete Gaussian Mechanism for Federated
 Learning with Secure Aggregation", ICML, Theorem 1 (norm after conditional randomized rounding).
-PRIVACY-SPEC.md §0 and §3.
 """
 
 from __future__ import annotations
