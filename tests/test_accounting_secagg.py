@@ -205,3 +205,41 @@ def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
     assert out["noise_multiplier"] == s["noise_multiplier"] == 1.3
     assert out["epsilon"] == pytest.approx(privacy.epsilon(), rel=1e-9)
     assert out["local_epsilon"] == pytest.approx(privacy.local_epsilon(), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "num_clients,honest_but_curious,accountant",
+    [(3, False, "rdp"), (5, True, "rdp"), (3, False, "pld")],
+)
+def test_noise_multiplier_means_what_it_means_in_a_run(num_clients, honest_but_curious, accountant):
+    # One name, one meaning: the run's DPSGDSpec with privacy.noise_multiplier = 1.2 and
+    # secagg_dpsgd(noise_multiplier=1.2) state the same events, so the same central and local ε
+    # (rel 1e-9: the same ledger arithmetic; σ_i = 1.2/√m computed by both).
+    from fedpriv.accounting.dpsgd import DPSGDSpec
+    from fedpriv.accounting.spec import Accountant, AccountingSpec
+
+    run = DPSGDSpec(
+        noise_multiplier=1.2,
+        sample_rate=0.1,
+        steps=3,
+        num_clients=num_clients,
+        honest_but_curious=honest_but_curious,
+        accounting=AccountingSpec(accountant=Accountant(accountant), target_delta=1e-5),
+    )
+    out = secagg_dpsgd(
+        "gaussian",
+        1.2,
+        num_clients,
+        0.1,
+        3,
+        2,
+        1e-5,
+        honest_but_curious=honest_but_curious,
+        accountant=accountant,
+    )
+    local = run.accounting.epsilon([(event, count * 2) for event, count in run.local_events()])
+    assert out["epsilon"] == pytest.approx(run.epsilon(2), rel=1e-9)
+    assert out["local_epsilon"] == pytest.approx(local, rel=1e-9)
+    assert out["client_noise_multiplier"] == pytest.approx(
+        run.summary()["local_noise_multiplier"], rel=1e-15
+    )
