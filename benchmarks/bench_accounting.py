@@ -110,7 +110,17 @@ def skellam_secagg() -> None:
         "secagg skellam eps, 10 clients, 1e5 steps, 16 bits, d=1e5",
         "fedpriv rdp",
         lambda: secagg_dpsgd(
-            "skellam", 1.0, 10, Q, 1000, 100, DELTA, accountant="rdp", num_params=100_000, bits=16
+            "skellam",
+            None,
+            10,
+            Q,
+            1000,
+            100,
+            DELTA,
+            accountant="rdp",
+            client_noise_multiplier=1.0,
+            num_params=100_000,
+            bits=16,
         )["epsilon"],
     )
 

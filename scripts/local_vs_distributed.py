@@ -60,7 +60,7 @@ NUM_PARAMS = 26_010
 
 
 def central_epsilon(
-    noise_multiplier: float,
+    client_noise_multiplier: float,
     parties: int,
     steps: int,
     *,
@@ -73,8 +73,9 @@ def central_epsilon(
 
     Parameters
     ----------
-    noise_multiplier : float
-        Per-party σ_i (noise std per unit clipping norm), > 0.
+    client_noise_multiplier : float
+        Per-party σ_i (noise std per unit clipping norm), > 0 (the table's unit; the sum's σ,
+        a run's ``privacy.noise_multiplier``, is σ_i √N).
     parties : int
         N >= 1; the sum carries σ_total = σ_i √N.
     steps : int
@@ -90,12 +91,12 @@ def central_epsilon(
     -------
     dict
         :func:`fedpriv.accounting.secagg_dpsgd`'s result (``epsilon`` central, ``local_epsilon``,
-        ``noise_multiplier_total``, ...).
+        ``noise_multiplier`` = σ of the sum, ``client_noise_multiplier`` = σ_i, ...).
     """
-    extra = {"num_params": NUM_PARAMS, "bits": 32} if mechanism == "skellam" else {}
+    extra: dict[str, Any] = {"num_params": NUM_PARAMS, "bits": 32} if mechanism == "skellam" else {}
     return secagg_dpsgd(
         mechanism,
-        noise_multiplier,
+        None,
         parties,
         sample_rate,
         steps,
@@ -103,6 +104,7 @@ def central_epsilon(
         target_delta,
         accountant="rdp",
         conversion=conversion,
+        client_noise_multiplier=client_noise_multiplier,
         **extra,
     )
 
@@ -129,7 +131,7 @@ def local_noise_multiplier(
             "epsilon"
         ]
 
-    return bisect_noise(eps_of, local_epsilon, field="noise_multiplier", rtol=rtol)
+    return bisect_noise(eps_of, local_epsilon, field="client_noise_multiplier", rtol=rtol)
 
 
 def table(mechanism: str = "skellam", conversion: str = "mironov") -> list[dict[str, Any]]:
@@ -149,7 +151,7 @@ def table(mechanism: str = "skellam", conversion: str = "mironov") -> list[dict[
                 "steps": steps,
                 "parties": parties,
                 "sigma_local": sigma_i[steps],
-                "sigma_total": out["noise_multiplier_total"],
+                "sigma_total": out["noise_multiplier"],
                 "epsilon": out["epsilon"],
                 "local_epsilon": out["local_epsilon"],
                 "paper_sigma_total": paper_sigma,

@@ -80,7 +80,7 @@ def test_skellam_and_secagg(capsys):
         [
             "secagg-dpsgd",
             "mechanism=gaussian",
-            "noise_multiplier=0.69",
+            "client_noise_multiplier=0.69",  # the table's per-client σ_i
             "num_clients=10",
             "sample_rate=0.1",
             "steps=1",
@@ -107,6 +107,25 @@ def test_skellam_and_secagg(capsys):
         ],
     )
     assert cal["calibrated"] == "noise_multiplier" and cal["epsilon"] <= 1.0
+    # calibration returns both names: σ of the sum and each of the 4 clients' σ_i = σ/2
+    assert cal["client_noise_multiplier"] == pytest.approx(cal["noise_multiplier"] / 2, rel=1e-12)
+    assert "noise_multiplier_total" not in cal
+    # noise_multiplier is σ of the sum, as a run's privacy.noise_multiplier: the calibrated σ
+    # given back reproduces the calibrated ε exactly
+    again = run_json(
+        capsys,
+        [
+            "secagg-dpsgd",
+            f"noise_multiplier={cal['noise_multiplier']!r}",
+            "num_clients=4",
+            "sample_rate=0.1",
+            "steps=5",
+            "num_rounds=2",
+            "target_delta=1e-5",
+            "accountant=rdp",
+        ],
+    )
+    assert again["epsilon"] == cal["epsilon"]
 
 
 def test_zero_noise_is_infinite_and_json_stays_valid(capsys):
@@ -149,6 +168,30 @@ def test_zero_noise_is_infinite_and_json_stays_valid(capsys):
                 "num_params=10",
             ],
             "accountant='pld'",
+        ),
+        (
+            [
+                "secagg-dpsgd",
+                "noise_multiplier=1",
+                "client_noise_multiplier=0.5",
+                "num_clients=4",
+                "sample_rate=0.1",
+                "steps=1",
+                "target_delta=1e-5",
+            ],
+            "client_noise_multiplier='0.5' cannot be combined with noise_multiplier",
+        ),
+        (
+            [
+                "secagg-dpsgd",
+                "client_noise_multiplier=0.5",
+                "target_epsilon=1",
+                "num_clients=4",
+                "sample_rate=0.1",
+                "steps=1",
+                "target_delta=1e-5",
+            ],
+            "target_epsilon='1' cannot be combined with client_noise_multiplier",
         ),
     ],
 )

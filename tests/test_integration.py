@@ -51,8 +51,8 @@ def test_small_run_writes_outputs_and_reports_accountant_epsilon(tmp_path: Path)
     assert [r["server_round"] for r in res["rounds"]] == [1, 2]
     assert all(0.0 <= r["accuracy"] <= 1.0 and math.isfinite(r["loss"]) for r in res["rounds"])
     # 2 rounds x 3 local steps of one Poisson-sampled Gaussian (sigma=1.2, q=0.1) on the sum:
-    # exactly the engine's secagg-dpsgd analysis (per-client sigma 1.2/sqrt(3), 3 clients) ...
-    engine = secagg_dpsgd("gaussian", 1.2 / math.sqrt(3), 3, 0.1, 3, 2, 1e-5)
+    # exactly the engine's secagg-dpsgd analysis (sigma of the sum 1.2, as the run's, 3 clients)
+    engine = secagg_dpsgd("gaussian", 1.2, 3, 0.1, 3, 2, 1e-5)
     assert res["privacy"]["epsilon"] == pytest.approx(engine["epsilon"], rel=1e-9)
     assert res["privacy"]["local_epsilon"] == pytest.approx(engine["local_epsilon"], rel=1e-9)
     # ... and, independently, dp-accounting's PLD composed directly (grid differences: 1e-3)

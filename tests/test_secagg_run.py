@@ -55,7 +55,7 @@ def test_secaggplus_run_equals_ideal_run_and_accountant(tmp_path: Path) -> None:
     # the engine's secagg-dpsgd analysis with the run's scale and rounding gives the same ε
     engine = secagg_dpsgd(
         "skellam",
-        1.2 / 3**0.5,
+        1.2,  # σ of the sum, the run's privacy.noise_multiplier
         3,
         0.1,
         2,

@@ -3,12 +3,17 @@
 N clients each run ``steps`` local DP-SGD steps per round (Poisson rate q, clipping C, own noise
 σ_i·C per step) and a trusted aggregator reveals only the sum of their updates. With infinitely
 divisible noise the per-step sums are dominated by one mechanism of the same family with the
-summed noise (Theorem 4.6, "sum-dominating"): Gaussian ``σ_total = σ_i √N``, Skellam
+summed noise (Theorem 4.6, "sum-dominating"): Gaussian ``σ = σ_i √N``, Skellam
 ``μ_total = N μ_i``. It is composed over ``steps × num_rounds`` subsampled steps
 (sample-level DP on the union of the clients' data). Each client alone gets only its local
 (LDP) guarantee from its own noise σ_i (Theorem 4.7: σ_LDP = σ/√N); both are reported.
 If clients are honest-but-curious, one of them can subtract its own noise, so only the other
 N−1 clients' noise counts.
+
+One name, one meaning, as in a run: ``noise_multiplier`` is σ, the std of the SUMMED noise of
+the trusted clients per unit of clipping norm (a run's ``privacy.noise_multiplier``);
+``client_noise_multiplier`` is each client's own σ_i = σ/√N (σ/√(N−1) with
+``honest_but_curious``). Give one of them; the result states both.
 
 Assumptions (refused or stated, never silently relaxed): every one of the ``num_clients``
 clients adds its noise in every round (with client sampling pass the minimum number of
@@ -89,7 +94,7 @@ def _skellam_spec(
 
 def secagg_dpsgd(
     mechanism: str,
-    noise_multiplier: float,
+    noise_multiplier: float | None,
     num_clients: int,
     sample_rate: float,
     steps: int,
@@ -98,16 +103,24 @@ def secagg_dpsgd(
     honest_but_curious: bool = False,
     accountant: str = "pld",
     conversion: str = "default",
+    *,
+    client_noise_multiplier: float | None = None,
     **skellam_kwargs: Any,
 ) -> dict[str, Any]:
     """Central and local ε of DP-SGD with S local steps under secure aggregation.
+
+    Give the noise as exactly one of ``noise_multiplier`` (σ of the sum, a run's
+    ``privacy.noise_multiplier``) or ``client_noise_multiplier`` (each client's σ_i; pass
+    ``None`` as ``noise_multiplier``).
 
     Parameters
     ----------
     mechanism : {"gaussian", "skellam"}
         Noise family; Skellam is accounted by RDP only (pass ``accountant="rdp"``).
-    noise_multiplier : float
-        Per-client σ_i (noise std per unit clipping norm), > 0.
+    noise_multiplier : float or None
+        σ: std of the summed noise of the ``noise_clients`` trusted clients per unit clipping
+        norm, > 0, the same meaning as a run's ``privacy.noise_multiplier`` (each client adds
+        σ/√noise_clients). ``None`` when ``client_noise_multiplier`` is given.
     num_clients : int
         N clients whose noise is summed in every round.
     sample_rate : float
@@ -122,23 +135,34 @@ def secagg_dpsgd(
         Count only N−1 clients' noise (one client may remove its own).
     accountant, conversion : str
         As in :class:`~fedpriv.accounting.ledger.PrivacyLedger`.
+    client_noise_multiplier : float or None, keyword-only
+        σ_i: each client's own noise std per unit clipping norm, > 0; then
+        σ = σ_i √noise_clients. Exclusive with ``noise_multiplier``.
     **skellam_kwargs
         For Skellam: ``num_params`` (required), ``max_grad_norm``, ``bits``, ``scale``,
         ``beta``, ``rotation``, ``dropout_tolerance``, ``local_samples`` (see
-        :class:`~fedpriv.accounting.skellam.SkellamSpec`, the run's own spec: σ_total =
-        σ_i √m is its ``noise_multiplier``).
+        :class:`~fedpriv.accounting.skellam.SkellamSpec`, the run's own spec, whose
+        ``noise_multiplier`` is the same σ of the sum).
 
     Returns
     -------
     dict
         ``epsilon`` (central, sample-level, on the sum), ``delta``, ``local_epsilon`` (one
-        client's LDP ε from its own noise), ``noise_multiplier_total``, ``noise_clients``,
-        ``total_steps`` and the inputs; for Skellam also ``mu_total``, ``mu_local``, ``scale``.
+        client's LDP ε from its own noise), ``noise_multiplier`` (σ of the sum),
+        ``client_noise_multiplier`` (σ_i), ``noise_clients``, ``total_steps`` and the inputs;
+        for Skellam also ``mu_total``, ``mu_local``, ``scale``.
 
     Raises
     ------
     ConfigError
-        For out-of-range arguments or an unsupported mechanism/accountant combination.
+        For out-of-range arguments, both or neither of the two noise parameters, or an
+        unsupported mechanism/accountant combination.
+
+    References
+    ----------
+    Heikkilä, "On Using Secure Aggregation in Differentially Private Federated Learning with
+    Multiple Local Steps" (arXiv:2407.19286), Theorem 4.6 (sum-dominating mechanism) and
+    Theorem 4.7 (local DP of one client's noise).
     """
     check(mechanism in MECHANISMS, "mechanism", mechanism, "must be one of: gaussian, skellam")
     check(accountant in ACCOUNTANTS, "accountant", accountant, "must be one of: pld, rdp")
@@ -149,10 +173,32 @@ def secagg_dpsgd(
         accountant,
         "must be 'rdp' for mechanism='skellam' (its analysis is an RDP bound)",
     )
+    given_name: str
+    given_sigma: float
+    if noise_multiplier is not None and client_noise_multiplier is None:
+        given_name, given_sigma = "noise_multiplier", noise_multiplier
+    elif client_noise_multiplier is not None and noise_multiplier is None:
+        given_name, given_sigma = "client_noise_multiplier", client_noise_multiplier
+    elif noise_multiplier is None:
+        raise ConfigError(
+            "noise_multiplier",
+            None,
+            "is required: σ of the sum (or client_noise_multiplier=, each client's σ_i)",
+        )
+    else:
+        raise ConfigError(
+            "client_noise_multiplier",
+            client_noise_multiplier,
+            f"cannot be combined with noise_multiplier={noise_multiplier!r} (σ of the sum);"
+            " give one",
+        )
     check(
-        math.isfinite(noise_multiplier) and noise_multiplier > 0,
-        "noise_multiplier",
-        noise_multiplier,
+        isinstance(given_sigma, (int, float))
+        and not isinstance(given_sigma, bool)
+        and math.isfinite(given_sigma)
+        and given_sigma > 0,
+        given_name,
+        given_sigma,
         "must be a finite number > 0",
     )
     check(isinstance(steps, int) and steps >= 1, "steps", steps, "must be an integer >= 1")
@@ -164,13 +210,18 @@ def secagg_dpsgd(
     )
     noise_clients = _noise_clients(num_clients, honest_but_curious)
     total_steps = steps * num_rounds
-    sigma_total = noise_multiplier * math.sqrt(noise_clients)
+    if given_name == "noise_multiplier":
+        sigma_total = float(given_sigma)
+        sigma_client = sigma_total / math.sqrt(noise_clients)
+    else:
+        sigma_client = float(given_sigma)
+        sigma_total = sigma_client * math.sqrt(noise_clients)
     if mechanism == "gaussian":
         if skellam_kwargs:
             key = next(iter(skellam_kwargs))
             raise ConfigError(key, skellam_kwargs[key], "applies only to mechanism='skellam'")
         central = poisson_gaussian_event(sigma_total, sample_rate)
-        local = poisson_gaussian_event(noise_multiplier, sample_rate)
+        local = poisson_gaussian_event(sigma_client, sample_rate)
     else:
         spec = _skellam_spec(
             sigma_total,
@@ -197,8 +248,8 @@ def secagg_dpsgd(
         "local_epsilon": results["local_epsilon"],
         "local_delta": target_delta,
         "mechanism": mechanism,
-        "noise_multiplier": noise_multiplier,
-        "noise_multiplier_total": sigma_total,
+        "noise_multiplier": sigma_total,
+        "client_noise_multiplier": sigma_client,
         "num_clients": num_clients,
         "noise_clients": noise_clients,
         "honest_but_curious": honest_but_curious,
@@ -227,6 +278,7 @@ def secagg_dpsgd(
 KEYS = (
     "mechanism",
     "noise_multiplier",
+    "client_noise_multiplier",
     "target_epsilon",
     "num_clients",
     "sample_rate",
@@ -241,14 +293,17 @@ KEYS = (
 
 
 def run_cli(params: dict[str, str]) -> dict[str, Any]:
-    """``fedpriv-account secagg-dpsgd``: mechanism, noise_multiplier | target_epsilon (per
-    client), num_clients, sample_rate, steps, num_rounds, target_delta, honest_but_curious
-    [, accountant, conversion; Skellam: num_params, bits, max_grad_norm, scale, beta]."""
+    """``fedpriv-account secagg-dpsgd``: mechanism, exactly one of noise_multiplier (σ of the
+    SUM, as a run's ``privacy.noise_multiplier``) | client_noise_multiplier (each client's σ_i)
+    | target_epsilon, num_clients, sample_rate, steps, num_rounds, target_delta,
+    honest_but_curious [, accountant, conversion; Skellam: num_params, bits, max_grad_norm,
+    scale, beta, rotation, dropout_tolerance, local_samples]. Calibration returns both σ and
+    σ_i and names ``noise_multiplier`` (the run's setting) as the calibrated one."""
     from fedpriv.accounting.calibrate import bisect_noise
 
     p = Params(params, "secagg-dpsgd", KEYS)
     mechanism = p.choice("mechanism", MECHANISMS, "gaussian")
-    given = p.exclusive("noise_multiplier", "target_epsilon")
+    given = p.exclusive("noise_multiplier", "client_noise_multiplier", "target_epsilon")
     num_clients = p.int("num_clients", ge=1)
     kwargs: dict[str, Any] = dict(
         num_clients=num_clients,
@@ -280,6 +335,10 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
         out = secagg_dpsgd(mechanism, sigma, **kwargs)
         out.update(calibrated="noise_multiplier", target_epsilon=target)
         return out
+    if given == "client_noise_multiplier":
+        sigma_i = p.float("client_noise_multiplier", gt=0.0)
+        p.finish()
+        return secagg_dpsgd(mechanism, None, client_noise_multiplier=sigma_i, **kwargs)
     sigma = p.float("noise_multiplier", gt=0.0)
     p.finish()
     return secagg_dpsgd(mechanism, sigma, **kwargs)
