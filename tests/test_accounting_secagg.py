@@ -241,5 +241,5 @@ def test_noise_multiplier_means_what_it_means_in_a_run(num_clients, honest_but_c
     assert out["epsilon"] == pytest.approx(run.epsilon(2), rel=1e-9)
     assert out["local_epsilon"] == pytest.approx(local, rel=1e-9)
     assert out["client_noise_multiplier"] == pytest.approx(
-        run.summary()["local_noise_multiplier"], rel=1e-15
+        run.summary()["client_noise_multiplier"], rel=1e-15
     )

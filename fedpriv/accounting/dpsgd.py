@@ -375,7 +375,7 @@ class DPSGDSpec:
         return {
             "mechanism": "gaussian",
             "noise_multiplier": self.noise_multiplier,
-            "local_noise_multiplier": self.noise_multiplier / math.sqrt(self.noise_shares),
+            "client_noise_multiplier": self.noise_multiplier / math.sqrt(self.noise_shares),
             "sample_rate": self.sample_rate,
             "max_grad_norm": self.max_grad_norm,
             "steps": self.steps,
