@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 import torch
 from dp_accounting import dp_event
-from flwr.app import ArrayRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from scipy.stats import norm
@@ -229,13 +230,13 @@ def serialize_reply(update: dict[str, torch.Tensor], metrics: dict[str, float]) 
     return recorddict_to_proto(content).SerializeToString()
 
 
-def parse_reply(data: bytes) -> Message:
-    """A reply Message whose content is parsed back from ``data`` (what the server reads)."""
+def parse_reply(data: bytes) -> Any:
+    """The reply as the server reads it: an object whose ``content`` is the RecordDict parsed
+    back from ``data`` (all ``sum_replies`` reads; a real ``flwr.app.Message`` can only be built
+    inside a running Flower app, which ``TaskIdentity`` enforces in 1.42)."""
     proto = ProtoRecordDict()
     proto.ParseFromString(data)
-    return Message(
-        content=recorddict_from_proto(proto), dst_node_id=0, message_type=MessageType.TRAIN
-    )
+    return SimpleNamespace(content=recorddict_from_proto(proto))
 
 
 class CoupledRng(np.random.Generator):
@@ -346,7 +347,9 @@ class ClientAlgorithmContract:
         relation a replacement is two add/remove steps, so its measured influence is halved.
     measurable : str or None
         None, or why the measurement does not apply (the test is skipped with that reason).
-    calibration : list of (accountant, conversion)
+    calibration_overrides : list of str
+        Extra overrides of the calibration test (every accountant x conversion is tried;
+        those the run refuses before training, via ``RunPrivacy.check``, are skipped).
     partition_overrides : dict
         Per partition extra overrides (e.g. a minimum client size the algorithm needs).
     """
@@ -359,14 +362,9 @@ class ClientAlgorithmContract:
     ]
     neighbour: ClassVar[str] = "remove"
     measurable: ClassVar[str | None] = None
-    calibration: ClassVar[list[tuple[str, str]]] = [
-        ("pld", "default"),
-        ("rdp", "default"),
-        ("rdp", "mironov"),
-    ]
+    #: Overrides of the calibration test (fewer local steps keep PLD calibration cheap).
+    calibration_overrides: ClassVar[list[str]] = []
     partition_overrides: ClassVar[dict[str, list[str]]] = {}
-    #: Seeds of the noise (K replies per client and neighbour).
-    noise_seeds: ClassVar[tuple[int, ...]] = (11, 12, 13)
     #: Relative sampling error allowed on the measured effective σ (see the test).
     sigma_rtol: ClassVar[float] = 0.05
     target_epsilon: ClassVar[float] = 3.0
@@ -442,34 +440,49 @@ class ClientAlgorithmContract:
         x2[0], y2[0] = ds.x_train[other], ds.y_train[other]
         return x2, y2
 
+    def noise_seed_count(self, dim: int) -> int:
+        """K: enough replies per client that the noise std's relative standard error,
+        about 1/sqrt(2 (K-1) d), is <= 2% (K >= 3)."""
+        return max(3, 1 + math.ceil(1 / (2 * 0.02**2 * dim)))
+
+    @staticmethod
+    def influence_clients(sizes: Sequence[int]) -> list[int]:
+        """Clients whose neighbouring record is measured: the three smallest and the largest
+        (a divisor that depends on a client's own size makes the smallest the most
+        influential; with one public normalizer every record's influence is the same)."""
+        order = sorted(range(len(sizes)), key=lambda i: (sizes[i], i))
+        return sorted(set(order[:3] + order[-1:]))
+
     def effective_sigmas(self, cfg: dict[str, Any]) -> tuple[float, dict[int, float]]:
         """``(accounted σ, {client: measured effective σ of its neighbouring record})``.
 
-        Noise std of the released SUM per coordinate: over the K noise seeds with the same data
+        Noise std of the released SUM per coordinate: over K noise seeds with the same data
         (unbiased variance across seeds, averaged over the d coordinates). Influence: the mean
-        over the K seeds of the difference of the released sum with the client's data and with
+        over two seeds of the difference of the released sum with the client's data and with
         its neighbouring data, same noise seeds (every other client's reply is unchanged, so
-        the same bytes are summed).
+        the same bytes are summed). Effective σ = noise std / L2 norm of the influence.
         """
-        from fedpriv.setup import client_partition
+        from fedpriv.setup import build_model_for, client_partition
 
         algorithm = self.build(cfg)
         sigma = accounted_sigma(algorithm.round_events())
         relation = str(getattr(algorithm, "neighboring_relation", "add_remove"))
         halve = self.neighbour == "replace" and relation == "add_remove"
         n_clients = int(cfg["num_clients"])
+        dim = sum(p.numel() for p in build_model_for(cfg).parameters())
+        seeds = list(range(11, 11 + self.noise_seed_count(dim)))
         data = [client_partition(cfg, i) for i in range(n_clients)]
         base = {
             s: [self.reply_bytes(algorithm, cfg, *data[i], i, s) for i in range(n_clients)]
-            for s in self.noise_seeds
+            for s in seeds
         }
-        sums = np.stack([self.released_sum(algorithm, cfg, base[s]) for s in self.noise_seeds])
+        sums = np.stack([self.released_sum(algorithm, cfg, base[s]) for s in seeds])
         noise_std = float(np.sqrt(np.mean(np.var(sums, axis=0, ddof=1))))
         measured: dict[int, float] = {}
-        for i in range(n_clients):
+        for i in self.influence_clients([len(d[1]) for d in data]):
             x2, y2 = self.neighbour_data(cfg, i, *data[i])
             diffs = []
-            for k, s in enumerate(self.noise_seeds):
+            for k, s in enumerate(seeds[:2]):
                 replies = list(base[s])
                 replies[i] = self.reply_bytes(algorithm, cfg, x2, y2, i, s)
                 diffs.append(sums[k] - self.released_sum(algorithm, cfg, replies))
@@ -480,16 +493,21 @@ class ClientAlgorithmContract:
         return sigma, measured
 
     # ---- the contract
-    @pytest.mark.parametrize("partition", list(PARTITIONS))
+    @pytest.mark.parametrize(
+        "partition",
+        ["iid", "dirichlet-0.05", pytest.param("natural", marks=pytest.mark.slow)],
+    )
     def test_effective_noise_multiplier_of_the_released_sum(
         self, partition: str, shared_data: Any
     ) -> None:
         """Issue 11 item 1, measured from the bytes each client sends.
 
         Sampling error: the noise std is estimated from K·d Gaussian(-like) values with K-1
-        degrees of freedom per coordinate (d >= 100 coordinates here): its relative standard
-        error is about 1/sqrt(2(K-1)d) <= 3.6%; ``sigma_rtol`` (5%) allows more than that for
-        the d of the smallest model measured (the logistic model on 7850 weights: 0.6%).
+        degrees of freedom per coordinate: its relative standard error is about
+        1/sqrt(2(K-1)d) <= 2% (K is chosen so; 0.6% for the logistic model's 7850 weights on
+        Fashion-MNIST); ``sigma_rtol`` = 5% is 2.5 standard errors or more. With one public
+        normalizer the influence is exact (the same noise cancels); the natural partition
+        (ACS Income, 47 states, 0.9 M rows) is slow and marked so.
         """
         if self.measurable is not None:
             pytest.skip(self.measurable)
@@ -524,9 +542,13 @@ class ClientAlgorithmContract:
         rounds, with the run's accountant and conversion) is <= target and within 1%."""
         from fedpriv.privacy import RunPrivacy
 
-        if (accountant, conversion) not in self.calibration:
-            pytest.skip(f"{accountant}/{conversion} is refused by this algorithm")
-        cfg = self.config([f"privacy.accountant={accountant}", f"privacy.conversion={conversion}"])
+        cfg = self.config(
+            [
+                *self.calibration_overrides,
+                f"privacy.accountant={accountant}",
+                f"privacy.conversion={conversion}",
+            ]
+        )
         algorithm = self.build(cfg)
         delta = float(cfg["privacy"]["target_delta"])
         try:
@@ -562,14 +584,15 @@ class ClientAlgorithmContract:
 class AggregatorContract:
     """Contract of an aggregator: the sum it reveals for known updates.
 
-    Hooks
-    -----
-    sums(updates) -> dict or exception
-        Run the aggregator on one round whose client ``p`` replies ``updates[p]`` (a dict of
-        arrays); return its ``AggregateResult.total`` (or the RoundFailed it raised).
-    integer_only : bool
-        Whether the aggregator takes integer residues only (non-finite floats cannot reach it).
+    Subclasses supply ``result(one_round)`` (their ``AggregateResult`` of a round whose
+    clients sent known integer residues) and ``test_non_finite_update_is_never_summed``
+    (how the aggregator keeps NaN/inf out of the sum: drop/refuse the client, or accept
+    integers only). The shared tests compare the sum with the numpy sum of the updates and
+    with every other aggregator's sum of the same round.
     """
 
-    integer_only: ClassVar[bool] = False
-    sums: ClassVar[Callable[..., Any]]
+    def result(self, one_round: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def test_non_finite_update_is_never_summed(self, *args: Any) -> None:
+        raise NotImplementedError("every aggregator must say how it keeps NaN/inf out")
