@@ -111,7 +111,7 @@ class EventContract:
 
     # ---- helpers
     def ledger(self, **kw: Any) -> PrivacyLedger:
-        settings = {
+        settings: dict[str, Any] = {
             "accountant": self.accountant,
             "conversion": self.conversion,
             "neighboring_relation": self.relation,
