@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from tests.contracts import ClientAlgorithmContract
+from typing import Any
+
+import numpy as np
+
+from fedpriv.wire import UPDATE_KEY
+from tests.contracts import ClientAlgorithmContract, parse_reply
 
 
 class TestLocalDPSGD(ClientAlgorithmContract):
@@ -78,8 +83,42 @@ class TestCheckinFixed(ClientAlgorithmContract):
     overrides = ["client=checkin", "privacy=checkin", "client.num_slots=10"]
     measurable = (
         "check-in replies are single slot updates scheduled by the check-in strategy "
-        "(train_message_handler); their release is not a sum over all clients"
+        "(train_message_handler); their release is not a sum over all clients (the local "
+        "release is measured by test_local_release_noise_multiplier)"
     )
+
+    def test_local_release_noise_multiplier(self) -> None:
+        """A client's own release (its local randomizer, the ``local_events``), measured from
+        its serialized replies: noise scale over the replace-one influence of its whole data
+        (client 0's data replaced by client 1's, same noise seeds, every gradient clipped), in
+        the randomizer's norm (l1 for Laplace: scale b = std / sqrt(2); l2 for Gaussian), is
+        >= the event's noise multiplier. Sampling error of the std from 3 x 7850 Laplace
+        draws: about sqrt(5 / (4 * 2 * 7850)) = 0.9% (2 degrees of freedom per coordinate);
+        allowed: ``sigma_rtol`` = 5%."""
+        from fedpriv.setup import client_partition
+
+        cfg = self.config(["privacy.clipping_norm=0.001"])
+        algorithm = self.build(cfg)
+        ((event, _),) = algorithm.local_events()
+        kind = str(event.kind)
+        d0, d1 = client_partition(cfg, 0), client_partition(cfg, 1)
+
+        def release(data: Any, seed: int) -> np.ndarray:
+            reply = parse_reply(self.reply_bytes(algorithm, cfg, *data, 0, seed))
+            arrays = reply.content.array_records[UPDATE_KEY].to_numpy_ndarrays()
+            return np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays])
+
+        seeds = (21, 22, 23)
+        same = np.stack([release(d0, s) for s in seeds])
+        std = float(np.sqrt(np.mean(np.var(same, axis=0, ddof=1))))
+        scale = std / np.sqrt(2.0) if kind == "laplace" else std
+        diff = same[0] - release(d1, seeds[0])
+        influence = float(np.abs(diff).sum() if kind == "laplace" else np.linalg.norm(diff))
+        measured = scale / influence
+        assert measured >= event.noise_multiplier * (1 - self.sigma_rtol), (
+            measured,
+            event.noise_multiplier,
+        )
 
 
 class TestCheckinAveraged(TestCheckinFixed):
