@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from fedpriv.wire import UPDATE_KEY
-from tests.contracts import ClientAlgorithmContract, parse_reply
+from tests.contracts import PARTITIONS, ClientAlgorithmContract, parse_reply
 
 
 class TestLocalDPSGD(ClientAlgorithmContract):
@@ -21,6 +22,13 @@ class TestSkellamDPSGD(ClientAlgorithmContract):
     """Local DP-SGD with Skellam noise on integers (conf/client/skellam_dpsgd.yaml); RDP only."""
 
     overrides = ["client=skellam_dpsgd", "privacy.accountant=rdp"]
+
+    @pytest.mark.slow  # per-sample rounding of 6000 x 7850 values: ~10-20 s per partition
+    @pytest.mark.parametrize("partition", PARTITIONS)
+    def test_effective_noise_multiplier_of_the_released_sum(
+        self, partition: str, shared_data: Any
+    ) -> None:
+        super().test_effective_noise_multiplier_of_the_released_sum(partition, shared_data)
 
 
 class TestBatchClippingShuffle(ClientAlgorithmContract):
@@ -104,7 +112,7 @@ class TestCheckinFixed(ClientAlgorithmContract):
         d0, d1 = client_partition(cfg, 0), client_partition(cfg, 1)
 
         def release(data: Any, seed: int) -> np.ndarray:
-            reply = parse_reply(self.reply_bytes(algorithm, cfg, *data, 0, seed))
+            reply = parse_reply(self.reply_bytes(algorithm, cfg, data[0], data[1], 0, seed))
             arrays = reply.content.array_records[UPDATE_KEY].to_numpy_ndarrays()
             return np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays])
 
