@@ -136,3 +136,71 @@ class TestCheckinAveraged(TestCheckinFixed):
         "client.variant=averaged",
         "client.num_slots=10",
     ]
+
+
+# ---- the instrument itself, on two algorithms whose effective σ is known in closed form -----
+class _PublicNormalizer:
+    """One step of DP-SGD on the whole client: (sum of clipped gradients + N(0, (σC)²/N)) / K
+    with a public K: every record's effective σ on the sum is exactly σ."""
+
+    sigma, clip, public = 1.2, 0.001, 600.0
+
+    def __init__(self, num_clients: int) -> None:
+        self.num_clients = num_clients
+
+    def divisor(self, n: int) -> float:
+        return self.public
+
+    def round_events(self) -> list[tuple[Any, int]]:
+        from fedpriv.accounting.dpsgd import poisson_gaussian_event
+
+        return [(poisson_gaussian_event(self.sigma, 1.0), 1)]
+
+    def decode_sum(self, total: Any, shapes: Any, server_round: int) -> Any:
+        return total
+
+    def train(self, model: Any, data: Any, ctx: Any) -> tuple[dict[str, Any], dict[str, float]]:
+        from clients.dpsgd import summed_cross_entropy
+        from fedpriv.noise import add_gaussian_noise
+        from fedpriv.persample import clipped_grad_sum
+
+        sums, _ = clipped_grad_sum(model, summed_cross_entropy, data.x, data.y, self.clip)
+        std = self.sigma * self.clip / np.sqrt(self.num_clients)
+        noisy = add_gaussian_noise(sums, std, ctx.generator)
+        return {k: v / self.divisor(len(data)) for k, v in noisy.items()}, {}
+
+
+class _OwnSizeDivisor(_PublicNormalizer):
+    """Divides by the client's own size (today's LocalDPSGD with q = 1)."""
+
+    def divisor(self, n: int) -> float:
+        return float(max(n, 1))
+
+
+class _Instrument(ClientAlgorithmContract):
+    """The contract's measurement, applied to one of the known algorithms above."""
+
+    overrides = ["client=dpsgd"]
+
+    def __init__(self, algorithm_class: Any) -> None:
+        self.algorithm_class = algorithm_class
+
+    def build(self, cfg: dict[str, Any]) -> Any:
+        return self.algorithm_class(int(cfg["num_clients"]))
+
+
+class TestMeasurementInstrument:
+    """The measurement recovers a known effective σ (two-sided, 5%) and detects a divisor that
+    depends on the client's own data size (dirichlet alpha = 0.05: the 2-record client)."""
+
+    def test_recovers_the_known_sigma(self) -> None:
+        inst = _Instrument(_PublicNormalizer)
+        sigma, measured = inst.effective_sigmas(inst.measurement_config("dirichlet-0.05", None))
+        assert sigma == 1.2
+        for value in measured.values():
+            assert value == pytest.approx(sigma, rel=inst.sigma_rtol)
+
+    def test_detects_an_own_size_divisor(self) -> None:
+        inst = _Instrument(_OwnSizeDivisor)
+        sigma, measured = inst.effective_sigmas(inst.measurement_config("dirichlet-0.05", None))
+        assert min(measured.values()) < 0.5 * sigma, measured
