@@ -1,0 +1,171 @@
+"""Every aggregator, through :class:`tests.contracts.AggregatorContract`.
+
+One small Flower simulation (Ray backend, 3 probe clients whose integer updates are a known
+function of (seed, partition, round), as in tests/test_secaggplus.py) runs one round through
+Flower's real SecAgg+ and one through the ideal aggregator on the same grid; each member's
+sum is compared with the sum computed here with numpy, so both give the same sum.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import traceback
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from clients.secagg import flatten_update, make_probe_client_app, probe_update
+from strategies.aggregators import AggregateResult, IdealAggregator, RoundFailed
+from strategies.fedavg import wait_for_nodes
+from strategies.secaggplus import SecAggPlusAggregator
+from tests.contracts import AggregatorContract, parse_reply, serialize_reply
+
+N, BITS, SEED, ROUND = 3, 32, 77, 1
+SHAPES = {"w": [4, 3], "b": [5]}
+
+
+def _messages(nodes: list[int]) -> list[Message]:
+    cfg = ConfigRecord(
+        {"seed": SEED, "server_round": ROUND, "bits": BITS, "shapes": json.dumps(SHAPES)}
+    )
+    return [
+        Message(
+            RecordDict({"config": cfg}),
+            dst_node_id=nid,
+            message_type=MessageType.TRAIN,
+            group_id=str(ROUND),
+        )
+        for nid in nodes
+    ]
+
+
+AGGREGATORS = {
+    "secaggplus": lambda: SecAggPlusAggregator(
+        num_shares=1.0, reconstruction_threshold=2, bits=BITS, stage_timeout=30.0
+    ),
+    "ideal": lambda: IdealAggregator(),
+}
+
+
+@pytest.fixture(scope="module")
+def one_round() -> dict[str, Any]:
+    """``{aggregator name: AggregateResult or RoundFailed}`` of one round of one simulation."""
+    from flwr.simulation import run_simulation
+
+    out: dict[str, Any] = {}
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        try:
+            nodes = wait_for_nodes(grid, N, 60.0)
+            for name, make in AGGREGATORS.items():
+                try:
+                    out[name] = make().sum_updates(
+                        grid, _messages(nodes), server_round=ROUND, timeout=30.0
+                    )
+                except RoundFailed as exc:
+                    out[name] = exc
+        except BaseException:
+            out["error"] = traceback.format_exc()
+
+    run_simulation(
+        server_app=app,
+        client_app=make_probe_client_app(),
+        num_supernodes=N,
+        backend_config={
+            "init_args": {"num_cpus": 2, "include_dashboard": False},
+            "client_resources": {"num_cpus": 1},
+        },
+    )
+    assert "error" not in out, out.get("error")
+    return out
+
+
+class _FakeGrid:
+    """Answers every message with a prepared reply (the ideal aggregator needs no Flower run)."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        self.replies = replies
+
+    def send_and_receive(self, messages: list[Any], timeout: float) -> list[Any]:
+        return self.replies
+
+
+def _float_reply(update: dict[str, np.ndarray]) -> Any:
+    """A successful reply carrying ``update`` (float arrays), through the real serde."""
+    import torch
+
+    reply = parse_reply(serialize_reply({k: torch.from_numpy(v) for k, v in update.items()}, {}))
+    reply.has_error = lambda: False
+    return reply
+
+
+class _Contract(AggregatorContract):
+    name: ClassVar[str]
+
+    def result(self, one_round: dict[str, Any]) -> AggregateResult:
+        res = one_round[self.name]
+        assert not isinstance(res, RoundFailed), res
+        return res
+
+    @pytest.mark.slow
+    def test_sum_equals_the_sum_of_the_updates(self, one_round: dict[str, Any]) -> None:
+        """Exact integer sum of the clients' residues (no modular reduction), int64."""
+        res = self.result(one_round)
+        ups = [probe_update(SEED, p, ROUND, SHAPES, BITS) for p in range(N)]
+        assert res.num_clients == N
+        for key, shape in SHAPES.items():
+            assert res.total[key].dtype == np.int64 and res.total[key].shape == tuple(shape)
+            np.testing.assert_array_equal(res.total[key], np.sum([u[key] for u in ups], axis=0))
+
+    @pytest.mark.slow
+    def test_same_sum_as_every_other_aggregator(self, one_round: dict[str, Any]) -> None:
+        mine = self.result(one_round)
+        for other in AGGREGATORS:
+            theirs = one_round[other]
+            assert not isinstance(theirs, RoundFailed), (other, theirs)
+            assert mine.num_clients == theirs.num_clients
+            for key in SHAPES:
+                np.testing.assert_array_equal(mine.total[key], theirs.total[key])
+
+
+class TestIdealAggregator(_Contract):
+    name = "ideal"
+
+    @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+    def test_non_finite_update_is_never_summed(self, bad: float) -> None:
+        """Issue 11 item 4: a non-finite update is not summed; that client counts as dropped
+        (the round then fails under the default min_replies=None: all clients needed)."""
+        good = {"w": np.ones((2, 2), dtype=np.float32)}
+        poisoned = {"w": np.array([[1.0, bad], [0.0, 0.0]], dtype=np.float32)}
+        replies = [_float_reply(good), _float_reply(poisoned), _float_reply(good)]
+        grid: Any = _FakeGrid(replies)
+        msgs: Any = [SimpleNamespace()] * 3
+        with pytest.raises(RoundFailed):
+            IdealAggregator().sum_updates(grid, msgs, server_round=1, timeout=1.0)
+        try:
+            res = IdealAggregator(min_replies=2).sum_updates(
+                grid, msgs, server_round=1, timeout=1.0
+            )
+        except RoundFailed:
+            return  # refusing the round is also never summing it
+        assert res.num_clients == 2
+        assert all(np.isfinite(v).all() for v in res.total.values()), res.total
+        np.testing.assert_array_equal(res.total["w"], 2 * good["w"])
+
+
+class TestSecAggPlusAggregator(_Contract):
+    name = "secaggplus"
+
+    @pytest.mark.parametrize("bad", [math.nan, math.inf])
+    def test_non_finite_update_is_never_summed(self, bad: float) -> None:
+        """SecAgg+ takes integer residues only: a float update (finite or not) is refused
+        by the client-side mod before anything is masked or sent."""
+        with pytest.raises(TypeError, match="integers only"):
+            flatten_update(ArrayRecord([np.array([1.0, bad])]), BITS)

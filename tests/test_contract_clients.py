@@ -1,0 +1,206 @@
+"""Every client algorithm, through :class:`tests.contracts.ClientAlgorithmContract`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fedpriv.wire import UPDATE_KEY
+from tests.contracts import PARTITIONS, ClientAlgorithmContract, parse_reply
+
+
+class TestLocalDPSGD(ClientAlgorithmContract):
+    """The third paper's multi-step local DP-SGD (conf/client/dpsgd.yaml)."""
+
+    overrides = ["client=dpsgd"]
+    calibration_overrides = ["privacy.sample_rate=1.0"]  # PLD calibration at q < 1: ~30 s
+
+
+class TestSkellamDPSGD(ClientAlgorithmContract):
+    """Local DP-SGD with Skellam noise on integers (conf/client/skellam_dpsgd.yaml); RDP only."""
+
+    overrides = ["client=skellam_dpsgd", "privacy.accountant=rdp"]
+
+    @pytest.mark.slow  # per-sample rounding of 6000 x 7850 values: ~10-20 s per partition
+    @pytest.mark.parametrize("partition", PARTITIONS)
+    def test_effective_noise_multiplier_of_the_released_sum(
+        self, partition: str, shared_data: Any
+    ) -> None:
+        super().test_effective_noise_multiplier_of_the_released_sum(partition, shared_data)
+
+
+class TestBatchClippingShuffle(ClientAlgorithmContract):
+    """Batch clipping, m = 1 group, shuffling (conf/client/batch_clipping.yaml).
+
+    Measurement: one local round whose single group is the client's whole (truncated) data,
+    so every record is in it; replace-one neighbours.
+    """
+
+    overrides = ["client=batch_clipping", "client.epochs=null", "client.local_rounds=1"]
+    measure_overrides = ["privacy.max_grad_norm=0.001"]
+    neighbour = "replace"
+    partition_overrides = {"dirichlet-0.05": ["partition.min_size=20"]}
+
+    def sized_overrides(self, min_n: int) -> list[str]:
+        return [f"client.group_size={min_n}"]
+
+
+class TestIndividualClippingSubsample(ClientAlgorithmContract):
+    """Individual clipping (s = 1), subsampling (conf/client/individual_clipping.yaml).
+
+    Measurement: one local round of m = N groups (every record of the truncated data)."""
+
+    overrides = [
+        "client=individual_clipping",
+        "client.epochs=null",
+        "client.local_rounds=1",
+        "client.num_groups=16",
+    ]
+    measure_overrides = ["privacy.max_grad_norm=0.001"]
+    neighbour = "replace"
+    partition_overrides = {"dirichlet-0.05": ["partition.min_size=20"]}
+
+    def sized_overrides(self, min_n: int) -> list[str]:
+        return [f"client.num_groups={min_n}"]
+
+
+class TestIndividualClippingPoisson(ClientAlgorithmContract):
+    """Individual clipping with Poisson sampling (client=individual_clipping sampler=poisson).
+
+    Add/remove relation, but the client truncates its data to the smallest client's size N,
+    so removing a record of the smallest client is refused; the neighbour replaces a record
+    (two add/remove steps: its influence is halved)."""
+
+    overrides = [
+        "client=individual_clipping",
+        "sampler=poisson",
+        "client.epochs=null",
+        "client.local_rounds=1",
+    ]
+    measure_overrides = ["privacy.sample_rate=1.0", "privacy.max_grad_norm=0.001"]
+    neighbour = "replace"
+    partition_overrides = {"dirichlet-0.05": ["partition.min_size=20"]}
+    calibration_overrides = ["privacy.sample_rate=1.0"]
+
+
+class TestCheckinFixed(ClientAlgorithmContract):
+    """Random check-ins, fixed window (conf/client/checkin.yaml, privacy=checkin)."""
+
+    overrides = ["client=checkin", "privacy=checkin", "client.num_slots=10"]
+    measurable = (
+        "check-in replies are single slot updates scheduled by the check-in strategy "
+        "(train_message_handler); their release is not a sum over all clients (the local "
+        "release is measured by test_local_release_noise_multiplier)"
+    )
+
+    def test_local_release_noise_multiplier(self) -> None:
+        """A client's own release (its local randomizer, the ``local_events``), measured from
+        its serialized replies: noise scale over the replace-one influence of its whole data
+        (client 0's data replaced by client 1's, same noise seeds, every gradient clipped), in
+        the randomizer's norm (l1 for Laplace: scale b = std / sqrt(2); l2 for Gaussian), is
+        >= the event's noise multiplier. Sampling error of the std from 3 x 7850 Laplace
+        draws: about sqrt(5 / (4 * 2 * 7850)) = 0.9% (2 degrees of freedom per coordinate);
+        allowed: ``sigma_rtol`` = 5%."""
+        from fedpriv.setup import client_partition
+
+        cfg = self.config(["privacy.clipping_norm=0.001"])
+        algorithm = self.build(cfg)
+        ((event, _),) = algorithm.local_events()
+        kind = str(event.kind)
+        d0, d1 = client_partition(cfg, 0), client_partition(cfg, 1)
+
+        def release(data: Any, seed: int) -> np.ndarray:
+            reply = parse_reply(self.reply_bytes(algorithm, cfg, data[0], data[1], 0, seed))
+            arrays = reply.content.array_records[UPDATE_KEY].to_numpy_ndarrays()
+            return np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays])
+
+        seeds = (21, 22, 23)
+        same = np.stack([release(d0, s) for s in seeds])
+        std = float(np.sqrt(np.mean(np.var(same, axis=0, ddof=1))))
+        scale = std / np.sqrt(2.0) if kind == "laplace" else std
+        diff = same[0] - release(d1, seeds[0])
+        influence = float(np.abs(diff).sum() if kind == "laplace" else np.linalg.norm(diff))
+        measured = scale / influence
+        assert measured >= event.noise_multiplier * (1 - self.sigma_rtol), (
+            measured,
+            event.noise_multiplier,
+        )
+
+
+class TestCheckinAveraged(TestCheckinFixed):
+    overrides = [
+        "client=checkin",
+        "privacy=checkin",
+        "client.variant=averaged",
+        "client.num_slots=10",
+    ]
+
+
+# ---- the instrument itself, on two algorithms whose effective σ is known in closed form -----
+class _PublicNormalizer:
+    """One step of DP-SGD on the whole client: (sum of clipped gradients + N(0, (σC)²/N)) / K
+    with a public K: every record's effective σ on the sum is exactly σ."""
+
+    sigma, clip, public = 1.2, 0.001, 600.0
+
+    def __init__(self, num_clients: int) -> None:
+        self.num_clients = num_clients
+
+    def divisor(self, n: int) -> float:
+        return self.public
+
+    def round_events(self) -> list[tuple[Any, int]]:
+        from fedpriv.accounting.dpsgd import poisson_gaussian_event
+
+        return [(poisson_gaussian_event(self.sigma, 1.0), 1)]
+
+    def decode_sum(self, total: Any, shapes: Any, server_round: int) -> Any:
+        return total
+
+    def train(self, model: Any, data: Any, ctx: Any) -> tuple[dict[str, Any], dict[str, float]]:
+        from clients.dpsgd import summed_cross_entropy
+        from fedpriv.noise import add_gaussian_noise
+        from fedpriv.persample import clipped_grad_sum
+
+        sums, _ = clipped_grad_sum(model, summed_cross_entropy, data.x, data.y, self.clip)
+        std = self.sigma * self.clip / np.sqrt(self.num_clients)
+        noisy = add_gaussian_noise(sums, std, ctx.generator)
+        return {k: v / self.divisor(len(data)) for k, v in noisy.items()}, {}
+
+
+class _OwnSizeDivisor(_PublicNormalizer):
+    """Divides by the client's own size (today's LocalDPSGD with q = 1)."""
+
+    def divisor(self, n: int) -> float:
+        return float(max(n, 1))
+
+
+class _Instrument(ClientAlgorithmContract):
+    """The contract's measurement, applied to one of the known algorithms above."""
+
+    overrides = ["client=dpsgd"]
+
+    def __init__(self, algorithm_class: Any) -> None:
+        self.algorithm_class = algorithm_class
+
+    def build(self, cfg: dict[str, Any]) -> Any:
+        return self.algorithm_class(int(cfg["num_clients"]))
+
+
+class TestMeasurementInstrument:
+    """The measurement recovers a known effective σ (two-sided, 5%) and detects a divisor that
+    depends on the client's own data size (dirichlet alpha = 0.05: the 2-record client)."""
+
+    def test_recovers_the_known_sigma(self) -> None:
+        inst = _Instrument(_PublicNormalizer)
+        sigma, measured = inst.effective_sigmas(inst.measurement_config("dirichlet-0.05", None))
+        assert sigma == 1.2
+        for value in measured.values():
+            assert value == pytest.approx(sigma, rel=inst.sigma_rtol)
+
+    def test_detects_an_own_size_divisor(self) -> None:
+        inst = _Instrument(_OwnSizeDivisor)
+        sigma, measured = inst.effective_sigmas(inst.measurement_config("dirichlet-0.05", None))
+        assert min(measured.values()) < 0.5 * sigma, measured
