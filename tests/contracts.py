@@ -400,7 +400,8 @@ class ClientAlgorithmContract:
     def reply_bytes(
         algorithm: Any, cfg: dict[str, Any], x: np.ndarray, y: np.ndarray, pid: int, seed: int
     ) -> bytes:
-        from clients.base import ClientData, TrainContext
+        from fedpriv.algorithm import ClientData, TrainContext
+
         from fedpriv.noise import make_generator
         from fedpriv.setup import build_model_for
 
@@ -417,10 +418,11 @@ class ClientAlgorithmContract:
 
     @staticmethod
     def released_sum(algorithm: Any, cfg: dict[str, Any], replies: list[bytes]) -> np.ndarray:
-        """Sum the parsed replies as ``strategies.aggregators.sum_replies`` does, decode the
+        """Sum the parsed replies as ``fedpriv.aggregation.sum_replies`` does, decode the
         sum with ``algorithm.decode_sum``, flatten (float64)."""
+        from fedpriv.aggregation import sum_replies
+
         from fedpriv.setup import build_model_for
-        from strategies.aggregators import sum_replies
 
         result = sum_replies([parse_reply(r) for r in replies])
         shapes = {k: tuple(p.shape) for k, p in build_model_for(cfg).named_parameters()}
@@ -549,9 +551,9 @@ class ClientAlgorithmContract:
                 f"privacy.conversion={conversion}",
             ]
         )
-        algorithm = self.build(cfg)
         delta = float(cfg["privacy"]["target_delta"])
         try:
+            algorithm = self.build(cfg)
             RunPrivacy(algorithm, cfg["privacy"]).check()
         except ConfigError as exc:
             pytest.skip(f"{accountant}/{conversion} refused before training: {exc}")

@@ -19,8 +19,9 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from clients.secagg import flatten_update, make_probe_client_app, probe_update
-from strategies.aggregators import AggregateResult, IdealAggregator, RoundFailed
+from clients.secagg import make_probe_client_app, probe_update
+from fedpriv.aggregation import NON_FINITE, AggregateResult, IdealAggregator, RoundFailed
+from fedpriv.secagg import flatten_update
 from strategies.fedavg import wait_for_nodes
 from strategies.secaggplus import SecAggPlusAggregator
 from tests.contracts import AggregatorContract, parse_reply, serialize_reply
@@ -140,24 +141,22 @@ class TestIdealAggregator(_Contract):
 
     @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
     def test_non_finite_update_is_never_summed(self, bad: float) -> None:
-        """Issue 11 item 4: a non-finite update is not summed; that client counts as dropped
-        (the round then fails under the default min_replies=None: all clients needed)."""
+        """Issue 11 item 4: a non-finite update is never summed; that client counts as dropped
+        for the round (the run then accounts it with the survivors' noise, or fails it), and
+        ``min_replies`` counts finite updates only."""
         good = {"w": np.ones((2, 2), dtype=np.float32)}
         poisoned = {"w": np.array([[1.0, bad], [0.0, 0.0]], dtype=np.float32)}
         replies = [_float_reply(good), _float_reply(poisoned), _float_reply(good)]
         grid: Any = _FakeGrid(replies)
         msgs: Any = [SimpleNamespace()] * 3
+        for agg in (IdealAggregator(), IdealAggregator(min_replies=2)):
+            res = agg.sum_updates(grid, msgs, server_round=1, timeout=1.0)
+            assert res.num_clients == 2
+            assert res.dropped == {NON_FINITE: 1}
+            assert all(np.isfinite(v).all() for v in res.total.values()), res.total
+            np.testing.assert_array_equal(res.total["w"], 2 * good["w"])
         with pytest.raises(RoundFailed):
-            IdealAggregator().sum_updates(grid, msgs, server_round=1, timeout=1.0)
-        try:
-            res = IdealAggregator(min_replies=2).sum_updates(
-                grid, msgs, server_round=1, timeout=1.0
-            )
-        except RoundFailed:
-            return  # refusing the round is also never summing it
-        assert res.num_clients == 2
-        assert all(np.isfinite(v).all() for v in res.total.values()), res.total
-        np.testing.assert_array_equal(res.total["w"], 2 * good["w"])
+            IdealAggregator(min_replies=3).sum_updates(grid, msgs, server_round=1, timeout=1.0)
 
 
 class TestSecAggPlusAggregator(_Contract):

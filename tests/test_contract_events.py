@@ -12,16 +12,12 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedpriv.accounting.batch_clipping import BatchClippingEvent
-from fedpriv.accounting.checkin import CheckinEvent
+from fedpriv.accounting.checkin import CheckinEvent, PoissonLocalEvent
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import INTEGER_ORDERS
 from fedpriv.accounting.skellam import SkellamEvent
+from fedpriv.randomizers import LocalReleaseEvent
 from tests.contracts import EventContract, gaussian_epsilon
-
-try:  # the check-in client's events may move to the core during issue 11
-    from fedpriv.accounting.checkin import LocalReleaseEvent, PoissonLocalEvent  # type: ignore
-except ImportError:
-    from clients.checkin import LocalReleaseEvent, PoissonLocalEvent
 
 DELTA = 1e-5
 

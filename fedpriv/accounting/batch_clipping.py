@@ -444,7 +444,10 @@ def _mixture(law: SumSquaresLaw, noise_multiplier: float) -> tuple[np.ndarray, n
 def _check_sigma(noise_multiplier: float) -> float:
     sigma = float(noise_multiplier)
     check(
-        not math.isnan(sigma) and sigma >= 0.0, "noise_multiplier", noise_multiplier, "must be >= 0"
+        math.isfinite(sigma) and sigma >= 0.0,
+        "noise_multiplier",
+        noise_multiplier,
+        "must be a finite number >= 0",
     )
     return sigma
 
