@@ -401,7 +401,6 @@ class ClientAlgorithmContract:
         algorithm: Any, cfg: dict[str, Any], x: np.ndarray, y: np.ndarray, pid: int, seed: int
     ) -> bytes:
         from fedpriv.algorithm import ClientData, TrainContext
-
         from fedpriv.noise import make_generator
         from fedpriv.setup import build_model_for
 
@@ -421,7 +420,6 @@ class ClientAlgorithmContract:
         """Sum the parsed replies as ``fedpriv.aggregation.sum_replies`` does, decode the
         sum with ``algorithm.decode_sum``, flatten (float64)."""
         from fedpriv.aggregation import sum_replies
-
         from fedpriv.setup import build_model_for
 
         result = sum_replies([parse_reply(r) for r in replies])
