@@ -19,21 +19,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from fedpriv.results import ROUND_FIELDS
+
 HEADER = f"{'round':>5}  {'accuracy':>8}  {'loss':>8}  {'ε':>8}  {'local ε':>9}  {'time [s]':>8}"
 
 
-STANDARD = {
-    "server_round",
-    "accuracy",
-    "loss",
-    "epsilon",
-    "local_epsilon",
-    "round_time_s",
-    "status",
-    "message",
-    "clients_dropped",
-    "dropped",
-}
+STANDARD = {*ROUND_FIELDS, "message", "clients_dropped", "dropped"}
 
 
 GROUP_EPS = re.compile(r"epsilon_g(\d+)$")

@@ -92,20 +92,6 @@ def join_limb_means(means: Sequence[np.ndarray], num_clients: int, limb_bits: in
     return total
 
 
-def resolve_shares(num_shares: int | float, threshold: int | float, n: int) -> tuple[int, int]:
-    """Flower's run-time share count and reconstruction threshold for ``n`` clients."""
-    if isinstance(num_shares, float) or num_shares == 1:
-        shares = round(float(num_shares) * n)
-        if shares < n and shares % 2 == 0:
-            shares += 1
-        shares = n if shares <= 2 else shares
-    else:
-        shares = int(num_shares)
-    if isinstance(threshold, float) or threshold == 1:
-        return shares, max(round(float(threshold) * shares), 2)
-    return shares, int(threshold)
-
-
 # ---- client side ------------------------------------------------------------------------
 FITINS_CONFIG = "fitins.config"
 

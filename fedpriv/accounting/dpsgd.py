@@ -318,17 +318,7 @@ class DPSGDSpec:
     def epsilon(self, num_rounds: int) -> float:
         """Central ε at ``accounting.target_delta`` after ``num_rounds`` full rounds, composed
         exactly as the run's ledger composes them (its accountant and conversion)."""
-        check(
-            isinstance(num_rounds, int) and num_rounds >= 0,
-            "num_rounds",
-            num_rounds,
-            "must be an integer >= 0",
-        )
-        if num_rounds == 0:
-            return 0.0
-        return self.accounting.epsilon(
-            [(event, count * num_rounds) for event, count in self.round_events()]
-        )
+        return self.accounting.epsilon_after(self.round_events(), num_rounds)
 
     def calibrated(self, target_epsilon: float, num_rounds: int) -> DPSGDSpec:
         """The spec with the smallest σ (to 0.1 %) whose :meth:`epsilon` is <= the target.

@@ -445,17 +445,7 @@ class SkellamSpec:
 
     def epsilon(self, num_rounds: int) -> float:
         """Central ε after ``num_rounds`` full rounds, composed as the run's ledger does."""
-        check(
-            isinstance(num_rounds, int) and num_rounds >= 0,
-            "num_rounds",
-            num_rounds,
-            "must be an integer >= 0",
-        )
-        if num_rounds == 0:
-            return 0.0
-        return self.accounting.epsilon(
-            [(event, count * num_rounds) for event, count in self.round_events()]
-        )
+        return self.accounting.epsilon_after(self.round_events(), num_rounds)
 
     def local_epsilon(self, num_rounds: int) -> float:
         """One client's own ε (its noise share alone) after ``num_rounds`` rounds."""

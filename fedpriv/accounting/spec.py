@@ -139,6 +139,24 @@ class AccountingSpec:
             neighboring_relation=self.neighboring_relation.value,
         )
 
+    def epsilon_after(self, round_events: list[tuple[Any, int]], num_rounds: int) -> float:
+        """ε at :attr:`target_delta` after ``num_rounds`` rounds of ``round_events`` (0 for none).
+
+        Raises
+        ------
+        ConfigError
+            If ``num_rounds`` is not an integer >= 0.
+        """
+        check(
+            isinstance(num_rounds, int) and num_rounds >= 0,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 0",
+        )
+        if num_rounds == 0:
+            return 0.0
+        return self.epsilon([(event, count * num_rounds) for event, count in round_events])
+
     def epsilon(self, events: list[tuple[Any, int]]) -> float:
         """ε at :attr:`target_delta` of ``events`` (``[(event, count), ...]``) composed."""
         ledger = self.ledger()
