@@ -219,7 +219,16 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
             "calibrated_from_target_epsilon": p["target_epsilon"],
         }
     privacy = RunPrivacy(algorithm, run_cfg["privacy"])
-    privacy.check()
+    try:
+        privacy.check()
+    except ArithmeticError as exc:  # e.g. sigma=1e300: beyond double precision in the accountant
+        sigma = run_cfg["privacy"].get("noise_multiplier")
+        raise ConfigError(
+            "privacy.noise_multiplier",
+            sigma,
+            f"is outside what the accountant can compute ({type(exc).__name__}: {exc}); "
+            "use a realistic value",
+        ) from None
     stop = run_cfg["privacy"].get("stop_at_epsilon")
     check(
         stop is None or not privacy.next_round_exceeds_budget(),

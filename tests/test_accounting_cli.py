@@ -251,3 +251,42 @@ def test_params_helper():
         parse_assignments(["a=1", "a=2"])
     with pytest.raises(ConfigError, match="d='0.5' must be >= 1"):
         Params({"d": "0.5"}).float("d", ge=1)
+
+
+BC = [
+    "batch-clipping", "sampling=shuffle", "num_samples=60000", "num_groups=1",
+    "group_size=256", "epochs=60", "noise_multiplier=2",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        # the noise and both targets: one target would be ignored silently
+        (["gaussian", "noise_multiplier=1", "target_delta=1e-5", "target_epsilon=1"], "combined"),
+        (["gdp", "mu=1", "target_delta=1e-5", "target_epsilon=1"], "combined"),
+        ([*BC, "target_epsilon=3", "target_delta=1e-5"], "combined"),
+        # finite but beyond double precision: one line, never a traceback
+        (["poisson-gaussian", "noise_multiplier=1e-300", "sample_rate=0.01", "steps=1000",
+          "target_delta=1e-5"], "double precision"),
+        (["poisson-gaussian", "noise_multiplier=1e300", "sample_rate=0.01", "steps=1000",
+          "target_delta=1e-5"], "double precision"),
+        (["poisson-gaussian", "noise_multiplier=1.1", "sample_rate=1e-320", "steps=1000",
+          "target_delta=1e-5"], "double precision"),
+        # delta below what G_mu resolves: refused (it used to read delta = 0)
+        (["gdp", "target_epsilon=0", "target_delta=1e-17"], "not resolvable"),
+        (["gaussian", "target_epsilon=1e-300", "target_delta=1e-300"], "not resolvable"),
+    ],
+)  # fmt: skip
+def test_ambiguous_or_unresolvable_input_one_line_exit_2(capsys, args, needle):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_one_target_with_the_noise_still_answers(capsys):
+    """gaussian: sqrt(1)/1 = mu 1; eps at 1e-5 is the exact G_1 profile (Dong, Roth, Su)."""
+    from fedpriv.accounting.gdp import gdp_epsilon
+
+    out = run_json(capsys, ["gaussian", "noise_multiplier=1", "target_delta=1e-5"])
+    assert out["epsilon"] == pytest.approx(gdp_epsilon(1e-5, 1.0), rel=1e-12)

@@ -437,3 +437,9 @@ def test_min_replies_counts_finite_updates_only() -> None:
         _Grid(replies), [None] * 2, server_round=1, timeout=1
     )
     assert result.num_clients == 1 and result.dropped == {NON_FINITE: 1}
+
+
+def test_noise_beyond_double_precision_is_a_config_error() -> None:
+    """A finite but absurd sigma overflows the accountant: one line naming the field."""
+    with pytest.raises(ConfigError, match=r"privacy.noise_multiplier=1e\+300 is outside"):
+        prepare(_cfg(["privacy.noise_multiplier=1e300", "model=logistic", "num_rounds=1"]))

@@ -1109,6 +1109,8 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     spec, extra = BatchClippingSpec.from_params(params)
     g = int(extra["group_privacy"])
     eps_t, delta_t = extra["target_epsilon"], extra["target_delta"]
+    if not extra["calibrate"]:
+        gdp.check_one_target(eps_t, delta_t)
     per_epoch = spec.rounds_per_epoch
     rounds = int(extra["num_rounds"]) * spec.rounds_per_server_round
     epochs = rounds / per_epoch

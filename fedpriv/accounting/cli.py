@@ -144,6 +144,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, NotImplementedError) as err:
         print(f"fedpriv-account: error: {err}", file=sys.stderr)
         return 2
+    except (ArithmeticError, ValueError) as err:  # e.g. noise_multiplier=1e300 or 1e-300
+        print(
+            f"fedpriv-account: error: these values are outside what {args[0]} can compute in "
+            f"double precision ({type(err).__name__}: {err}); use a realistic range",
+            file=sys.stderr,
+        )
+        return 2
     if as_json:
         print(json.dumps(_jsonable(result), allow_nan=False))
     else:

@@ -449,14 +449,50 @@ def cli_targets(p: Params) -> tuple[float | None, float | None]:
     return eps, delta
 
 
+def check_one_target(eps: float | None, delta: float | None) -> None:
+    """With the noise given, exactly one target is a question (ε at δ, or δ at ε); both at once
+    would silently ignore one of them.
+
+    Raises
+    ------
+    ConfigError
+        If both ``target_epsilon`` and ``target_delta`` are given.
+    """
+    if eps is not None and delta is not None:
+        raise ConfigError(
+            "target_epsilon",
+            eps,
+            "cannot be combined with target_delta when the noise is given: give target_delta "
+            "for epsilon, target_epsilon for delta, or omit the noise to calibrate it",
+        )
+
+
+#: Below this mu, delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) cancels to
+#: nothing in double precision (a delta of 1e-17 would read as 0): refused, never answered.
+MIN_RESOLVED_MU = 1e-8
+
+
+def _check_resolved(mu: float, field: str, value: Any) -> None:
+    check(
+        mu == 0.0 or mu >= MIN_RESOLVED_MU,
+        field,
+        value,
+        f"gives mu={mu:.3g} < {MIN_RESOLVED_MU:g}: delta is not resolvable in double precision "
+        "(use a larger target_delta or less noise)",
+    )
+
+
 def _run_mu(mu: float | None, eps: float | None, delta: float | None) -> dict[str, Any]:
     """Answer for a G_mu mechanism: epsilon (given delta), delta (given epsilon) or mu."""
+    if mu is not None:
+        _check_resolved(mu, "mu", mu)
     if mu is None:
         if eps is None or delta is None:
             raise ConfigError(
                 "target_epsilon", eps, "and target_delta are both needed to calibrate"
             )
         mu = gdp_mu(eps, delta)
+        _check_resolved(mu, "target_delta", delta)
         return {
             "epsilon": eps,
             "delta": float(gdp_delta(eps, mu)),
@@ -486,6 +522,8 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     mu = p.float("mu", None, ge=0.0, allow_inf=True)
     eps, delta = cli_targets(p)
     p.finish()
+    if mu is not None:
+        check_one_target(eps, delta)
     out: dict[str, Any] = {"analysis": "gdp"}
     out.update(_run_mu(mu, eps, delta))
     return out
@@ -511,6 +549,7 @@ def run_cli_gaussian(params: Mapping[str, Any]) -> dict[str, Any]:
     eps, delta = cli_targets(p)
     p.finish()
     if sigma is not None:
+        check_one_target(eps, delta)
         mu = math.inf if sigma == 0 else math.sqrt(steps) / sigma
         res = _run_mu(mu, eps, delta)
     else:
