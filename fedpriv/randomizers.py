@@ -25,7 +25,7 @@ from dp_accounting import dp_event
 
 from fedpriv.accounting.gdp import analytic_gaussian_sigma, gdp_delta, gdp_epsilon
 from fedpriv.accounting.ledger import FedprivEvent
-from fedpriv.accounting.spec import check_finite, parse_enum
+from fedpriv.accounting.spec import check_finite, check_positive, parse_enum
 from fedpriv.clipping import clip_tensors
 from fedpriv.errors import check
 
@@ -207,8 +207,7 @@ class LocalReleaseEvent(FedprivEvent):
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "kind", parse_enum(RandomizerKind, "kind", self.kind).value)
-        nm = check_finite("noise_multiplier", self.noise_multiplier, "must be finite and > 0")
-        check(nm > 0, "noise_multiplier", self.noise_multiplier, "must be finite and > 0")
+        nm = check_positive("noise_multiplier", self.noise_multiplier, "must be finite and > 0")
         set_(self, "noise_multiplier", nm)
 
     def _pld(self, count: int) -> Any:

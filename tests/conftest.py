@@ -1,10 +1,12 @@
-"""Shared test fixtures: the ../shared data directory beside the checkout."""
+"""Shared test fixtures: the ../shared data directory beside the checkout; Flower's task
+identity for building messages outside a running app."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from flwr.supercore.task_identity import TaskIdentity
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -15,3 +17,12 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data directory {SHARED_DATA} not present")
     return SHARED_DATA
+
+
+@pytest.fixture()
+def task_identity():
+    """Flower 1.42 needs a task identity to build messages outside an app; restored after."""
+    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved

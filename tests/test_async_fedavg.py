@@ -7,20 +7,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from flwr.supercore.task_identity import TaskIdentity
 
 from fedpriv.aggregation import AggregateResult
 from fedpriv.errors import ConfigError
 from strategies.async_fedavg import AsyncDPFedAvg
 
-
-@pytest.fixture(autouse=True)
-def task_identity():
-    """Flower needs a task identity to build messages outside an app (as test_checkin_protocol)."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+pytestmark = pytest.mark.usefixtures("task_identity")
 
 
 class FakeGrid:

@@ -32,7 +32,6 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
-from flwr.supercore.task_identity import TaskIdentity
 from hydra import compose, initialize_config_dir
 
 import fedpriv.client_app as app
@@ -47,13 +46,7 @@ SIGMA, CLIP, LR = 1.3, 0.5, 0.1
 ACS = "acs-income/feda4fair_cross_silo_value_2018"
 
 
-@pytest.fixture(autouse=True)
-def task_identity():
-    """Flower needs a task identity to build messages outside an app."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+pytestmark = pytest.mark.usefixtures("task_identity")
 
 
 def _cfg(overrides: list[str]) -> Any:

@@ -14,7 +14,6 @@ import pytest
 import scipy.stats
 import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 from hydra import compose, initialize_config_dir
 
 from clients.checkin import CheckinClient
@@ -37,15 +36,6 @@ def _cfg(overrides: list[str]):
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         return compose(config_name="config", overrides=[*BASE, *overrides])
-
-
-@pytest.fixture()
-def task_identity():
-    """Flower needs a task identity to build messages outside an app."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
 
 
 # --------------------------------------------------------------------------- client randomness

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord, Message, MessageType, MetricRecord, RecordDict
-from flwr.supercore.task_identity import TaskIdentity
 from hydra import compose, initialize_config_dir
 from torch import nn
 
@@ -52,13 +51,7 @@ TINY = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def task_identity():
-    """Flower needs a task identity to build messages outside an app (as test_async_fedavg)."""
-    saved = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
-    yield
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+pytestmark = pytest.mark.usefixtures("task_identity")
 
 
 def _cfg(overrides: list[str]) -> Any:

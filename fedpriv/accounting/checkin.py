@@ -55,6 +55,7 @@ from fedpriv.accounting.spec import (
     Conversion,
     NeighboringRelation,
     check_finite,
+    check_positive,
     parse_enum,
 )
 from fedpriv.errors import ConfigError, check
@@ -736,8 +737,7 @@ class PoissonLocalEvent(FedprivEvent):
     supported_relations: ClassVar[frozenset[str]] = frozenset({"replace_one"})
 
     def __post_init__(self) -> None:
-        e0 = check_finite("privacy.local_epsilon", self.local_epsilon, "must be > 0")
-        check(e0 > 0, "privacy.local_epsilon", self.local_epsilon, "must be > 0")
+        check_positive("privacy.local_epsilon", self.local_epsilon, "must be > 0")
         check(
             0 < self.sample_rate <= 1,
             "client.client_sample_rate",
@@ -830,8 +830,7 @@ class LocalCapEvent(FedprivEvent):
     supported_relations: ClassVar[frozenset[str]] = frozenset({"replace_one"})
 
     def __post_init__(self) -> None:
-        e0 = check_finite("privacy.local_epsilon", self.local_epsilon, "must be > 0")
-        check(e0 > 0, "privacy.local_epsilon", self.local_epsilon, "must be > 0")
+        check_positive("privacy.local_epsilon", self.local_epsilon, "must be > 0")
         d0 = check_finite("privacy.local_delta", self.local_delta, "must be in [0, 1)")
         check(0 <= d0 < 1, "privacy.local_delta", self.local_delta, "must be in [0, 1)")
 

@@ -22,7 +22,13 @@ from dp_accounting import dp_event
 
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, check_finite
+from fedpriv.accounting.spec import (
+    Accountant,
+    AccountingSpec,
+    Conversion,
+    check_finite,
+    check_positive,
+)
 from fedpriv.errors import check
 
 SAMPLING_REFUSAL = (
@@ -186,8 +192,7 @@ class DPSGDSpec:
         q = check_finite("privacy.sample_rate", self.sample_rate, "must be in [0, 1]")
         check(0 <= q <= 1, "privacy.sample_rate", self.sample_rate, "must be in [0, 1]")
         set_(self, "sample_rate", q)
-        c = check_finite("privacy.max_grad_norm", self.max_grad_norm, "must be a finite number > 0")
-        check(c > 0, "privacy.max_grad_norm", self.max_grad_norm, "must be a finite number > 0")
+        c = check_positive("privacy.max_grad_norm", self.max_grad_norm)
         set_(self, "max_grad_norm", c)
         check(
             isinstance(self.steps, int) and not isinstance(self.steps, bool) and self.steps >= 1,
@@ -214,8 +219,7 @@ class DPSGDSpec:
             "must be >= 2 with privacy.honest_but_curious=true",
         )
         if self.normalizer is not None:
-            b = check_finite("client.normalizer", self.normalizer, "must be a finite number > 0")
-            check(b > 0, "client.normalizer", self.normalizer, "must be a finite number > 0")
+            b = check_positive("client.normalizer", self.normalizer)
             set_(self, "normalizer", b)
         check(
             isinstance(self.accounting, AccountingSpec),
@@ -339,8 +343,7 @@ class DPSGDSpec:
             num_rounds,
             "must be an integer >= 1",
         )
-        target = check_finite("privacy.target_epsilon", target_epsilon, "must be > 0")
-        check(target > 0, "privacy.target_epsilon", target_epsilon, "must be > 0")
+        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
         if self.sample_rate == 0:
             return dataclasses.replace(self, noise_multiplier=0.0)
 

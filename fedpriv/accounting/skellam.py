@@ -37,7 +37,13 @@ from fedpriv.accounting.ledger import (
     rdp_to_epsilon,
 )
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, check_finite
+from fedpriv.accounting.spec import (
+    Accountant,
+    AccountingSpec,
+    Conversion,
+    check_finite,
+    check_positive,
+)
 from fedpriv.errors import ConfigError, check
 from fedpriv.skellam import DEFAULT_BETA, MAX_BITS, SkellamMechanism, rounded_norm_bound
 
@@ -368,8 +374,7 @@ class SkellamSpec:
             "must be an integer >= 1",
         )
         if self.scale is not None:
-            s = check_finite("client.scale", self.scale, "must be a finite number > 0")
-            check(s > 0, "client.scale", self.scale, "must be a finite number > 0")
+            s = check_positive("client.scale", self.scale)
             set_(self, "scale", s)
 
     @functools.cached_property
@@ -470,8 +475,7 @@ class SkellamSpec:
             num_rounds,
             "must be an integer >= 1",
         )
-        target = check_finite("privacy.target_epsilon", target_epsilon, "must be > 0")
-        check(target > 0, "privacy.target_epsilon", target_epsilon, "must be > 0")
+        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
 
         def eps_of(sigma: float) -> float:
             return dataclasses.replace(self, noise_multiplier=sigma).epsilon(num_rounds)

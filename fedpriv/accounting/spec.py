@@ -76,6 +76,13 @@ def check_finite(field: str, value: Any, allowed: str = "must be a finite number
     return x
 
 
+def check_positive(field: str, value: Any, allowed: str = "must be a finite number > 0") -> float:
+    """``float(value)`` when it is a finite number > 0; else :class:`ConfigError` (``allowed``)."""
+    x = check_finite(field, value, allowed)
+    check(x > 0, field, value, allowed)
+    return x
+
+
 @dataclass(frozen=True, kw_only=True)
 class AccountingSpec:
     """How a run's (or a CLI call's) events are accounted.
