@@ -262,19 +262,19 @@ def test_connect_drops_resource_arguments(monkeypatch: pytest.MonkeyPatch) -> No
     given = {"num_cpus": 2, "object_store_memory": 10**8, "address": None}
     assert ray_init_args(given)["num_cpus"] == 2  # a new local instance keeps its size
     assert ray_init_args({**given, "address": "local"})["object_store_memory"] == 10**8
-    joined = ray_init_args({**given, "address": "10.0.0.1:6379"})
+    joined = ray_init_args({**given, "address": "127.0.0.1:6379"})
     assert (
-        joined["address"] == "10.0.0.1:6379"
+        joined["address"] == "127.0.0.1:6379"
         and "num_cpus" not in joined
         and "object_store_memory" not in joined
     )
-    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
     assert "num_cpus" not in ray_init_args(given)
 
 
 def test_job_command_gives_each_job_its_own_sized_ray_instance() -> None:
     cmd = job_command(
-        ["seed=1", "ray_init_args.address=10.0.0.1:6379", "+ray_init_args.num_cpus=8"],
+        ["seed=1", "ray_init_args.address=127.0.0.1:6379", "+ray_init_args.num_cpus=8"],
         Path("/abs/sweep/3"),
         cpus=2,
     )
