@@ -23,6 +23,7 @@ import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+from fedpriv.engine import ClientRows, client_rows, clients_in
 from fedpriv.wire import METRICS_KEY, UPDATE_KEY
 
 
@@ -148,31 +149,62 @@ class IdealAggregator(Aggregator):
         self, grid: Grid, messages: Sequence[Message], *, server_round: int, timeout: float
     ) -> AggregateResult:
         replies = list(grid.send_and_receive(list(messages), timeout=timeout))
+        expected = clients_in(messages)
         good = [r for r in replies if not r.has_error() and UPDATE_KEY in r.content.array_records]
+        rows = [client_rows(r) for r in good]
         errors = [error_reason(r) for r in replies if r.has_error()]
-        need = len(messages) if self.min_replies is None else self.min_replies
-        if len(good) < need:
+        errors += [e for part in rows for e in part.errors.values()]
+        replied = sum(len(part.ids) for part in rows)
+        need = expected if self.min_replies is None else self.min_replies
+        if replied < need:
             raise RoundFailed(
-                f"round {server_round}: {len(good)}/{len(messages)} clients replied "
+                f"round {server_round}: {replied}/{expected} clients replied "
                 f"(need {need}); errors: {errors[:2]}",
-                num_ok=len(good),
+                num_ok=replied,
             )
-        finite = [r for r in good if is_finite_reply(r)]
-        if not finite:
+        result = sum_rows(rows)
+        if result.num_clients == 0:
             raise RoundFailed(
-                f"round {server_round}: every update of the {len(good)} replies is non-finite",
+                f"round {server_round}: every update of the {replied} replies is non-finite",
                 num_ok=0,
             )
-        if self.min_replies is not None and len(finite) < self.min_replies:
+        if self.min_replies is not None and result.num_clients < self.min_replies:
             raise RoundFailed(
-                f"round {server_round}: {len(finite)}/{len(messages)} finite updates "
+                f"round {server_round}: {result.num_clients}/{expected} finite updates "
                 f"(need {self.min_replies})",
-                num_ok=len(finite),
+                num_ok=result.num_clients,
             )
-        result = sum_replies(finite)
-        if len(finite) < len(good):
-            result.dropped[NON_FINITE] = len(good) - len(finite)
         return result
+
+
+def sum_rows(parts: Sequence[ClientRows]) -> AggregateResult:
+    """Sum the finite client rows of unpacked replies, one client at a time in client-id order.
+
+    The order (ids, then reply order for node-per-client rows) makes the sum independent of
+    how clients were spread over workers. Rows holding NaN or ±inf are left out and counted
+    in ``dropped[NON_FINITE]``.
+    """
+    order = sorted(
+        (cid, p, i)
+        for p, part in enumerate(parts)
+        for i, (cid, ok) in enumerate(zip(part.ids, part.finite()))
+        if ok
+    )
+    total: dict[str, np.ndarray] = {}
+    metrics: dict[str, float] = {}
+    for _, p, i in order:
+        for key, arr in parts[p].arrays.items():
+            acc = np.int64 if np.issubdtype(arr.dtype, np.integer) else np.float64
+            if key not in total:
+                total[key] = np.zeros(arr.shape[1:], dtype=acc)
+            total[key] += arr[i]
+        for key, vals in parts[p].metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + float(vals[i])
+    result = AggregateResult(total=total, num_clients=len(order), metrics=metrics)
+    non_finite = sum(len(part.ids) for part in parts) - len(order)
+    if non_finite:
+        result.dropped[NON_FINITE] = non_finite
+    return result
 
 
 def aggregator_class(node: dict[str, Any] | None) -> type:

@@ -1,9 +1,10 @@
 """The Flower ``ClientApp``: receives the global model, runs the client algorithm, replies.
 
 The run's resolved config travels inside the app (it is shipped to the Ray actors), so a
-worker that re-imports this module does no argument parsing. Each virtual client finds its
-data by its ``partition-id`` (Flower's node config) and seeds its randomness from
-``(seed, server_round, partition_id)``, or from OS entropy in ``secure_mode``.
+worker that re-imports this module does no argument parsing. A node is either a worker
+training the virtual clients its message names (:mod:`fedpriv.engine`) or, for SecAgg+, one
+client found by its ``partition-id`` (Flower's node config). Each virtual client seeds its
+randomness from ``(seed, server_round, partition_id)``, or from OS entropy in ``secure_mode``.
 
 Engine glue, so it lives in the core.
 """
@@ -16,11 +17,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedpriv.aggregation import aggregator_class
 from fedpriv.algorithm import ClientData, TrainContext
+from fedpriv.engine import named_clients, stacked_reply
 from fedpriv.noise import make_generator
 from fedpriv.notices import quiet_known_notices
 from fedpriv.setup import build_algorithm, build_model_for, client_partition, resolve_device
@@ -29,8 +31,9 @@ from fedpriv.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
 quiet_known_notices()  # this module is imported by every Ray worker that runs a client
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=1 << 18)
 def _client_data(cfg_json: str, partition_id: int) -> ClientData:
+    """Client ``partition_id``'s data, built once per process (never per round)."""
     x, y = client_partition(json.loads(cfg_json), partition_id)
     return ClientData(torch.from_numpy(x), torch.from_numpy(y), partition_id)
 
@@ -40,30 +43,85 @@ def _algorithm(cfg_json: str) -> Any:
     return build_algorithm(json.loads(cfg_json))
 
 
+@lru_cache(maxsize=2)
+def _model(cfg_json: str) -> torch.nn.Module:
+    """The worker's model, built once per process; each client starts from a fresh load."""
+    cfg = json.loads(cfg_json)
+    return build_model_for(cfg).to(resolve_device(cfg))
+
+
+def train_client(
+    cfg: dict[str, Any],
+    algorithm: Any,
+    model: torch.nn.Module,
+    data: ClientData,
+    server_round: int,
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """One virtual client's round: its generator from ``(seed, server_round, partition_id)``
+    (OS entropy in ``secure_mode``), then ``algorithm.train``; the update as CPU numpy arrays.
+
+    ``model`` holds the global state on the client's device and is modified in place.
+    """
+    device = next(model.parameters()).device
+    secure = bool(cfg["privacy"].get("secure_mode"))
+    seed_seq = None if secure else [int(cfg["seed"]), server_round, int(data.partition_id)]
+    rng = np.random.default_rng(seed_seq)
+    generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
+    ctx = TrainContext(server_round=server_round, rng=rng, generator=generator, device=device)
+    update, metrics = algorithm.train(model, data, ctx)
+    return {k: v.detach().cpu().contiguous().numpy() for k, v in update.items()}, metrics
+
+
 def train_handler(cfg: dict[str, Any], msg: Message, context: Context) -> Message:
-    """Run one round of the configured client algorithm and reply with its update."""
+    """One node, one client (``partition-id`` of the node config): train and reply."""
     torch.set_num_threads(1)
     cfg_json = json.dumps(cfg, sort_keys=True)
     partition_id = int(context.node_config["partition-id"])
     server_round = int(str(msg.content.config_records[CONFIG_KEY]["server_round"]))
     data = _client_data(cfg_json, partition_id)
-    algorithm = _algorithm(cfg_json)
-    device = resolve_device(cfg)
-    model = build_model_for(cfg).to(device)
+    model = build_model_for(cfg).to(resolve_device(cfg))
     model.load_state_dict(msg.content.array_records[MODEL_KEY].to_torch_state_dict())
-    secure = bool(cfg["privacy"].get("secure_mode"))
-    seed_seq = None if secure else [int(cfg["seed"]), server_round, partition_id]
-    rng = np.random.default_rng(seed_seq)
-    generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
-    ctx = TrainContext(server_round=server_round, rng=rng, generator=generator, device=device)
-    update, metrics = algorithm.train(model, data, ctx)
+    update, metrics = train_client(cfg, _algorithm(cfg_json), model, data, server_round)
     content = RecordDict(
         {
-            UPDATE_KEY: ArrayRecord({k: v.detach().cpu().contiguous() for k, v in update.items()}),
+            UPDATE_KEY: ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in update.items()}),
             METRICS_KEY: MetricRecord({k: float(v) for k, v in metrics.items()}),
         }
     )
     return Message(content=content, reply_to=msg)
+
+
+def worker_train_handler(cfg: dict[str, Any], cfg_json: str, msg: Message) -> Message:
+    """A worker node's round: train every client the message names, reply with stacked rows.
+
+    The model is built once per process and the global state decoded once per message; each
+    client starts from it (``load_state_dict``) with its own data and generator, exactly as
+    :func:`train_handler`. A client that raises is listed in the reply's ``failed`` with its
+    error line; the others still reply.
+    """
+    torch.set_num_threads(1)
+    server_round = int(str(msg.content.config_records[CONFIG_KEY]["server_round"]))
+    algorithm = _algorithm(cfg_json)
+    model = _model(cfg_json)
+    start = msg.content.array_records[MODEL_KEY].to_torch_state_dict()
+    ok: list[int] = []
+    updates: list[dict[str, np.ndarray]] = []
+    metrics: list[dict[str, float]] = []
+    failed: dict[int, str] = {}
+    for pid in named_clients(msg) or []:
+        try:
+            model.train()
+            model.load_state_dict(start)
+            update, m = train_client(
+                cfg, algorithm, model, _client_data(cfg_json, pid), server_round
+            )
+        except Exception as exc:  # one client's failure is its own, not the worker's
+            failed[pid] = f"client {pid}: {type(exc).__name__}: {exc}"[:300]
+            continue
+        ok.append(pid)
+        updates.append(update)
+        metrics.append(m)
+    return stacked_reply(msg, ok, updates, metrics, failed)
 
 
 def make_client_app(cfg: dict[str, Any]) -> ClientApp:
@@ -80,19 +138,21 @@ def make_client_app(cfg: dict[str, Any]) -> ClientApp:
 
     app = ClientApp(mods=list(SECAGG_MODS) if secagg else None)
 
+    cfg_json = json.dumps(cfg, sort_keys=True)
+
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        handler = getattr(
-            _algorithm(json.dumps(cfg, sort_keys=True)), "train_message_handler", None
-        )
-        return (
-            handler(cfg, msg, context) if handler is not None else train_handler(cfg, msg, context)
-        )
+        handler = getattr(_algorithm(cfg_json), "train_message_handler", None)
+        if handler is not None:
+            return handler(cfg, msg, context)
+        if named_clients(msg) is not None:
+            return worker_train_handler(cfg, cfg_json, msg)
+        return train_handler(cfg, msg, context)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
         """Query messages go to the algorithm's ``query_handler`` (e.g. random check-ins)."""
-        algorithm = _algorithm(json.dumps(cfg, sort_keys=True))
+        algorithm = _algorithm(cfg_json)
         handler = getattr(algorithm, "query_handler", None)
         if handler is None:
             raise RuntimeError(f"{type(algorithm).__name__} answers no query messages")

@@ -35,6 +35,7 @@ FINITE_RULES = {
     "privacy.clipping_norm": "must be a finite number > 0",
     "privacy.checkin_probability": "must be a finite number in (0, 1]",
     "round_timeout": "must be a finite number > 0 (seconds)",
+    "client_sample_rate": "must be a finite number in (0, 1]",
     "partition.alpha": "must be a finite number > 0",
     "client.lr": "must be a finite number > 0",
     "strategy.server_lr": "must be a finite number > 0",
@@ -100,6 +101,10 @@ class RunConfig:
     seed: int = 0
     num_clients: int = 10
     num_rounds: int = 15
+    num_workers: Optional[int] = None
+    client_sampling: str = "all"
+    client_sample_rate: Optional[float] = None
+    num_sampled_clients: Optional[int] = None
     device: str = "auto"
     round_timeout: float = 600.0
     progress: bool = True

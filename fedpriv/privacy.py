@@ -59,18 +59,19 @@ class RunPrivacy:
         ``contributors`` < ``num_clients`` (dropouts) composes the algorithm's weaker
         ``degraded_round_events`` instead.
         """
-        full = contributors is None or contributors >= self.algorithm.num_clients
-        events = (
-            self.algorithm.round_events()
-            if full
-            else self.algorithm.degraded_round_events(contributors)
-        )
-        for event, count in events:
+        for event, count in self.round_events(contributors):
             self.central.record(event, count)
         if self.local is not None:
             for event, count in self.algorithm.local_events():
                 self.local.record(event, count)
         self.rounds += 1
+
+    def round_events(self, contributors: int | None = None) -> list[tuple[Any, int]]:
+        """The events of a round whose sum holds ``contributors`` clients' noise (``None``: all
+        the algorithm's noise shares); fewer: the algorithm's ``degraded_round_events``."""
+        if contributors is None or contributors >= self.algorithm.num_clients:
+            return self.algorithm.round_events()
+        return self.algorithm.degraded_round_events(contributors)
 
     def check(self) -> RunPrivacy:
         """Compose one round into scratch ledgers, so an accountant that cannot account the
@@ -102,12 +103,13 @@ class RunPrivacy:
             return None
         return self.local.get_epsilon(self.target_delta) if self.rounds else 0.0
 
-    def next_round_exceeds_budget(self) -> bool:
-        """Whether composing one more round would push ε above ``stop_at_epsilon``."""
+    def next_round_exceeds_budget(self, contributors: int | None = None) -> bool:
+        """Whether composing one more round (of ``contributors`` clients' noise, ``None``: all
+        noise shares) would push ε above ``stop_at_epsilon``."""
         if self.stop_at_epsilon is None:
             return False
         trial = PrivacyLedger.from_dict(self.central.to_dict())
-        for event, count in self.algorithm.round_events():
+        for event, count in self.round_events(contributors):
             trial.record(event, count)
         eps = trial.get_epsilon(self.target_delta)
         return not math.isfinite(eps) or eps > float(self.stop_at_epsilon)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Context
+from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -25,10 +25,13 @@ from omegaconf import DictConfig, OmegaConf
 from fedpriv.accounting.spec import NoiseSource
 from fedpriv.aggregation import AggregateResult, RoundFailed, aggregator_class
 from fedpriv.client_app import make_client_app
+from fedpriv.cohort import CohortSampler
 from fedpriv.config import to_container, validate
 from fedpriv.display import RoundDisplay
+from fedpriv.engine import node_messages, worker_messages
 from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.evaluate import evaluate
+from fedpriv.layout import Layout, plan_layout
 from fedpriv.notices import quiet_known_notices
 from fedpriv.privacy import RunPrivacy
 from fedpriv.results import RunRecorder
@@ -47,9 +50,12 @@ class Job:
         aggregator: Any,
         recorder: RunRecorder,
         display: RoundDisplay,
+        layout: Layout,
     ) -> None:
         self.cfg = cfg
         self.num_clients = int(cfg["num_clients"])
+        self.layout = layout
+        self.cohort_size = len(layout.cohort.draw(1)) if not layout.cohort.varies else 0
         self.num_rounds = int(cfg["num_rounds"])
         self.round_timeout = float(cfg["round_timeout"])
         self.aggregator = aggregator
@@ -68,11 +74,43 @@ class Job:
     def initial_state(self) -> dict[str, np.ndarray]:
         return dict(self.state)
 
+    @property
+    def num_nodes(self) -> int:
+        """Flower nodes of the run (workers, or one per client)."""
+        return self.layout.num_workers
+
+    @property
+    def mean_divisor(self) -> float:
+        """The public divisor of the summed update: the expected cohort size (``N``, ``qN``,
+        ``k``), never the number of clients that contributed."""
+        return self.layout.cohort.expected_size
+
+    def draw_cohort(self, server_round: int) -> list[int]:
+        """The round's client ids (sorted); remembered as the round's expected contributors."""
+        cohort = self.layout.cohort.draw(server_round).tolist()
+        self.cohort_size = len(cohort)
+        return cohort
+
+    def messages_for(
+        self,
+        node_ids: list[int],
+        clients: list[int],
+        state: dict[str, np.ndarray],
+        server_round: int,
+    ) -> list[Message]:
+        """Train messages asking ``clients`` to train from ``state`` (worker or node layout)."""
+        if self.layout.one_node_per_client:
+            return node_messages([node_ids[c] for c in clients], state, server_round)
+        return worker_messages(node_ids, clients, state, server_round)
+
     def may_start_round(self, server_round: int) -> bool:
         if self.interrupted:
             self.stop_reason = f"stopped before round {server_round}: {self.interrupted} received"
             return False
-        if self.privacy.next_round_exceeds_budget():
+        cohort = len(self.layout.cohort.draw(server_round)) if self.layout.cohort.varies else None
+        if cohort == 0:
+            return True  # an empty Poisson cohort: the strategy records the round as empty
+        if self.privacy.next_round_exceeds_budget(cohort):
             self.stop_reason = (
                 f"stopped before round {server_round}: it would exceed "
                 f"privacy.stop_at_epsilon={self.privacy.stop_at_epsilon}"
@@ -99,8 +137,9 @@ class Job:
     def admit(self, result: AggregateResult, server_round: int) -> None:
         """Refuse (RoundFailed) a sum the run cannot account, before anything is released.
 
-        A sum with fewer contributors than ``num_clients`` (dropouts, non-finite updates left
-        out by the aggregator) is accounted with the algorithm's ``degraded_round_events``; an
+        A sum with fewer contributors than the algorithm's noise shares (the nominal cohort:
+        dropouts, non-finite updates left out by the aggregator, a small Poisson cohort) is
+        accounted with the algorithm's ``degraded_round_events``; an
         algorithm without them (or for which too few clients remain) fails the round: model
         unchanged, nothing accounted.
 
@@ -109,13 +148,13 @@ class Job:
         RoundFailed
             If the degraded round cannot be accounted.
         """
-        if result.num_clients >= self.num_clients:
+        if result.num_clients >= self.privacy.algorithm.num_clients:
             return
         try:
             self.privacy.algorithm.degraded_round_events(result.num_clients)
         except (NotImplementedError, ConfigError) as exc:
             raise RoundFailed(
-                f"round {server_round}: {dropped_note(self.num_clients, result)}; "
+                f"round {server_round}: {dropped_note(self.cohort_size, result)}; "
                 f"not released: {exc}",
                 num_ok=result.num_clients,
             ) from None
@@ -135,7 +174,7 @@ class Job:
         (dropouts); the round is then accounted with the algorithm's degraded events.
         """
         self.privacy.record_round(contributors)
-        dropped = max(self.num_clients - contributors, 0) if contributors is not None else 0
+        dropped = max(self.cohort_size - contributors, 0) if contributors is not None else 0
         self.state = state
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
         accuracy, loss = evaluate(self.model, self.x_test, self.y_test)
@@ -148,8 +187,9 @@ class Job:
             "round_time_s": seconds,
             "status": "ok",
             "client_metrics": {k: v for k, v in result.metrics.items()},
+            "cohort_size": self.cohort_size,
             "clients_dropped": dropped,
-            "dropped": dropped_note(self.num_clients, result) if dropped else "",
+            "dropped": dropped_note(self.cohort_size, result) if dropped else "",
             **self.privacy.algorithm.privacy_report(self.privacy.rounds, self.privacy.target_delta),
             **(extra or {}),
         }
@@ -159,6 +199,19 @@ class Job:
             rounds_released=self.privacy.rounds,
             ledger=self.privacy.central.to_dict(),
         )
+        self.recorder.log_round(row)
+        self.display.row(row)
+
+    def round_empty(self, server_round: int) -> None:
+        """Record a round whose Poisson cohort is empty: nothing trained, released or accounted."""
+        row = {
+            "server_round": server_round,
+            "status": "empty",
+            "message": "empty cohort: no client sampled",
+            "round_time_s": 0.0,
+            "epsilon": self.privacy.epsilon(),
+            "cohort_size": 0,
+        }
         self.recorder.log_round(row)
         self.display.row(row)
 
@@ -237,6 +290,9 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
         "is below the epsilon of a single round: nothing could be trained",
     )
     agg_cls = aggregator_class(run_cfg["aggregator"])
+    layout = run_layout(run_cfg)
+    if layout.cohort.varies:
+        check_varying_cohort(algorithm, layout.cohort)
     if getattr(agg_cls, "requires_integer_updates", False):
         check(
             algorithm.integer_updates,
@@ -252,6 +308,41 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
             f"must equal client.bits={algorithm.bits}",
         )
     return run_cfg, algorithm
+
+
+def run_layout(run_cfg: dict[str, Any]) -> Layout:
+    """The run's :class:`~fedpriv.layout.Layout` from its aggregator's and strategy's classes.
+
+    Raises
+    ------
+    ConfigError
+        For a bad ``num_workers`` or client sampling (:func:`fedpriv.layout.plan_layout`).
+    """
+    from hydra.utils import get_class
+
+    agg_cls = aggregator_class(run_cfg["aggregator"])
+    target = str((run_cfg.get("strategy") or {}).get("_target_") or "")
+    try:
+        virtual = bool(getattr(get_class(target), "virtual_clients", False))
+    except Exception:  # the strategy's own import error is reported when it is built
+        virtual = False
+    secagg = bool(getattr(agg_cls, "uses_secagg_mods", False))
+    return plan_layout(run_cfg, secagg=secagg, virtual_clients=virtual)
+
+
+def check_varying_cohort(algorithm: Any, cohort: CohortSampler) -> None:
+    """Refuse a Poisson cohort for an algorithm that cannot account a smaller sum."""
+    fewer = max(1, cohort.nominal_size - 1)
+    try:
+        algorithm.degraded_round_events(fewer)
+    except (NotImplementedError, ConfigError):
+        raise ConfigError(
+            "client_sampling",
+            cohort.client_sampling.value,
+            f"draws cohorts of varying size, and {type(algorithm).__name__} cannot account a "
+            f"round with fewer than {cohort.nominal_size} clients: use "
+            "client_sampling=fixed_size",
+        ) from None
 
 
 def noise_facts(algorithm: Any, privacy: dict[str, Any]) -> dict[str, Any]:
@@ -282,7 +373,26 @@ def noise_facts(algorithm: Any, privacy: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def header_line(run_cfg: dict[str, Any], facts: dict[str, Any], analysis: str, out: Path) -> str:
+def clients_phrase(run_cfg: dict[str, Any], layout: Layout | None = None) -> str:
+    """``"1000 clients (fixed_size cohort of 100) on 2 workers"`` for the header line."""
+    n, cohort = run_cfg["num_clients"], (layout.cohort if layout else None)
+    text = f"{n} clients"
+    if cohort is not None and cohort.client_sampling.value == "poisson":
+        text += f" (poisson cohort, rate {cohort.client_sample_rate:g})"
+    elif cohort is not None and cohort.client_sampling.value == "fixed_size":
+        text += f" (fixed_size cohort of {cohort.num_sampled_clients})"
+    if layout is not None and not layout.one_node_per_client:
+        text += f" on {layout.num_workers} worker{'s' if layout.num_workers > 1 else ''}"
+    return text
+
+
+def header_line(
+    run_cfg: dict[str, Any],
+    facts: dict[str, Any],
+    analysis: str,
+    out: Path,
+    layout: Layout | None = None,
+) -> str:
     """The run's first line: size, σ, δ, accounting, noise source, normalizer, outputs."""
     p = run_cfg["privacy"]
     sigma = p["noise_multiplier"]
@@ -292,7 +402,7 @@ def header_line(run_cfg: dict[str, Any], facts: dict[str, Any], analysis: str, o
     hardened = "hardened" if facts["float_noise_hardened"] else "not hardened"
     return (
         ("NON-PRIVATE run (privacy.noise_multiplier=0): " if facts["non_private"] else "")
-        + f"fedpriv: {run_cfg['num_clients']} clients, {run_cfg['num_rounds']} rounds, "
+        + f"fedpriv: {clients_phrase(run_cfg, layout)}, {run_cfg['num_rounds']} rounds, "
         f"σ={sigma_s}, δ={p['target_delta']:g}, accounting={analysis}, "
         f"noise_source={facts['noise_source']} ({hardened} against floating-point attacks), "
         f"normalizer={norm_s}; outputs in {out}"
@@ -344,14 +454,18 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             "steps": getattr(algorithm, "steps", None),
             "num_rounds": run_cfg["num_rounds"],
             "num_clients": run_cfg["num_clients"],
+            "client_sampling": run_cfg.get("client_sampling", "all"),
+            "client_sample_rate": run_cfg.get("client_sample_rate"),
+            "num_sampled_clients": run_cfg.get("num_sampled_clients"),
             **algorithm.privacy_summary(),
             **facts,
         },
         extra={"config": run_cfg},
     )
     display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
-    job = Job(run_cfg, algorithm, aggregator, recorder, display)
-    display.note(header_line(run_cfg, facts, analysis, out_dir))
+    layout = run_layout(run_cfg)
+    job = Job(run_cfg, algorithm, aggregator, recorder, display, layout)
+    display.note(header_line(run_cfg, facts, analysis, out_dir, layout))
     server_app = ServerApp()
 
     @server_app.main()
@@ -366,9 +480,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     status, message = "failed", ""
     try:
         with display, _graceful_stop(job):
-            _run_simulation(
-                server_app, make_client_app(run_cfg), int(run_cfg["num_clients"]), backend
-            )
+            _run_simulation(server_app, make_client_app(run_cfg), layout.num_workers, backend)
         failed = sum(r.get("status") == "failed" for r in recorder.rounds)
         status = "stopped" if job.stop_reason else "complete"
         message = job.stop_reason or (f"{failed} round(s) failed" if failed else "")
@@ -442,7 +554,7 @@ def _graceful_stop(job: Job) -> Iterator[None]:
 
 
 def _run_simulation(
-    server_app: ServerApp, client_app: Any, num_clients: int, backend: dict[str, Any]
+    server_app: ServerApp, client_app: Any, num_nodes: int, backend: dict[str, Any]
 ) -> None:
     from flwr.simulation import run_simulation
 
@@ -451,6 +563,6 @@ def _run_simulation(
     run_simulation(
         server_app=server_app,
         client_app=client_app,
-        num_supernodes=num_clients,
+        num_supernodes=num_nodes,
         backend_config=backend,
     )

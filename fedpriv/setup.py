@@ -103,7 +103,9 @@ def build_model_for(cfg: dict[str, Any]) -> torch.nn.Module:
 
 
 def build_algorithm(cfg: dict[str, Any]) -> Any:
-    """Instantiate the ``client`` group's ``_target_`` with the run's privacy and num_clients.
+    """Instantiate the ``client`` group's ``_target_`` with the run's privacy and the number of
+    clients whose noise a round's sum holds: ``num_clients``, or the sampled cohort's nominal
+    size (:attr:`fedpriv.cohort.CohortSampler.nominal_size`).
 
     Raises
     ------
@@ -111,11 +113,13 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
         If the target cannot be imported or rejects its fields.
     """
     target = cfg["client"].get("_target_")
+    from fedpriv.layout import cohort_sampler
+
     try:
         algo = instantiate(
             cfg["client"],
             privacy=dict(cfg["privacy"]),
-            num_clients=int(cfg["num_clients"]),
+            num_clients=cohort_sampler(cfg).nominal_size,
             _convert_="all",
         )
     except ConfigError:

@@ -12,6 +12,9 @@ from collections.abc import Mapping
 MODEL_KEY = "arrays"
 #: ConfigRecord of a train or query message: ``server_round`` and per-message settings.
 CONFIG_KEY = "config"
+#: Config field of a worker's train message and reply: the virtual client ids it trains
+#: (message) or that succeeded, in the order of the stacked update rows (reply).
+CLIENTS_KEY = "clients"
 #: ArrayRecord of a train reply: the client's (noisy) update, what the aggregator sums.
 UPDATE_KEY = "update"
 #: MetricRecord of a train reply: diagnostic counters, summed over clients (never weights).

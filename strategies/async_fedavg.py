@@ -5,8 +5,8 @@ interrupts it only when it arrives, so an update may be computed on a model up t
 ``max_staleness`` server rounds old. This strategy simulates that reproducibly: in server
 round ``r`` client ``i`` is sent the global model of ``tau`` releases ago, ``tau`` drawn
 uniformly from ``{0, ..., min(max_staleness, r - 1)}`` by a generator seeded with
-``(seed, r, i)``; the server applies the updates it receives to its CURRENT model, as they
-come.
+``(seed, r, i)`` (``i`` the client's id); the server applies the updates it receives to its
+CURRENT model, as they come.
 
 Privacy is unchanged: every global model is a post-processing of earlier releases (public),
 and the client algorithm's events do not depend on which model it starts from. There are no
@@ -32,7 +32,7 @@ from flwr.serverapp import Grid
 
 from fedpriv.aggregation import RoundFailed
 from fedpriv.errors import check
-from strategies.fedavg import DPFedAvg, ServerJob, train_messages, wait_for_nodes
+from strategies.fedavg import DPFedAvg, ServerJob, wait_for_nodes
 
 
 @dataclass
@@ -79,29 +79,38 @@ class AsyncDPFedAvg(DPFedAvg):
         return int(rng.integers(0, hi + 1))
 
     def stale_messages(
-        self, node_ids: list[int], history: list[dict[str, np.ndarray]], server_round: int
+        self,
+        job: ServerJob,
+        node_ids: list[int],
+        cohort: list[int],
+        history: list[dict[str, np.ndarray]],
+        server_round: int,
     ) -> tuple[list[Message], list[int]]:
-        """One TRAIN message per node with its (possibly stale) model; also the ages used.
+        """The round's TRAIN messages, clients grouped by the age of their model; the ages.
 
-        ``history[-1]`` is the current model, ``history[-1 - tau]`` the one ``tau`` releases ago.
+        ``history[-1]`` is the current model, ``history[-1 - tau]`` the one ``tau`` releases
+        ago; client ``c`` computes on the model of age :meth:`staleness` ``(round, c, ...)``.
         """
+        ages = [self.staleness(server_round, c, len(history) - 1) for c in cohort]
         messages: list[Message] = []
-        ages: list[int] = []
-        for i, nid in enumerate(node_ids):
-            tau = self.staleness(server_round, i, len(history) - 1)
-            messages += train_messages([nid], history[-1 - tau], server_round)
-            ages.append(tau)
+        for tau in sorted(set(ages)):
+            group = [c for c, a in zip(cohort, ages) if a == tau]
+            messages += job.messages_for(node_ids, group, history[-1 - tau], server_round)
         return messages, ages
 
     def run(self, grid: Grid, job: ServerJob) -> dict[str, np.ndarray]:
         """The server's main loop; returns the final global state."""
-        node_ids = wait_for_nodes(grid, job.num_clients, job.round_timeout)
+        node_ids = wait_for_nodes(grid, job.num_nodes, job.round_timeout)
         history = [job.initial_state()]
         for server_round in range(1, job.num_rounds + 1):
             if not job.may_start_round(server_round):
                 break
             t0 = time.monotonic()
-            messages, ages = self.stale_messages(node_ids, history, server_round)
+            cohort = job.draw_cohort(server_round)
+            if not cohort:
+                job.round_empty(server_round)
+                continue
+            messages, ages = self.stale_messages(job, node_ids, cohort, history, server_round)
             try:
                 result = job.aggregator.sum_updates(
                     grid, messages, server_round=server_round, timeout=job.round_timeout
@@ -111,7 +120,7 @@ class AsyncDPFedAvg(DPFedAvg):
                 job.round_failed(server_round, exc, time.monotonic() - t0)
                 continue
             result.total = job.decode_sum(result.total, server_round)
-            state = self.apply(history[-1], result, job.num_clients)
+            state = self.apply(history[-1], result, job.mean_divisor)
             history = (history + [state])[-(self.max_staleness + 1) :]
             job.round_released(
                 server_round,

@@ -54,10 +54,11 @@ from fedpriv.aggregation import (
     is_finite_reply,
     sum_replies,
 )
+from fedpriv.engine import numpy_state
 from fedpriv.errors import check
 from fedpriv.noise import make_generator
 from fedpriv.wire import ABSTAIN, CHECKIN_KEY, CONFIG_KEY, MODEL_KEY, record_int
-from strategies.fedavg import numpy_state, wait_for_nodes
+from strategies.fedavg import wait_for_nodes
 
 __all__ = [
     "SlotTask",

@@ -1,34 +1,47 @@
 """DP FedAvg with secure aggregation: every client trains each round, the aggregator reveals
 only the sum of their updates, the server adds its mean (third paper, Alg. 1, server side).
 
-The mean divides by the configured ``num_clients`` — never by client-reported weights, nor by
-the number of clients that survived a round (dropouts, non-finite updates) — so neither a
-client's claim about itself nor who dropped out can change the sensitivity.
+Each round's cohort (every client, or a Poisson / fixed-size sample, :mod:`fedpriv.cohort`)
+trains on worker nodes that host many virtual clients (:mod:`fedpriv.engine`). The mean
+divides by the public expected cohort size (``num_clients`` when all train) — never by
+client-reported weights, nor by the number of clients that survived a round (dropouts,
+non-finite updates) — so neither a client's claim about itself nor who dropped out can change
+the sensitivity.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import Message
 from flwr.serverapp import Grid
 
 from fedpriv.aggregation import AggregateResult, Aggregator, RoundFailed
-from fedpriv.wire import CONFIG_KEY, MODEL_KEY
 
 
 class ServerJob(Protocol):
     """What a strategy needs from the run (implemented by :class:`fedpriv.runner.Job`)."""
 
     num_clients: int
+    num_nodes: int
     num_rounds: int
     round_timeout: float
     aggregator: Aggregator
+    mean_divisor: float
 
     def initial_state(self) -> dict[str, np.ndarray]: ...
+    def draw_cohort(self, server_round: int) -> list[int]: ...
+    def messages_for(
+        self,
+        node_ids: list[int],
+        clients: list[int],
+        state: dict[str, np.ndarray],
+        server_round: int,
+    ) -> list[Message]: ...
+    def round_empty(self, server_round: int) -> None: ...
     def decode_sum(
         self, total: dict[str, np.ndarray], server_round: int
     ) -> dict[str, np.ndarray]: ...
@@ -60,31 +73,6 @@ def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float) -> list[int]:
         time.sleep(0.05)
 
 
-def train_messages(
-    node_ids: list[int], state: dict[str, np.ndarray], server_round: int
-) -> list[Message]:
-    """One TRAIN message per node carrying the global model and the round number."""
-    arrays = ArrayRecord(numpy_state(state))
-    return [
-        Message(
-            content=RecordDict(
-                {MODEL_KEY: arrays, CONFIG_KEY: ConfigRecord({"server_round": server_round})}
-            ),
-            dst_node_id=nid,
-            message_type=MessageType.TRAIN,
-            group_id=str(server_round),
-        )
-        for nid in node_ids
-    ]
-
-
-def numpy_state(state: dict[str, np.ndarray]) -> dict:
-    """A torch-free ``{name: tensor}`` view accepted by ``ArrayRecord`` (via torch if present)."""
-    import torch
-
-    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
-
-
 @dataclass
 class DPFedAvg:
     """Synchronous DP FedAvg over a secure aggregator.
@@ -96,6 +84,8 @@ class DPFedAvg:
     """
 
     server_lr: float = 1.0
+    #: Sends worker messages (many virtual clients per Flower node, sampled cohorts).
+    virtual_clients: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if not self.server_lr > 0:
@@ -112,16 +102,20 @@ class DPFedAvg:
 
     def run(self, grid: Grid, job: ServerJob) -> dict[str, np.ndarray]:
         """The server's main loop; returns the final global state."""
-        node_ids = wait_for_nodes(grid, job.num_clients, job.round_timeout)
+        node_ids = wait_for_nodes(grid, job.num_nodes, job.round_timeout)
         state = job.initial_state()
         for server_round in range(1, job.num_rounds + 1):
             if not job.may_start_round(server_round):
                 break
             t0 = time.monotonic()
+            cohort = job.draw_cohort(server_round)
+            if not cohort:
+                job.round_empty(server_round)
+                continue
             try:
                 result = job.aggregator.sum_updates(
                     grid,
-                    train_messages(node_ids, state, server_round),
+                    job.messages_for(node_ids, cohort, state, server_round),
                     server_round=server_round,
                     timeout=job.round_timeout,
                 )
@@ -130,21 +124,22 @@ class DPFedAvg:
                 job.round_failed(server_round, exc, time.monotonic() - t0)
                 continue
             result.total = job.decode_sum(result.total, server_round)
-            state = self.apply(state, result, job.num_clients)
+            state = self.apply(state, result, job.mean_divisor)
             job.round_released(
                 server_round, state, result, time.monotonic() - t0, contributors=result.num_clients
             )
         return state
 
     def apply(
-        self, state: dict[str, np.ndarray], result: AggregateResult, num_clients: int
+        self, state: dict[str, np.ndarray], result: AggregateResult, divisor: float
     ) -> dict[str, np.ndarray]:
-        """``w + η_s Σ Δ / num_clients`` for the keys in the sum; other entries unchanged.
+        """``w + η_s Σ Δ / divisor`` for the keys in the sum; other entries unchanged.
 
-        ``num_clients`` is the configured (public) number of clients, also when fewer
+        ``divisor`` is public: the configured ``num_clients`` or the expected cohort size
+        (``client_sample_rate · num_clients``, ``num_sampled_clients``), also when fewer
         contributed to ``result``.
         """
         new = dict(state)
         for key, total in result.total.items():
-            new[key] = (state[key] + self.server_lr * total / num_clients).astype(state[key].dtype)
+            new[key] = (state[key] + self.server_lr * total / divisor).astype(state[key].dtype)
         return new

@@ -37,10 +37,10 @@ from hydra import compose, initialize_config_dir
 import fedpriv.client_app as app
 from fedpriv.algorithm import ClientData
 from fedpriv.config import conf_dir, register_schema
+from fedpriv.engine import node_messages
 from fedpriv.runner import prepare
 from fedpriv.setup import build_model_for, client_partition, partitions
 from fedpriv.wire import METRICS_KEY, UPDATE_KEY
-from strategies.fedavg import train_messages
 
 SIGMA, CLIP, LR = 1.3, 0.5, 0.1
 ACS = "acs-income/feda4fair_cross_silo_value_2018"
@@ -72,7 +72,7 @@ def _partition_overrides(name: str, shared: Path) -> list[str]:
 def _reply(run_cfg: dict, pid: int, server_round: int, data: ClientData) -> tuple[Any, dict]:
     """The client's reply as the server receives it: train_handler, then protobuf serde."""
     state = {k: v.numpy() for k, v in build_model_for(run_cfg).state_dict().items()}
-    msg = train_messages([pid + 1], state, server_round)[0]
+    msg = node_messages([pid + 1], state, server_round)[0]
     ctx = Context(
         run_id=1,
         node_id=pid + 1,
