@@ -14,6 +14,7 @@ step on the union of the clients' data. The analysis lives in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, ClassVar
@@ -26,8 +27,9 @@ from fedpriv.accounting.spec import AccountingSpec, check_finite
 from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.errors import check
 from fedpriv.noise import add_gaussian_noise
-from fedpriv.persample import clipped_grad_sum
+from fedpriv.persample import clipped_grad_sum, trainable
 from fedpriv.samplers import PoissonSampler
+from fedpriv.vmap_clients import cohort_clipped_grad_sums, padded_batches
 
 
 def nominal_expected_batch(cfg: dict[str, Any]) -> float:
@@ -206,3 +208,63 @@ class LocalDPSGD(ClientAlgorithm):
             "examples": float(total),
         }
         return update, metrics
+
+    def train_cohort(
+        self, model: nn.Module, datas: Sequence[ClientData], ctxs: Sequence[TrainContext]
+    ) -> list[tuple[dict[str, torch.Tensor], dict[str, float]]]:
+        """:meth:`train` for clients that all start from ``model``, vectorized over them.
+
+        Client ``j`` draws its batches from ``ctxs[j].rng`` and its noise from
+        ``ctxs[j].generator`` in the same order as :meth:`train`, and every update step is the
+        same elementwise arithmetic, so each result equals ``train(model, datas[j], ctxs[j])``
+        up to the float rounding of the batched per-sample gradients
+        (:func:`fedpriv.vmap_clients.cohort_clipped_grad_sums`). ``model`` is not modified.
+        """
+        normalizer = self.bound_normalizer
+        sampler = PoissonSampler(self.sample_rate)
+        device = ctxs[0].device
+        k = len(datas)
+        params = {
+            n: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim())
+            for n, p in trainable(model).items()
+        }
+        start = {n: p.clone() for n, p in params.items()}
+        velocity = {n: torch.zeros_like(p) for n, p in params.items()}
+        empty, total = [0] * k, [0] * k
+        for _ in range(self.steps):
+            idx = [torch.from_numpy(sampler.sample(len(d), c.rng)) for d, c in zip(datas, ctxs)]
+            for j, i in enumerate(idx):
+                empty[j] += int(i.numel() == 0)
+                total[j] += int(i.numel())
+            if max(int(i.numel()) for i in idx) == 0:
+                sums = {n: torch.zeros_like(p) for n, p in params.items()}
+            else:
+                x, y, mask = padded_batches(datas, idx, device)
+                sums = cohort_clipped_grad_sums(
+                    model, summed_cross_entropy, params, x, y, mask, self.max_grad_norm
+                )
+            with torch.no_grad():
+                rows = [
+                    add_gaussian_noise(
+                        {n: g[j] for n, g in sums.items()}, self.local_noise_stddev, c.generator
+                    )
+                    for j, c in enumerate(ctxs)
+                ]
+                for n in params:  # elementwise, so each row is exactly train()'s arithmetic
+                    velocity[n].mul_(self.momentum).add_(
+                        torch.stack([r[n] for r in rows]) / normalizer
+                    )
+                    params[n].sub_(self.lr * velocity[n])
+        steps = float(self.steps)
+        return [
+            (
+                {n: (params[n][j] - start[n][j]).cpu() for n in params},
+                {
+                    "steps": steps,
+                    "noise_draws": steps,
+                    "empty_batches": float(empty[j]),
+                    "examples": float(total[j]),
+                },
+            )
+            for j in range(k)
+        ]

@@ -12,6 +12,7 @@ Engine glue, so it lives in the core.
 from __future__ import annotations
 
 import json
+import warnings
 from functools import lru_cache
 from typing import Any
 
@@ -26,6 +27,7 @@ from fedpriv.engine import named_clients, stacked_reply
 from fedpriv.noise import make_generator
 from fedpriv.notices import quiet_known_notices
 from fedpriv.setup import build_algorithm, build_model_for, client_partition, resolve_device
+from fedpriv.vmap_clients import chunk_size, dense_model
 from fedpriv.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
 
 quiet_known_notices()  # this module is imported by every Ray worker that runs a client
@@ -50,6 +52,18 @@ def _model(cfg_json: str) -> torch.nn.Module:
     return build_model_for(cfg).to(resolve_device(cfg))
 
 
+def client_context(
+    cfg: dict[str, Any], partition_id: int, server_round: int, device: torch.device
+) -> TrainContext:
+    """A virtual client's randomness for a round: numpy and torch generators seeded from
+    ``(seed, server_round, partition_id)``, or OS entropy in ``privacy.secure_mode``."""
+    secure = bool(cfg["privacy"].get("secure_mode"))
+    seed_seq = None if secure else [int(cfg["seed"]), server_round, int(partition_id)]
+    rng = np.random.default_rng(seed_seq)
+    generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
+    return TrainContext(server_round=server_round, rng=rng, generator=generator, device=device)
+
+
 def train_client(
     cfg: dict[str, Any],
     algorithm: Any,
@@ -57,19 +71,27 @@ def train_client(
     data: ClientData,
     server_round: int,
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-    """One virtual client's round: its generator from ``(seed, server_round, partition_id)``
-    (OS entropy in ``secure_mode``), then ``algorithm.train``; the update as CPU numpy arrays.
-
-    ``model`` holds the global state on the client's device and is modified in place.
-    """
+    """One virtual client's round (:func:`client_context`, then ``algorithm.train``); the update
+    as CPU numpy arrays. ``model`` holds the global state on the client's device and is
+    modified in place."""
     device = next(model.parameters()).device
-    secure = bool(cfg["privacy"].get("secure_mode"))
-    seed_seq = None if secure else [int(cfg["seed"]), server_round, int(data.partition_id)]
-    rng = np.random.default_rng(seed_seq)
-    generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
-    ctx = TrainContext(server_round=server_round, rng=rng, generator=generator, device=device)
+    ctx = client_context(cfg, data.partition_id, server_round, device)
     update, metrics = algorithm.train(model, data, ctx)
-    return {k: v.detach().cpu().contiguous().numpy() for k, v in update.items()}, metrics
+    return as_numpy(update), metrics
+
+
+def as_numpy(update: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """An update's tensors as contiguous CPU numpy arrays (the wire's format)."""
+    return {k: v.detach().cpu().contiguous().numpy() for k, v in update.items()}
+
+
+def use_vmap(cfg: dict[str, Any], algorithm: Any, model: torch.nn.Module, clients: int) -> bool:
+    """Whether a worker trains its clients together (``vmap_clients``: null = auto: when the
+    algorithm has ``train_cohort``, the worker has >= 2 clients and the model is dense)."""
+    mode = cfg.get("vmap_clients")
+    if mode is False or clients < 2 or not hasattr(algorithm, "train_cohort"):
+        return False
+    return bool(mode) or dense_model(model)
 
 
 def train_handler(cfg: dict[str, Any], msg: Message, context: Context) -> Message:
@@ -104,24 +126,54 @@ def worker_train_handler(cfg: dict[str, Any], cfg_json: str, msg: Message) -> Me
     algorithm = _algorithm(cfg_json)
     model = _model(cfg_json)
     start = msg.content.array_records[MODEL_KEY].to_torch_state_dict()
-    ok: list[int] = []
-    updates: list[dict[str, np.ndarray]] = []
-    metrics: list[dict[str, float]] = []
+    results: dict[int, tuple[dict[str, np.ndarray], dict[str, float]]] = {}
     failed: dict[int, str] = {}
-    for pid in named_clients(msg) or []:
+    pids = named_clients(msg) or []
+    if use_vmap(cfg, algorithm, model, len(pids)):
+        results = train_together(cfg, cfg_json, algorithm, model, start, pids, server_round)
+    for pid in pids:
+        if pid in results:
+            continue
         try:
             model.train()
             model.load_state_dict(start)
-            update, m = train_client(
-                cfg, algorithm, model, _client_data(cfg_json, pid), server_round
-            )
+            data = _client_data(cfg_json, pid)
+            results[pid] = train_client(cfg, algorithm, model, data, server_round)
         except Exception as exc:  # one client's failure is its own, not the worker's
             failed[pid] = f"client {pid}: {type(exc).__name__}: {exc}"[:300]
-            continue
-        ok.append(pid)
-        updates.append(update)
-        metrics.append(m)
+    ok = [pid for pid in pids if pid in results]
+    updates = [results[pid][0] for pid in ok]
+    metrics = [results[pid][1] for pid in ok]
     return stacked_reply(msg, ok, updates, metrics, failed)
+
+
+def train_together(
+    cfg: dict[str, Any],
+    cfg_json: str,
+    algorithm: Any,
+    model: torch.nn.Module,
+    start: dict[str, torch.Tensor],
+    pids: list[int],
+    server_round: int,
+) -> dict[int, tuple[dict[str, np.ndarray], dict[str, float]]]:
+    """``algorithm.train_cohort`` over ``pids`` in memory-bounded chunks; a chunk that raises
+    is left out (its clients then train one by one, from fresh generators)."""
+    model.load_state_dict(start)
+    device = next(model.parameters()).device
+    datas = [_client_data(cfg_json, pid) for pid in pids]
+    size = chunk_size(model, max(len(d) for d in datas))
+    out: dict[int, tuple[dict[str, np.ndarray], dict[str, float]]] = {}
+    for lo in range(0, len(pids), size):
+        part = datas[lo : lo + size]
+        ctxs = [client_context(cfg, d.partition_id, server_round, device) for d in part]
+        try:
+            trained = algorithm.train_cohort(model, part, ctxs)
+        except Exception as exc:  # the per-client path then reports each client's own error
+            warnings.warn(f"vmap_clients: chunk trained one by one ({exc})", stacklevel=1)
+            continue
+        for data, (update, metrics) in zip(part, trained):
+            out[int(data.partition_id)] = (as_numpy(update), metrics)
+    return out
 
 
 def make_client_app(cfg: dict[str, Any]) -> ClientApp:

@@ -102,6 +102,7 @@ class RunConfig:
     num_clients: int = 10
     num_rounds: int = 15
     num_workers: Optional[int] = None
+    vmap_clients: Optional[bool] = None
     client_sampling: str = "all"
     client_sample_rate: Optional[float] = None
     num_sampled_clients: Optional[int] = None

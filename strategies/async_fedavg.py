@@ -101,6 +101,8 @@ class AsyncDPFedAvg(DPFedAvg):
     def run(self, grid: Grid, job: ServerJob) -> dict[str, np.ndarray]:
         """The server's main loop; returns the final global state."""
         node_ids = wait_for_nodes(grid, job.num_nodes, job.round_timeout)
+        if hasattr(grid, "pull_interval"):
+            grid.pull_interval = self.pull_interval
         history = [job.initial_state()]
         for server_round in range(1, job.num_rounds + 1):
             if not job.may_start_round(server_round):
