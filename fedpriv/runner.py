@@ -50,11 +50,11 @@ class Job:
         aggregator: Any,
         recorder: RunRecorder,
         display: RoundDisplay,
-        layout: Layout,
+        layout: Layout | None = None,
     ) -> None:
         self.cfg = cfg
         self.num_clients = int(cfg["num_clients"])
-        self.layout = layout
+        self.layout = layout = layout or run_layout(cfg)
         self.cohort_size = len(layout.cohort.draw(1)) if not layout.cohort.varies else 0
         self.num_rounds = int(cfg["num_rounds"])
         self.round_timeout = float(cfg["round_timeout"])

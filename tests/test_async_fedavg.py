@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedpriv.aggregation import AggregateResult
+from fedpriv.engine import node_messages
 from fedpriv.errors import ConfigError
 from strategies.async_fedavg import AsyncDPFedAvg
 
@@ -37,7 +38,7 @@ class EchoAggregator:
 
 
 class FakeJob:
-    num_clients, num_rounds, round_timeout = 3, 6, 5.0
+    num_clients, num_nodes, num_rounds, round_timeout, mean_divisor = 3, 3, 6, 5.0, 3.0
 
     def __init__(self) -> None:
         self.aggregator = EchoAggregator()
@@ -46,6 +47,15 @@ class FakeJob:
 
     def initial_state(self) -> dict[str, np.ndarray]:
         return {"w": np.array([0.0])}
+
+    def draw_cohort(self, server_round: int) -> list[int]:
+        return [0, 1, 2]
+
+    def messages_for(self, node_ids: list, clients: list, state: dict, server_round: int) -> list:
+        return node_messages([node_ids[c] for c in clients], state, server_round)
+
+    def round_empty(self, server_round: int) -> None:
+        raise AssertionError("every cohort holds all clients")
 
     def decode_sum(self, total: dict, server_round: int) -> dict:
         return total

@@ -11,17 +11,19 @@ from __future__ import annotations
 import json
 import math
 import traceback
-from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.common.serde import recorddict_to_proto
 from flwr.serverapp import Grid, ServerApp
 
 from clients.secagg import make_probe_client_app, probe_update
 from fedpriv.aggregation import NON_FINITE, AggregateResult, IdealAggregator, RoundFailed
+from fedpriv.engine import named_clients, node_messages, worker_messages
 from fedpriv.secagg import flatten_update
+from fedpriv.wire import CLIENTS_KEY, CONFIG_KEY, METRICS_KEY, UPDATE_KEY
 from strategies.fedavg import wait_for_nodes
 from strategies.secaggplus import SecAggPlusAggregator
 from tests.contracts import AggregatorContract, parse_reply, serialize_reply
@@ -139,6 +141,7 @@ class _Contract(AggregatorContract):
 class TestIdealAggregator(_Contract):
     name = "ideal"
 
+    @pytest.mark.usefixtures("task_identity")
     @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
     def test_non_finite_update_is_never_summed(self, bad: float) -> None:
         """Issue 11 item 4: a non-finite update is never summed; that client counts as dropped
@@ -148,7 +151,7 @@ class TestIdealAggregator(_Contract):
         poisoned = {"w": np.array([[1.0, bad], [0.0, 0.0]], dtype=np.float32)}
         replies = [_float_reply(good), _float_reply(poisoned), _float_reply(good)]
         grid: Any = _FakeGrid(replies)
-        msgs: Any = [SimpleNamespace()] * 3
+        msgs = node_messages([1, 2, 3], {"w": np.zeros((2, 2))}, 1)
         for agg in (IdealAggregator(), IdealAggregator(min_replies=2)):
             res = agg.sum_updates(grid, msgs, server_round=1, timeout=1.0)
             assert res.num_clients == 2
@@ -157,6 +160,53 @@ class TestIdealAggregator(_Contract):
             np.testing.assert_array_equal(res.total["w"], 2 * good["w"])
         with pytest.raises(RoundFailed):
             IdealAggregator(min_replies=3).sum_updates(grid, msgs, server_round=1, timeout=1.0)
+
+    @pytest.mark.usefixtures("task_identity")
+    @pytest.mark.parametrize("bad", [math.nan, math.inf])
+    def test_worker_rows_are_clients(self, bad: float) -> None:
+        """A worker's stacked reply counts row by row: a non-finite row is one dropped client,
+        a failed client is one missing reply, and the sum is in client-id order, so it equals
+        the sum of the same updates sent one node per client, bit for bit."""
+        rng = np.random.default_rng(5)
+        ups = {c: {"w": rng.normal(size=(2, 3)).astype(np.float32)} for c in range(6)}
+        ups[4]["w"][1, 2] = bad
+        workers = [[0, 1, 2], [3, 4, 5]]
+        msgs = worker_messages([7, 8], [c for w in workers for c in w], {"w": np.zeros((2, 3))}, 1)
+        assert [named_clients(m) for m in msgs] == workers
+        stacked = [_stacked_reply({c: ups[c] for c in w if c != 5}, {5: "boom"}) for w in workers]
+        res = IdealAggregator(min_replies=4).sum_updates(
+            _FakeGrid(stacked), msgs, server_round=1, timeout=1.0
+        )
+        assert res.num_clients == 4 and res.dropped == {NON_FINITE: 1}
+        single = [_float_reply(ups[c]) for c in (0, 1, 2, 3)]
+        one = IdealAggregator().sum_updates(
+            _FakeGrid(single),
+            node_messages([1, 2, 3, 4], {"w": np.zeros((2, 3))}, 1),
+            server_round=1,
+            timeout=1.0,
+        )
+        np.testing.assert_array_equal(res.total["w"], one.total["w"])
+        with pytest.raises(RoundFailed, match="5/6 clients replied"):
+            IdealAggregator().sum_updates(_FakeGrid(stacked), msgs, server_round=1, timeout=1.0)
+
+
+def _stacked_reply(ups: dict[int, dict[str, np.ndarray]], failed: dict[int, str]) -> Any:
+    """A worker's successful reply (rows of ``ups`` in id order), through the real serde."""
+    from flwr.app import Array, MetricRecord
+
+    ids = sorted(ups)
+    content = RecordDict(
+        {
+            UPDATE_KEY: ArrayRecord({"w": Array(np.stack([ups[c]["w"] for c in ids]))}),
+            METRICS_KEY: MetricRecord({"noise_draws": [1.0] * len(ids)}),
+            CONFIG_KEY: ConfigRecord(
+                {CLIENTS_KEY: ids, "failed": list(failed), "errors": list(failed.values())}
+            ),
+        }
+    )
+    reply = parse_reply(recorddict_to_proto(content).SerializeToString())
+    reply.has_error = lambda: False
+    return reply
 
 
 class TestSecAggPlusAggregator(_Contract):

@@ -34,6 +34,7 @@ from fedpriv.aggregation import (
 )
 from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.config import conf_dir, register_schema
+from fedpriv.engine import node_messages
 from fedpriv.errors import ConfigError
 from fedpriv.privacy import RunPrivacy
 from fedpriv.runner import Job, dropped_note, header_line, noise_facts, prepare, run_experiment
@@ -135,6 +136,11 @@ def _reply(update: dict[str, np.ndarray], metrics: dict[str, float] | None = Non
     return Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
 
 
+def _messages(n: int) -> list[Message]:
+    """``n`` node-per-client train messages (what the aggregator counts as expected clients)."""
+    return node_messages(list(range(1, n + 1)), {"w": np.zeros(2)}, 1)
+
+
 class _Grid:
     """Stands in for Flower's Grid: ``send_and_receive`` answers with prepared replies."""
 
@@ -152,7 +158,7 @@ def test_ideal_aggregator_drops_non_finite_updates_and_says_so() -> None:
     nan = {"w": np.array([np.nan, 2.0]), "b": np.array([0.5])}
     inf = {"w": np.array([1.0, 2.0]), "b": np.array([-np.inf])}
     replies = [_reply(good), _reply(nan), _reply(other), _reply(inf)]
-    result = IdealAggregator().sum_updates(_Grid(replies), [None] * 4, server_round=1, timeout=1)
+    result = IdealAggregator().sum_updates(_Grid(replies), _messages(4), server_round=1, timeout=1)
     assert result.num_clients == 2 and result.dropped == {NON_FINITE: 2}
     np.testing.assert_array_equal(result.total["w"], [4.0, 1.0])  # exact: small floats
     np.testing.assert_array_equal(result.total["b"], [0.75])
@@ -163,7 +169,7 @@ def test_ideal_aggregator_drops_non_finite_updates_and_says_so() -> None:
 def test_all_non_finite_fails_the_round() -> None:
     replies = [_reply({"w": np.array([np.nan])}), _reply({"w": np.array([np.inf])})]
     with pytest.raises(RoundFailed) as info:
-        IdealAggregator().sum_updates(_Grid(replies), [None] * 2, server_round=3, timeout=1)
+        IdealAggregator().sum_updates(_Grid(replies), _messages(2), server_round=3, timeout=1)
     assert info.value.num_ok == 0 and "non-finite" in str(info.value)
 
 
@@ -424,10 +430,10 @@ def test_min_replies_counts_finite_updates_only() -> None:
     replies = [_reply({"w": np.array([1.0])}), _reply({"w": np.array([np.nan])})]
     with pytest.raises(RoundFailed, match="1/2 finite updates"):
         IdealAggregator(min_replies=2).sum_updates(
-            _Grid(replies), [None] * 2, server_round=1, timeout=1
+            _Grid(replies), _messages(2), server_round=1, timeout=1
         )
     result = IdealAggregator(min_replies=1).sum_updates(
-        _Grid(replies), [None] * 2, server_round=1, timeout=1
+        _Grid(replies), _messages(2), server_round=1, timeout=1
     )
     assert result.num_clients == 1 and result.dropped == {NON_FINITE: 1}
 
