@@ -50,11 +50,11 @@ class DPFedAvgM(DPFedAvg):
     _velocity: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def apply(
-        self, state: dict[str, np.ndarray], result: AggregateResult, num_clients: int
+        self, state: dict[str, np.ndarray], result: AggregateResult, divisor: float
     ) -> dict[str, np.ndarray]:
         new = dict(state)
         for key, total in result.total.items():
-            v = self.server_momentum * self._velocity.get(key, 0.0) + total / num_clients
+            v = self.server_momentum * self._velocity.get(key, 0.0) + total / divisor
             self._velocity[key] = v
             new[key] = (state[key] + self.server_lr * v).astype(state[key].dtype)
         return new

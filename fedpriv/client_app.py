@@ -89,9 +89,18 @@ def use_vmap(cfg: dict[str, Any], algorithm: Any, model: torch.nn.Module, client
     """Whether a worker trains its clients together (``vmap_clients``: null = auto: when the
     algorithm has ``train_cohort``, the worker has >= 2 clients and the model is dense)."""
     mode = cfg.get("vmap_clients")
-    if mode is False or clients < 2 or not hasattr(algorithm, "train_cohort"):
+    if mode is False or clients < 2 or not cohort_is_train(algorithm):
         return False
     return bool(mode) or dense_model(model)
+
+
+def cohort_is_train(algorithm: Any) -> bool:
+    """Whether ``algorithm.train_cohort`` is the vectorized form of ITS ``train``: the class
+    defining ``train_cohort`` also defines the ``train`` in use (a subclass that overrides
+    ``train``, e.g. to post-process the update, trains one by one)."""
+    cls = type(algorithm)
+    owner = next((c for c in cls.__mro__ if "train_cohort" in vars(c)), None)
+    return owner is not None and cls.train is owner.train
 
 
 def train_handler(cfg: dict[str, Any], msg: Message, context: Context) -> Message:

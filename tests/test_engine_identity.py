@@ -149,3 +149,23 @@ def test_runs_identical_across_worker_layouts(name: str, tmp_path: Path) -> None
     for key in w_two:
         scale = float(np.abs(w_two[key]).max())
         np.testing.assert_allclose(w_vec[key], w_two[key], rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_subclass_overriding_train_is_never_vectorized() -> None:
+    """A plug-in that post-processes ``train`` (examples.plugins.ClippedDeltaDPSGD clips the
+    round delta) must not be trained by the parent's ``train_cohort``: every update it sends
+    is clipped to its ``max_delta_norm``, with vmap_clients=true."""
+    overrides = [
+        "client._target_=examples.plugins.ClippedDeltaDPSGD",
+        "+client.max_delta_norm=0.01",
+        "vmap_clients=true",
+    ]
+    run_cfg = _run_cfg("dpsgd", overrides)
+    algorithm = client_app._algorithm(json.dumps(run_cfg, sort_keys=True))
+    assert not client_app.cohort_is_train(algorithm)
+    for pid, update in _worker_updates(run_cfg, _state(run_cfg), 1).items():
+        norm = float(
+            np.sqrt(sum(float((v.astype(np.float64) ** 2).sum()) for v in update.values()))
+        )
+        assert norm <= 0.01 * (1 + 1e-5), (pid, norm)
