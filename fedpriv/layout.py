@@ -79,9 +79,10 @@ def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> 
     Raises
     ------
     ConfigError
-        ``num_workers`` above ``num_clients`` or above the actors the CPUs allow, a worker
-        count with one-node-per-client, client sampling the strategy or aggregator cannot
-        run, or a bad sampling parameter (:class:`CohortSampler`).
+        ``num_workers`` above ``num_clients`` or above the actors the CPUs allow, client
+        resources that leave no actor on a local instance, a worker count with
+        one-node-per-client, client sampling the strategy or aggregator cannot run, or a bad
+        sampling parameter (:class:`CohortSampler`).
     """
     cohort = cohort_sampler(cfg)
     n, given = int(cfg["num_clients"]), cfg.get("num_workers")
@@ -94,6 +95,16 @@ def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> 
             f"is not supported with {why} (every client trains every round): use "
             "client_sampling=all",
         )
+    actors = local_actors(cfg)
+    if actors is not None and actors < 1:
+        res = cfg["client_resources"]
+        raise ConfigError(
+            "client_resources.num_cpus",
+            res["num_cpus"],
+            "leaves no client actor on the local Ray instance (ray_init_args.num_cpus="
+            f"{(cfg.get('ray_init_args') or {}).get('num_cpus') or os.cpu_count()}, "
+            f"client_resources.num_gpus={res.get('num_gpus', 0)}): lower it",
+        )
     if one_per_client:
         check(
             given is None or int(given) == n,
@@ -102,7 +113,6 @@ def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> 
             f"must be null or num_clients={n}: {why} needs one Flower node per client",
         )
         return Layout(n, True, cohort)
-    actors = local_actors(cfg)
     if given is None:
         return Layout(min(n, actors) if actors else n, False, cohort)
     check(isinstance(given, int) and given >= 1, "num_workers", given, "must be an integer >= 1")
