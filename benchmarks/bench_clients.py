@@ -247,6 +247,22 @@ def index_linkstate_by_node() -> None:
     InMemoryLinkState.get_message_ins = get_indexed  # type: ignore[method-assign]
 
 
+def process_pss(root: int) -> list[tuple[str, int]]:
+    """``(name, PSS bytes)`` of every process under ``root``, largest first (name: the
+    process's ``comm``, e.g. ``python``, ``raylet``, ``ray::ClientAppActor``)."""
+    out = []
+    for pid in descendants(root):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                pss = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+        out.append((f"{name}[{pid}]" if pid != root else f"{name}[bench]", pss))
+    return sorted(out, key=lambda item: -item[1])
+
+
 class TimelineSampler(MemorySampler):
     """:class:`MemorySampler` that also keeps every ``(seconds since start, Σ PSS)`` sample."""
 
@@ -254,10 +270,13 @@ class TimelineSampler(MemorySampler):
         super().__init__(interval)
         self.samples: list[tuple[float, int]] = []
         self.t0 = time.monotonic()
+        self.peak_breakdown: list[tuple[str, int]] = []
 
     def run(self) -> None:
         while not self._stop_event.is_set():
             rss, pss, n = tree_memory(os.getpid())
+            if pss > self.peak_pss:
+                self.peak_breakdown = process_pss(os.getpid())
             self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
             self.peak_procs = max(self.peak_procs, n)
             self.samples.append((time.monotonic() - self.t0, pss))
@@ -345,11 +364,11 @@ class Floor:
         model = build_model_for(run_cfg)
         self.flat = run_cfg["model"]["name"] == "logistic"
         if self.flat:
-            linear = model.net[1]
-            self.model: nn.Module = nn.Sequential(
-                nn.Linear(linear.in_features, linear.out_features)
-            )
-            self.model[0].load_state_dict(linear.state_dict())
+            linear = model.get_submodule("net.1")
+            assert isinstance(linear, nn.Linear)
+            plain = nn.Linear(linear.in_features, linear.out_features)
+            plain.load_state_dict(linear.state_dict())
+            self.model: nn.Module = nn.Sequential(plain)
         else:
             self.model = model
         self.glob0 = [p.detach().clone() for p in self.model.parameters()]
@@ -381,7 +400,7 @@ class Floor:
             loss.backward()
             with torch.no_grad():
                 for p, g, t in zip(params, glob, total, strict=True):
-                    p.sub_(self.lr * p.grad)
+                    p.sub_(self.lr * p.grad)  # type: ignore[operator]  # set by backward
                     t.add_(p - g)
         divisor = self.sampler.expected_size
         with torch.no_grad():
@@ -483,6 +502,7 @@ def run_workload(
         else 0,
         "peak_rss_bytes": sampler.peak_rss,
         "peak_processes": sampler.peak_procs,
+        "peak_pss_by_process": sampler.peak_breakdown,
         "loadavg_before": load0,
         "loadavg_after": os.getloadavg(),
         "overrides": overrides,
@@ -531,6 +551,12 @@ def print_figures(res: dict[str, Any], target_ratio: float = 1.5) -> None:
         f"Σ RSS {res['peak_rss_bytes'] / GIB:.2f} GiB; from round 1's end to the last round's: "
         f"Σ PSS {res['steady_peak_pss_bytes'] / GIB:.2f} GiB; "
         f"start-up + shut-down {res['startup_and_teardown_s']:.1f} s, wall {res['wall_s']:.1f} s"
+    )
+    top = res["peak_pss_by_process"][:4]
+    print(
+        "  at the peak: "
+        + ", ".join(f"{name} {pss / GIB:.2f}" for name, pss in top)
+        + f" GiB (largest {len(top)} of {len(res['peak_pss_by_process'])} processes)"
     )
 
 
