@@ -544,12 +544,13 @@ def print_figures(res: dict[str, Any], target_ratio: float = 1.5) -> None:
         + " ".join(f"{a:.4f}" for a in res["accuracy_floor"])
         + f" (max |diff| {diff:.4f})"
     )
-    pss = res["peak_pss_bytes"] / GIB
+    pss, steady = res["peak_pss_bytes"] / GIB, res["steady_peak_pss_bytes"] / GIB
+    steady_s = f"{steady:.2f} GiB" if steady else "no sample (rounds under 0.25 s)"
     print(
         f"  peak memory, {res['peak_processes']} processes: Σ PSS {pss:.2f} GiB "
         f"(target <= 2 GiB: {'met' if pss <= 2 else 'NOT met'}), "
         f"Σ RSS {res['peak_rss_bytes'] / GIB:.2f} GiB; from round 1's end to the last round's: "
-        f"Σ PSS {res['steady_peak_pss_bytes'] / GIB:.2f} GiB; "
+        f"Σ PSS {steady_s}; "
         f"start-up + shut-down {res['startup_and_teardown_s']:.1f} s, wall {res['wall_s']:.1f} s"
     )
     top = res["peak_pss_by_process"][:4]
