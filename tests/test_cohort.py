@@ -197,7 +197,12 @@ SKELLAM = ["client=skellam_dpsgd", "privacy.accountant=rdp"]
         ),
         (
             ["ray_init_args.num_cpus=2", "client_resources.num_cpus=3"],
-            "client_resources.num_cpus=3.0 leaves no client actor on the local Ray instance",
+            "client_resources.num_cpus=3.0 must be <= ray_init_args.num_cpus=2 (the local Ray "
+            "instance's CPUs): no client actor could start",
+        ),
+        (
+            ["ray_init_args.num_cpus=0"],
+            "client_resources.num_cpus=1.0 must be <= ray_init_args.num_cpus=0 (the local Ray",
         ),
         (
             ["client_sampling=poisson", "client_sample_rate=0.5", "num_sampled_clients=3"],

@@ -158,7 +158,24 @@ def test_client_resources_above_the_cpus_are_refused(
     cfg = _cfg(client_resources={"num_cpus": 3, "num_gpus": 0.0}, num_workers=workers)
     with pytest.raises(ConfigError) as info:
         plan_layout(cfg, secagg=secagg, virtual_clients=virtual)
-    assert str(info.value).startswith(
-        "client_resources.num_cpus=3 leaves no client actor on the local Ray instance "
-        "(ray_init_args.num_cpus=2"
+    assert str(info.value) == (
+        "client_resources.num_cpus=3 must be <= ray_init_args.num_cpus=2 (the local Ray "
+        "instance's CPUs): no client actor could start"
     )
+
+
+def test_no_actor_messages_name_the_machine_or_zero_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    res = {"num_cpus": 4, "num_gpus": 0.0}
+    with pytest.raises(ConfigError) as info:
+        plan_layout(
+            _cfg(client_resources=res, ray_init_args={}), secagg=False, virtual_clients=True
+        )
+    assert str(info.value).startswith(
+        "client_resources.num_cpus=4 must be <= this machine's 2 CPUs (ray_init_args"
+    )
+    # ray_init_args.num_cpus=0 is a (useless) value, not "unset": Ray would start with no CPU
+    cfg = _cfg(ray_init_args={"num_cpus": 0})
+    assert local_actors(cfg) == 0
+    with pytest.raises(ConfigError, match=r"num_cpus=1 must be <= ray_init_args.num_cpus=0 \(the"):
+        plan_layout(cfg, secagg=False, virtual_clients=True)
