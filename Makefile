@@ -30,10 +30,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# bench_clients.py: 1,000 clients (all training) and 10^5 registered / 10^3 per round, each
+# against the plain-torch compute floor in the same run; BENCH_ARGS adds options or Hydra
+# overrides (e.g. BENCH_ARGS="--clients 1000 10000" or BENCH_ARGS="vmap_clients=true").
 bench: $(STAMP)
 	$(PY) benchmarks/bench_steps.py
 	$(PY) benchmarks/bench_secagg.py --num-clients 10
-	$(PY) benchmarks/bench_clients.py --clients 1000
+	$(PY) benchmarks/bench_clients.py $(BENCH_ARGS)
 
 bench-accounting: $(STAMP)
 	$(PY) benchmarks/bench_accounting.py

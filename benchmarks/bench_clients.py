@@ -1,39 +1,83 @@
-"""Many virtual clients through Flower's simulation engine: per-round overhead and peak memory.
+"""fedpriv at cross-device scale against the compute floor, measured side by side in one run.
 
-``python benchmarks/bench_clients.py --clients 1000`` runs the real fedpriv experiment
-(``run_experiment``: Flower ``run_simulation`` on a local Ray instance) with every client
-training each round: logistic regression on the embedded Fashion-MNIST (6000 samples, so 6 per
-client at 1000 clients), ``client.steps`` local DP-SGD steps. It prints, per round, the wall
-time and the overhead beyond compute, and the peak memory of the whole process tree (this
-process, Ray's GCS/raylet and every worker/actor), sampled every 0.25 s.
+``make bench`` runs the default (about 1-3 minutes on 2 cores)::
 
-Definitions
------------
-compute per round
-    ``num_clients × c / actors``, with ``c`` the median time of one client's
-    ``algorithm.train`` (model build and state load included) measured in this process on
-    a sample of clients with one thread, and ``actors = cpus / client_resources.num_cpus``:
-    the round time a perfect engine would need.
-overhead per round
-    the measured round time (``round_time_s`` of the run: send, client work, replies, sum)
-    minus compute per round.
+    python benchmarks/bench_clients.py                   # N = 1,000 + 10^5 registered / 10^3
+    python benchmarks/bench_clients.py --clients 1000 10000
+    python benchmarks/bench_clients.py --registered 100000 --sampled 1000 --clients
+    python benchmarks/bench_clients.py --no-cohort vmap_clients=true   # extra Hydra overrides
+
+Workloads (the peer benchmark's, ``../shared/bench/peer-pfl/run_fedpriv.py``): logistic
+regression 784 -> 10 from fedpriv's seed-0 weights, FedAvg, one full-batch SGD step per client
+(lr 0.1; ``privacy.sample_rate=1`` so the DP-SGD batch is the whole local data and the step
+divides the summed gradients by its size; ``privacy.max_grad_norm=1e6``: nothing clipped;
+``privacy.noise_multiplier=0``: no noise; NON-PRIVATE, as the engine alone is compared),
+server lr 1, IID split with seed 0, ``ray_init_args.num_cpus=2`` (``--cpus``) and
+``client_resources.num_cpus=1`` (``--client-cpus``):
+
+peer, N clients (``--clients N ...``; default 1000)
+    every client trains every round. Data: the 6,000 embedded Fashion-MNIST training images
+    for N <= 6,000; beyond, those 6,000 followed by N - 6,000 of them drawn with replacement
+    (``numpy.random.default_rng(12345).integers(0, 6000, N - 6000)``), written as IDX files in
+    a temp dir and read by ``dataset.name=fashion_mnist`` (for N = 10,000 exactly the peer
+    harness's ``make_data.py`` set); test: the 1,000 embedded test images.
+cohort, R registered, K sampled (``--registered R --sampled K``; default 10^5 and 10^3)
+    ``client_sampling=fixed_size num_sampled_clients=K`` out of ``num_clients=R``; data built
+    as above with R rows (10^5: the 6,000 embedded images and 94,000 redrawn, one per
+    client). ``--no-cohort`` skips it.
+
+What is printed, per workload
+-----------------------------
+fedpriv s/round
+    median of ``round_time_s`` (results.json: send, clients, replies, sum, server step) over
+    the rounds after the first (the first starts the actors); ``--rounds`` (default 4).
+floor s/round
+    the same round in a plain torch loop, one thread, in this process: for each client of the
+    round's cohort (the run's own data, split and cohorts), copy the global weights into the
+    model, forward on the client's data, mean cross-entropy, backward, SGD step, add the delta
+    to a running sum; then the server step (as ``peer-pfl/floor_plain.py``). Median of
+    ``--floor-reps`` rounds (default 5, after a warm-up round) measured just BEFORE and again
+    just AFTER the fedpriv run; the lower of the two medians is the floor (load from other
+    jobs only slows a measurement, and a slow floor would flatter fedpriv).
+ratio
+    fedpriv / floor (target <= 1.5). fedpriv has ``--cpus`` cores; the floor has one.
+accuracy check
+    test accuracy after each round, fedpriv and the plain loop from the same start: equal up
+    to float summation order means the work is the same.
 peak memory
-    the largest sample of Σ RSS over the process tree (over-counts pages the processes
-    share, such as torch's libraries) and of Σ PSS (each shared page split between its
-    users; the truer figure).
+    the largest sample, every 0.25 s during the fedpriv run, of Σ PSS over this process and
+    every descendant (Ray's GCS, raylet, workers, actors; each shared page split between its
+    users; target <= 2 GiB) and of Σ RSS (over-counts shared pages); also the peak Σ PSS
+    between the end of round 1 and the end of the last round (steady state: start-up,
+    including every process's data loading, left out).
+load
+    ``os.getloadavg()`` (as ``uptime``) before and after: the machine is shared.
+``vmap_clients``
+    the value the run used when the config has that key (``absent`` otherwise).
+
+Options: ``--clients N ...`` (none: peer workload skipped), ``--registered``, ``--sampled``,
+``--no-cohort``, ``--rounds``, ``--floor-reps``, ``--cpus``, ``--client-cpus``, ``--json FILE``
+(all figures), ``--pull-interval S`` and ``--indexed-linkstate`` (Flower experiments, below);
+positional arguments are extra Hydra overrides for every run. Exit status 1 if a run did not
+complete.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
+import gzip
 import json
 import logging
 import os
 import statistics
+import struct
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +85,26 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+GIB = 1024**3
+EMBEDDED_ROWS = 6000
+EXTRA_SEED = 12345  # the peer harness's make_data.py
+
+#: The peer workload (``peer-pfl/run_fedpriv.py``); ``num_clients`` etc. are added per run.
+PEER_OVERRIDES = [
+    "model=logistic",
+    "client.steps=1",
+    "client.lr=0.1",
+    "strategy.server_lr=1.0",
+    "privacy.noise_multiplier=0",
+    "privacy.max_grad_norm=1e6",
+    "privacy.sample_rate=1.0",
+    "partition=iid",
+    "seed=0",
+    "progress=false",
+    "plot=false",
+    "save_model=false",
+    "round_timeout=3600",
+]
 
 
 def descendants(root: int) -> list[int]:
@@ -114,96 +178,6 @@ def compose(overrides: list[str]) -> Any:
         return hydra_compose(config_name="config", overrides=overrides)
 
 
-def client_compute_seconds(cfg: Any, sample: int) -> float:
-    """Mean seconds of one client's training (model build, state load, ``algorithm.train``)."""
-    import numpy as np
-    import torch
-
-    from fedpriv.algorithm import TrainContext
-    from fedpriv.client_app import _client_data
-    from fedpriv.noise import make_generator
-    from fedpriv.runner import prepare
-    from fedpriv.setup import build_model_for
-
-    run_cfg, algorithm = prepare(cfg)
-    torch.set_num_threads(1)
-    state = build_model_for(run_cfg).state_dict()
-    cfg_json = json.dumps(run_cfg, sort_keys=True)
-    n = int(run_cfg["num_clients"])
-    ids = np.linspace(0, n - 1, min(sample, n)).astype(int)
-    times = []
-    for pid in ids:
-        data = _client_data(cfg_json, int(pid))
-        t0 = time.perf_counter()
-        model = build_model_for(run_cfg)
-        model.load_state_dict(state)
-        rng = np.random.default_rng([0, 1, int(pid)])
-        ctx = TrainContext(
-            server_round=1, rng=rng, generator=make_generator(int(pid)), device=torch.device("cpu")
-        )
-        algorithm.train(model, data, ctx)
-        times.append(time.perf_counter() - t0)
-    torch.set_num_threads(os.cpu_count() or 1)
-    return statistics.median(times)  # robust to load spikes of a shared machine
-
-
-def bench(
-    num_clients: int,
-    rounds: int,
-    steps: int,
-    cpus: int,
-    client_cpus: float,
-    sample_rate: float,
-    extra: list[str],
-) -> dict[str, Any]:
-    """Run one experiment and return its figures (seconds, bytes)."""
-    from fedpriv.runner import run_experiment
-
-    overrides = [
-        f"num_clients={num_clients}",
-        f"num_rounds={rounds}",
-        f"client.steps={steps}",
-        "model=logistic",
-        f"privacy.sample_rate={sample_rate}",
-        "progress=false",
-        "plot=false",
-        "save_model=false",
-        f"ray_init_args.num_cpus={cpus}",
-        f"client_resources.num_cpus={client_cpus}",
-        "round_timeout=3600",
-        *extra,
-    ]
-    cfg = compose(overrides)
-    per_client = client_compute_seconds(cfg, sample=50)
-    actors = int(cpus / client_cpus)
-    compute = num_clients * per_client / actors
-    sampler = MemorySampler()
-    sampler.start()
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="fedpriv_bench_clients_") as out:
-        summary = run_experiment(cfg, Path(out))
-    wall = time.monotonic() - t0
-    sampler.stop()
-    round_times = [float(r["round_time_s"]) for r in summary["rounds"] if r.get("status") == "ok"]
-    return {
-        "num_clients": num_clients,
-        "rounds_ok": len(round_times),
-        "status": summary["status"],
-        "cpus": cpus,
-        "actors": actors,
-        "client_compute_s": per_client,
-        "compute_per_round_s": compute,
-        "round_time_s": round_times,
-        "overhead_per_round_s": [t - compute for t in round_times],
-        "startup_and_teardown_s": wall - sum(round_times),
-        "wall_s": wall,
-        "peak_rss_bytes": sampler.peak_rss,
-        "peak_pss_bytes": sampler.peak_pss,
-        "peak_processes": sampler.peak_procs,
-        "overrides": overrides,
-    }
-
-
 def set_pull_interval(seconds: float) -> None:
     """Make every ``InMemoryGrid`` of this process poll for replies every ``seconds`` (the
     public ``pull_interval`` attribute, set at construction)."""
@@ -273,87 +247,394 @@ def index_linkstate_by_node() -> None:
     InMemoryLinkState.get_message_ins = get_indexed  # type: ignore[method-assign]
 
 
-def print_figures(res: dict[str, Any]) -> None:
-    gib = 1024**3
-    print(
-        f"{res['num_clients']} clients, {res['actors']} actors on {res['cpus']} CPUs: "
-        f"status={res['status']}, "
-        f"{res['rounds_ok']} rounds"
-    )
-    print(
-        f"  one client's compute {1e3 * res['client_compute_s']:.2f} ms -> compute per round "
-        f"{res['compute_per_round_s']:.2f} s"
-    )
-    for i, (t, o) in enumerate(
-        zip(res["round_time_s"], res["overhead_per_round_s"], strict=True), start=1
+def process_pss(root: int) -> list[tuple[str, int]]:
+    """``(name, PSS bytes)`` of every process under ``root``, largest first (name: the
+    process's ``comm``, e.g. ``python``, ``raylet``, ``ray::ClientAppActor``)."""
+    out = []
+    for pid in descendants(root):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                pss = next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+        out.append((f"{name}[{pid}]" if pid != root else f"{name}[bench]", pss))
+    return sorted(out, key=lambda item: -item[1])
+
+
+class TimelineSampler(MemorySampler):
+    """:class:`MemorySampler` that also keeps every ``(seconds since start, Σ PSS)`` sample."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        super().__init__(interval)
+        self.samples: list[tuple[float, int]] = []
+        self.t0 = time.monotonic()
+        self.peak_breakdown: list[tuple[str, int]] = []
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            rss, pss, n = tree_memory(os.getpid())
+            if pss > self.peak_pss:
+                self.peak_breakdown = process_pss(os.getpid())
+            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+            self.peak_procs = max(self.peak_procs, n)
+            self.samples.append((time.monotonic() - self.t0, pss))
+            self._stop_event.wait(self.interval)
+
+    def peak_between(self, start: float, end: float) -> int:
+        """The largest Σ PSS sampled from ``start`` to ``end`` s after the start (0 if none)."""
+        return max((p for t, p in self.samples if start <= t <= end), default=0)
+
+
+@contextlib.contextmanager
+def note_releases(times: list[float], t0: float) -> Iterator[None]:
+    """Append ``time.monotonic() - t0`` to ``times`` whenever the run records a round (this
+    process's :meth:`fedpriv.runner.Job.round_released`, wrapped; what it does is unchanged)."""
+    from fedpriv.runner import Job
+
+    original = Job.round_released
+
+    def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, *args, **kwargs)
+        times.append(time.monotonic() - t0)
+        return out
+
+    Job.round_released = wrapped  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Job.round_released = original  # type: ignore[method-assign]
+
+
+def write_idx(path: Path, arr: Any) -> None:
+    """One uint8 IDX file, gzip level 1 (``fedpriv.data.idx.read_idx`` reads it)."""
+    import numpy as np
+
+    arr = np.ascontiguousarray(arr, dtype=np.uint8)
+    header = bytes([0, 0, 0x08, arr.ndim]) + b"".join(struct.pack(">I", d) for d in arr.shape)
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(header + arr.tobytes())
+
+
+def build_rows(rows: int, directory: Path) -> list[str]:
+    """Hydra overrides for a training set of ``rows`` images (embedded data up to 6,000).
+
+    Beyond 6,000: the 6,000 embedded training images followed by ``rows - 6000`` of them drawn
+    with replacement (``default_rng(12345)``), with the 1,000 embedded test images, as the
+    official Fashion-MNIST IDX files in ``directory``, read by ``dataset.name=fashion_mnist``.
+    """
+    if rows <= EMBEDDED_ROWS:
+        return []
+    import numpy as np
+
+    from fedpriv.data.embedded import read_embedded_arrays
+
+    raw = read_embedded_arrays()
+    extra = np.random.default_rng(EXTRA_SEED).integers(0, EMBEDDED_ROWS, size=rows - EMBEDDED_ROWS)
+    src = np.concatenate([np.arange(EMBEDDED_ROWS), extra]).astype(np.int64)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_idx(directory / "train-images-idx3-ubyte.gz", raw["x_train"][src])
+    write_idx(directory / "train-labels-idx1-ubyte.gz", raw["y_train"][src])
+    write_idx(directory / "t10k-images-idx3-ubyte.gz", raw["x_test"])
+    write_idx(directory / "t10k-labels-idx1-ubyte.gz", raw["y_test"])
+    return ["dataset=fashion_mnist", f"dataset.data_dir={directory}"]
+
+
+class Floor:
+    """The round of a run in a plain torch loop (one thread), on the run's own data.
+
+    ``cohort(r)`` gives round ``r``'s client ids; the global weights start from the run's
+    initial model. A logistic model runs as ``nn.Linear`` on pre-flattened rows (as
+    ``peer-pfl/floor_plain.py``); another model runs as it is built.
+    """
+
+    def __init__(self, run_cfg: dict[str, Any]) -> None:
+        import torch
+        from torch import nn
+
+        from fedpriv.layout import cohort_sampler
+        from fedpriv.setup import build_model_for, partitions, run_dataset
+
+        self.cfg = run_cfg
+        self.ds, self.parts = run_dataset(run_cfg), partitions(run_cfg)
+        self.sampler = cohort_sampler(run_cfg)
+        self.lr = float(run_cfg["client"]["lr"])
+        self.server_lr = float(run_cfg["strategy"]["server_lr"])
+        model = build_model_for(run_cfg)
+        self.flat = run_cfg["model"]["name"] == "logistic"
+        if self.flat:
+            linear = model.get_submodule("net.1")
+            assert isinstance(linear, nn.Linear)
+            plain = nn.Linear(linear.in_features, linear.out_features)
+            plain.load_state_dict(linear.state_dict())
+            self.model: nn.Module = nn.Sequential(plain)
+        else:
+            self.model = model
+        self.glob0 = [p.detach().clone() for p in self.model.parameters()]
+        self._torch = torch
+
+    def users(self, server_round: int) -> list[tuple[Any, Any]]:
+        """``(x, y)`` tensors of round ``server_round``'s cohort (built before any timing)."""
+        torch = self._torch
+        out = []
+        for c in self.sampler.draw(server_round).tolist():
+            idx = self.parts[c]
+            x = self.ds.x_train[idx]
+            x = x.reshape(len(x), -1) if self.flat else x
+            out.append((torch.from_numpy(x), torch.from_numpy(self.ds.y_train[idx])))
+        return out
+
+    def one_round(self, glob: list[Any], users: list[tuple[Any, Any]]) -> list[Any]:
+        """Every user's local step from ``glob``, summed; the server step; the new weights."""
+        torch = self._torch
+        params = list(self.model.parameters())
+        total = [torch.zeros_like(g) for g in glob]
+        for x, y in users:
+            with torch.no_grad():
+                for p, g in zip(params, glob, strict=True):
+                    p.copy_(g)
+            for p in params:
+                p.grad = None
+            loss = torch.nn.functional.cross_entropy(self.model(x), y)
+            loss.backward()
+            with torch.no_grad():
+                for p, g, t in zip(params, glob, total, strict=True):
+                    p.sub_(self.lr * p.grad)  # type: ignore[operator]  # set by backward
+                    t.add_(p - g)
+        divisor = self.sampler.expected_size
+        with torch.no_grad():
+            return [g + self.server_lr * t / divisor for g, t in zip(glob, total, strict=True)]
+
+    def seconds(self, reps: int) -> list[float]:
+        """Times of ``reps`` rounds (rounds 2..reps+1's cohorts) after a warm-up round, 1 thread."""
+        torch = self._torch
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            glob = [g.clone() for g in self.glob0]
+            times = []
+            for r in range(1, reps + 2):
+                users = self.users(r)
+                t0 = time.perf_counter()
+                glob = self.one_round(glob, users)
+                times.append(time.perf_counter() - t0)
+                del users
+            return times[1:]
+        finally:
+            torch.set_num_threads(threads)
+
+    def accuracies(self, rounds: int) -> list[float]:
+        """Test accuracy after each of ``rounds`` plain rounds (cohorts of rounds 1..)."""
+        from fedpriv.evaluate import evaluate
+
+        torch = self._torch
+        glob = [g.clone() for g in self.glob0]
+        out = []
+        for r in range(1, rounds + 1):
+            glob = self.one_round(glob, self.users(r))
+            with torch.no_grad():
+                for p, g in zip(self.model.parameters(), glob, strict=True):
+                    p.copy_(g)
+            x = self.ds.x_test.reshape(len(self.ds.x_test), -1) if self.flat else self.ds.x_test
+            out.append(evaluate(self.model, x, self.ds.y_test)[0])
+        return out
+
+
+def run_workload(
+    name: str,
+    overrides: list[str],
+    rounds: int,
+    floor_reps: int,
+) -> dict[str, Any]:
+    """The fedpriv run of ``overrides`` between two floor measurements; its figures."""
+    from fedpriv.config import to_container
+    from fedpriv.runner import run_experiment
+
+    cfg = compose(overrides)
+    run_cfg = to_container(cfg)
+    load0 = os.getloadavg()
+    floor = Floor(run_cfg)
+    before = floor.seconds(floor_reps)
+    floor_acc = floor.accuracies(rounds)
+    rows = len(floor.ds.y_train)
+    del floor
+    gc.collect()
+    sampler = TimelineSampler()
+    released: list[float] = []  # when each round was recorded, on the sampler's clock
+    sampler.start()
+    t0 = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="fedpriv_bench_clients_") as out,
+        note_releases(released, sampler.t0),
     ):
-        print(f"  round {i}: {t:.2f} s, overhead beyond compute {o:.2f} s")
-    if res["overhead_per_round_s"]:
-        print(
-            f"  overhead per round: median {statistics.median(res['overhead_per_round_s']):.2f} s "
-            f"(target <= 5 s)"
-        )
+        summary = run_experiment(cfg, Path(out))
+    wall = time.monotonic() - t0
+    sampler.stop()
+    ok = [r for r in summary["rounds"] if r.get("status") == "ok"]
+    after = Floor(run_cfg).seconds(floor_reps)
+    times = [float(r["round_time_s"]) for r in ok]
+    fed = statistics.median(times[1:]) if len(times) > 1 else float("nan")
+    # the less disturbed of the two measurements (the slower one would flatter fedpriv)
+    floor_s = min(statistics.median(before), statistics.median(after))
+    acc = [float(r["accuracy"]) for r in ok]
+    return {
+        "workload": name,
+        "num_clients": int(run_cfg["num_clients"]),
+        "cohort_size": [int(r["cohort_size"]) for r in ok],
+        "client_sampling": str(run_cfg.get("client_sampling", "all")),
+        "rows": rows,
+        "vmap_clients": run_cfg["vmap_clients"] if "vmap_clients" in run_cfg else "absent",
+        "status": summary["status"],
+        "round_time_s": times,
+        "fedpriv_s_per_round": fed,
+        "floor_s_before": before,
+        "floor_s_after": after,
+        "floor_s_per_round": floor_s,
+        "ratio": fed / floor_s,
+        "accuracy_fedpriv": acc,
+        "accuracy_floor": floor_acc[: len(acc)],
+        "startup_and_teardown_s": wall - sum(times),
+        "wall_s": wall,
+        "peak_pss_bytes": sampler.peak_pss,
+        "steady_peak_pss_bytes": sampler.peak_between(released[0], released[-1])
+        if len(released) > 1
+        else 0,
+        "peak_rss_bytes": sampler.peak_rss,
+        "peak_processes": sampler.peak_procs,
+        "peak_pss_by_process": sampler.peak_breakdown,
+        "loadavg_before": load0,
+        "loadavg_after": os.getloadavg(),
+        "overrides": overrides,
+    }
+
+
+def print_figures(res: dict[str, Any], target_ratio: float = 1.5) -> None:
+    sizes = sorted(set(res["cohort_size"]))
+    cohort = (
+        f"{res['num_clients']} clients, all training"
+        if res["client_sampling"] == "all"
+        else f"{res['num_clients']} registered, {res['client_sampling']} cohort of "
+        + "/".join(map(str, sizes))
+    )
+    load = "/".join(f"{v:.1f}" for v in res["loadavg_before"])
+    load_end = "/".join(f"{v:.1f}" for v in res["loadavg_after"])
+    print(f"[{res['workload']}] {cohort}; {res['rows']} training rows; status={res['status']}")
+    print(f"  vmap_clients={res['vmap_clients']}; load average (1/5/15 min) {load} -> {load_end}")
+    rounds = ", ".join(f"{t:.2f}" for t in res["round_time_s"])
     print(
-        f"  start-up + shut-down {res['startup_and_teardown_s']:.1f} s, wall {res['wall_s']:.1f} s"
+        f"  fedpriv: rounds {rounds} s -> {res['fedpriv_s_per_round']:.3f} s/round "
+        "(median after the first)"
     )
     print(
-        f"  peak memory of the process tree ({res['peak_processes']} processes): "
-        f"PSS {res['peak_pss_bytes'] / gib:.2f} GiB, "
-        f"RSS {res['peak_rss_bytes'] / gib:.2f} GiB (target <= 2 GB)"
+        f"  floor (plain torch loop, 1 thread, same data and cohorts): "
+        f"{res['floor_s_per_round']:.3f} s/round (the lower median: before "
+        f"{statistics.median(res['floor_s_before']):.3f}, after "
+        f"{statistics.median(res['floor_s_after']):.3f})"
+    )
+    verdict = "met" if res["ratio"] <= target_ratio else "NOT met"
+    print(f"  ratio fedpriv / floor: {res['ratio']:.2f} (target <= {target_ratio}: {verdict})")
+    diff = max(
+        (abs(a - b) for a, b in zip(res["accuracy_fedpriv"], res["accuracy_floor"])), default=0.0
+    )
+    print(
+        "  test accuracy per round: fedpriv "
+        + " ".join(f"{a:.4f}" for a in res["accuracy_fedpriv"])
+        + "; floor "
+        + " ".join(f"{a:.4f}" for a in res["accuracy_floor"])
+        + f" (max |diff| {diff:.4f})"
+    )
+    pss, steady = res["peak_pss_bytes"] / GIB, res["steady_peak_pss_bytes"] / GIB
+    steady_s = f"{steady:.2f} GiB" if steady else "no sample (rounds under 0.25 s)"
+    print(
+        f"  peak memory, {res['peak_processes']} processes: Σ PSS {pss:.2f} GiB "
+        f"(target <= 2 GiB: {'met' if pss <= 2 else 'NOT met'}), "
+        f"Σ RSS {res['peak_rss_bytes'] / GIB:.2f} GiB; from round 1's end to the last round's: "
+        f"Σ PSS {steady_s}; "
+        f"start-up + shut-down {res['startup_and_teardown_s']:.1f} s, wall {res['wall_s']:.1f} s"
+    )
+    top = res["peak_pss_by_process"][:4]
+    print(
+        "  at the peak: "
+        + ", ".join(f"{name} {pss / GIB:.2f}" for name, pss in top)
+        + f" GiB (largest {len(top)} of {len(res['peak_pss_by_process'])} processes)"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--clients", type=int, nargs="+", default=[1000], help="numbers of virtual clients"
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
-        "--steps", type=int, default=1, help="local DP-SGD steps per round (client.steps)"
+        "--clients",
+        type=int,
+        nargs="*",
+        default=[1000],
+        help="peer workload: numbers of clients, all training (none: skip; default 1000)",
     )
-    parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance")
+    parser.add_argument(
+        "--registered", type=int, default=100_000, help="cohort workload: registered clients"
+    )
+    parser.add_argument(
+        "--sampled", type=int, default=1000, help="cohort workload: clients per round"
+    )
+    parser.add_argument("--no-cohort", action="store_true", help="skip the cohort workload")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of each fedpriv run")
+    parser.add_argument(
+        "--floor-reps", type=int, default=5, help="floor rounds before and after each run"
+    )
+    parser.add_argument("--cpus", type=int, default=2, help="ray_init_args.num_cpus")
     parser.add_argument("--client-cpus", type=float, default=1.0, help="client_resources.num_cpus")
-    parser.add_argument("--sample-rate", type=float, default=0.5, help="privacy.sample_rate")
     parser.add_argument(
         "--pull-interval",
         type=float,
         default=None,
-        help=(
-            "seconds between the server's reply polls "
-            "(flwr InMemoryGrid.pull_interval, default 0.1)"
-        ),
+        help="seconds between the server's reply polls (flwr InMemoryGrid.pull_interval)",
     )
     parser.add_argument(
         "--indexed-linkstate",
         action="store_true",
-        help=(
-            "EXPERIMENT: index flwr's in-memory message store by node (see index_linkstate_by_node)"
-        ),
+        help="EXPERIMENT: index flwr's in-memory message store by node",
     )
-    parser.add_argument(
-        "--json", type=Path, default=None, help="also write the figures to this JSON file"
-    )
-    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds must be >= 2 (the median is taken after the first round)")
     logging.getLogger("absl").setLevel(logging.ERROR)  # dp-accounting's RDP order warnings
     if args.pull_interval is not None:
         set_pull_interval(args.pull_interval)
     if args.indexed_linkstate:
         index_linkstate_by_node()
-    results = []
-    for n in args.clients:
-        res = bench(
-            n,
-            args.rounds,
-            args.steps,
-            args.cpus,
-            args.client_cpus,
-            args.sample_rate,
-            args.overrides,
+    common = [
+        *PEER_OVERRIDES,
+        f"num_rounds={args.rounds}",
+        f"ray_init_args.num_cpus={args.cpus}",
+        f"client_resources.num_cpus={args.client_cpus}",
+    ]
+    plan = [(f"peer N={n}", n, [f"num_clients={n}"]) for n in args.clients]
+    if not args.no_cohort:
+        plan.append(
+            (
+                f"cohort {args.registered}/{args.sampled}",
+                args.registered,
+                [
+                    f"num_clients={args.registered}",
+                    "client_sampling=fixed_size",
+                    f"num_sampled_clients={args.sampled}",
+                ],
+            )
         )
-        print_figures(res)
-        results.append(res)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="fedpriv_bench_data_") as tmp:
+        for name, rows, own in plan:
+            data = build_rows(rows, Path(tmp) / f"rows_{rows}")
+            res = run_workload(
+                name, [*common, *data, *own, *args.overrides], args.rounds, args.floor_reps
+            )
+            print_figures(res)
+            sys.stdout.flush()
+            results.append(res)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0 if all(r["status"] == "complete" for r in results) else 1

@@ -47,7 +47,8 @@ def local_actors(cfg: dict[str, Any]) -> int | None:
     if (ray_args.get("address") or os.environ.get("RAY_ADDRESS") or "local") != "local":
         return None
     res = cfg["client_resources"]
-    cpus = ray_args.get("num_cpus") or os.cpu_count() or 1
+    cpus = ray_args.get("num_cpus")
+    cpus = (os.cpu_count() or 1) if cpus is None else cpus  # 0 is a value, not "unset"
     actors = math.floor(float(cpus) / float(res["num_cpus"]) + 1e-9)
     if float(res.get("num_gpus", 0)) > 0:
         import torch
@@ -56,6 +57,29 @@ def local_actors(cfg: dict[str, Any]) -> int | None:
         if gpus:
             actors = min(actors, math.floor(float(gpus) / float(res["num_gpus"]) + 1e-9))
     return actors
+
+
+def no_actor_error(cfg: dict[str, Any]) -> ConfigError:
+    """Why a local Ray instance of ``cfg`` has room for no client actor (one line)."""
+    res = cfg["client_resources"]
+    given = (cfg.get("ray_init_args") or {}).get("num_cpus")
+    cpus = (os.cpu_count() or 1) if given is None else given
+    if float(res["num_cpus"]) > float(cpus) + 1e-9:
+        where = (
+            f"ray_init_args.num_cpus={given} (the local Ray instance's CPUs)"
+            if given is not None
+            else f"this machine's {cpus} CPUs (ray_init_args.num_cpus unset)"
+        )
+        return ConfigError(
+            "client_resources.num_cpus",
+            res["num_cpus"],
+            f"must be <= {where}: no client actor could start",
+        )
+    return ConfigError(
+        "client_resources.num_gpus",
+        res.get("num_gpus"),
+        "must be <= the GPUs of the local Ray instance: no client actor could start",
+    )
 
 
 def cohort_sampler(cfg: dict[str, Any]) -> CohortSampler:
@@ -79,9 +103,10 @@ def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> 
     Raises
     ------
     ConfigError
-        ``num_workers`` above ``num_clients`` or above the actors the CPUs allow, a worker
-        count with one-node-per-client, client sampling the strategy or aggregator cannot
-        run, or a bad sampling parameter (:class:`CohortSampler`).
+        ``num_workers`` above ``num_clients`` or above the actors the CPUs allow, client
+        resources that leave no actor on a local instance, a worker count with
+        one-node-per-client, client sampling the strategy or aggregator cannot run, or a bad
+        sampling parameter (:class:`CohortSampler`).
     """
     cohort = cohort_sampler(cfg)
     n, given = int(cfg["num_clients"]), cfg.get("num_workers")
@@ -94,6 +119,9 @@ def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> 
             f"is not supported with {why} (every client trains every round): use "
             "client_sampling=all",
         )
+    actors = local_actors(cfg)
+    if actors is not None and actors < 1:
+        raise no_actor_error(cfg)
     if one_per_client:
         check(
             given is None or int(given) == n,
@@ -102,7 +130,6 @@ def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> 
             f"must be null or num_clients={n}: {why} needs one Flower node per client",
         )
         return Layout(n, True, cohort)
-    actors = local_actors(cfg)
     if given is None:
         return Layout(min(n, actors) if actors else n, False, cohort)
     check(isinstance(given, int) and given >= 1, "num_workers", given, "must be an integer >= 1")
