@@ -33,9 +33,10 @@ from fedpriv.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
 quiet_known_notices()  # this module is imported by every Ray worker that runs a client
 
 
-@lru_cache(maxsize=1 << 18)
+@lru_cache(maxsize=1 << 13)
 def _client_data(cfg_json: str, partition_id: int) -> ClientData:
-    """Client ``partition_id``'s data, built once per process (never per round)."""
+    """Client ``partition_id``'s data (its rows copied out of the run's dataset), kept for the
+    last 8192 clients a process trained (the partition itself is computed once per process)."""
     x, y = client_partition(json.loads(cfg_json), partition_id)
     return ClientData(torch.from_numpy(x), torch.from_numpy(y), partition_id)
 
@@ -100,7 +101,7 @@ def cohort_is_train(algorithm: Any) -> bool:
     ``train``, e.g. to post-process the update, trains one by one)."""
     cls = type(algorithm)
     owner = next((c for c in cls.__mro__ if "train_cohort" in vars(c)), None)
-    return owner is not None and cls.train is owner.train
+    return owner is not None and getattr(cls, "train", None) is getattr(owner, "train", None)
 
 
 def train_handler(cfg: dict[str, Any], msg: Message, context: Context) -> Message:

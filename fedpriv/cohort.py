@@ -138,7 +138,10 @@ class CohortSampler:
         n = self.num_clients
         if self.client_sampling is ClientSampling.ALL:
             return np.arange(n, dtype=np.int64)
-        rng = np.random.default_rng([int(self.seed), int(server_round), _COHORT_STREAM])
+        seq = np.random.SeedSequence(
+            [int(self.seed), int(server_round)], spawn_key=(_COHORT_STREAM,)
+        )  # a spawn key: no client's (seed, round, id) seed can equal it
+        rng = np.random.default_rng(seq)
         if self.client_sampling is ClientSampling.POISSON:
             q = float(self.client_sample_rate)  # type: ignore[arg-type]
             return np.flatnonzero(rng.random(n) < q).astype(np.int64)

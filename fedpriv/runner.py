@@ -27,6 +27,7 @@ from fedpriv.aggregation import AggregateResult, RoundFailed, aggregator_class
 from fedpriv.client_app import make_client_app
 from fedpriv.cohort import CohortSampler
 from fedpriv.config import to_container, validate
+from fedpriv.data.shared import unshare
 from fedpriv.display import RoundDisplay
 from fedpriv.engine import node_messages, worker_messages
 from fedpriv.errors import ConfigError, build_error, check
@@ -35,7 +36,14 @@ from fedpriv.layout import Layout, plan_layout
 from fedpriv.notices import quiet_known_notices
 from fedpriv.privacy import RunPrivacy
 from fedpriv.results import RunRecorder
-from fedpriv.setup import build_algorithm, build_model_for, partitions, resolve_device, run_dataset
+from fedpriv.setup import (
+    build_algorithm,
+    build_model_for,
+    partitions,
+    resolve_device,
+    run_dataset,
+    share_run_dataset,
+)
 
 DEFAULT_RAY_INIT = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
 
@@ -331,10 +339,11 @@ def run_layout(run_cfg: dict[str, Any]) -> Layout:
 
 
 def check_varying_cohort(algorithm: Any, cohort: CohortSampler) -> None:
-    """Refuse a Poisson cohort for an algorithm that cannot account a smaller sum."""
-    fewer = max(1, cohort.nominal_size - 1)
+    """Refuse a Poisson cohort for an algorithm that cannot account every smaller sum (a
+    Poisson cohort may hold a single client)."""
     try:
-        algorithm.degraded_round_events(fewer)
+        for fewer in {1, max(1, cohort.nominal_size - 1)}:
+            algorithm.degraded_round_events(fewer)
     except (NotImplementedError, ConfigError):
         raise ConfigError(
             "client_sampling",
@@ -431,6 +440,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         strategy.check_algorithm(algorithm)
     p = run_cfg["privacy"]
     analysis = RunPrivacy(algorithm, p).check().analysis
+    shared = share_run_dataset(run_cfg)  # one mapped copy of a large training set
     facts = noise_facts(algorithm, p)
     if facts["non_private"]:
         print(
@@ -488,6 +498,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         message = f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        unshare(shared)
         recorder.extra["wall_time_s"] = time.monotonic() - t0
         recorder.finish(
             status,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,19 +23,36 @@ from fedpriv.data import (
     partition_iid,
     partition_natural,
 )
+from fedpriv.data.shared import load_shared, share
 from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.models import build_model
 
 
 @lru_cache(maxsize=2)
 def _dataset(dataset_json: str) -> ArrayDataset:
+    shared = load_shared(dataset_json)
+    if shared is not None:
+        return shared
     d = json.loads(dataset_json)
     return load_dataset(d["name"], d.get("data_dir"), **(d.get("options") or {}))
 
 
 def run_dataset(cfg: dict[str, Any]) -> ArrayDataset:
-    """The run's dataset (cached per process)."""
+    """The run's dataset (cached per process; a large one memory-mapped from the copy the
+    driver shared, :mod:`fedpriv.data.shared`)."""
     return _dataset(json.dumps(cfg["dataset"], sort_keys=True))
+
+
+def share_run_dataset(cfg: dict[str, Any]) -> Path | None:
+    """Write the run's (large) dataset for every process to map; this process maps it too.
+
+    Returns the folder to delete when the run ends (``None``: small data, nothing shared).
+    """
+    key = json.dumps(cfg["dataset"], sort_keys=True)
+    folder = share(key, run_dataset(cfg))
+    if folder is not None:
+        _dataset.cache_clear()
+    return folder
 
 
 @lru_cache(maxsize=2)
@@ -115,15 +133,25 @@ def build_algorithm(cfg: dict[str, Any]) -> Any:
     target = cfg["client"].get("_target_")
     from fedpriv.layout import cohort_sampler
 
+    cohort = cohort_sampler(cfg)
     try:
         algo = instantiate(
             cfg["client"],
             privacy=dict(cfg["privacy"]),
-            num_clients=cohort_sampler(cfg).nominal_size,
+            num_clients=cohort.nominal_size,
             _convert_="all",
         )
-    except ConfigError:
-        raise
+    except ConfigError as exc:
+        if exc.field != "num_clients" or cohort.nominal_size == cohort.num_clients:
+            raise
+        field = "client_sample_rate" if cohort.varies else "num_sampled_clients"
+        given = cohort.client_sample_rate if cohort.varies else cohort.num_sampled_clients
+        raise ConfigError(
+            field,
+            given,
+            f"gives a nominal cohort of {cohort.nominal_size} client(s), and the client "
+            f"algorithm refuses it: {exc.allowed}",
+        ) from None
     except Exception as exc:  # Hydra wraps import and constructor errors
         raise build_error("client", cfg["client"], exc) from None
     check(
