@@ -27,7 +27,7 @@ from fedpriv.engine import named_clients, stacked_reply
 from fedpriv.noise import make_generator
 from fedpriv.notices import quiet_known_notices
 from fedpriv.setup import build_algorithm, build_model_for, client_partition, resolve_device
-from fedpriv.vmap_clients import chunk_size, dense_model
+from fedpriv.vmap_clients import chunk_size, dense_chain
 from fedpriv.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
 
 quiet_known_notices()  # this module is imported by every Ray worker that runs a client
@@ -87,12 +87,12 @@ def as_numpy(update: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 
 
 def use_vmap(cfg: dict[str, Any], algorithm: Any, model: torch.nn.Module, clients: int) -> bool:
-    """Whether a worker trains its clients together (``vmap_clients``: null = auto: when the
-    algorithm has ``train_cohort``, the worker has >= 2 clients and the model is dense)."""
+    """Whether a worker trains its clients together (``vmap_clients`` true or null, the
+    algorithm's own ``train_cohort``, >= 2 clients, a dense model: :func:`dense_chain`)."""
     mode = cfg.get("vmap_clients")
     if mode is False or clients < 2 or not cohort_is_train(algorithm):
         return False
-    return bool(mode) or dense_model(model)
+    return dense_chain(model) is not None
 
 
 def cohort_is_train(algorithm: Any) -> bool:

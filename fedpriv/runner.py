@@ -44,6 +44,7 @@ from fedpriv.setup import (
     run_dataset,
     share_run_dataset,
 )
+from fedpriv.vmap_clients import dense_chain
 
 DEFAULT_RAY_INIT = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
 
@@ -296,6 +297,14 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
         "privacy.stop_at_epsilon",
         stop,
         "is below the epsilon of a single round: nothing could be trained",
+    )
+    check(
+        run_cfg.get("vmap_clients") is not True
+        or dense_chain(build_model_for(run_cfg)) is not None,
+        "vmap_clients",
+        True,
+        f"needs a dense model (logistic, mlp: Linear and elementwise layers); "
+        f"model={run_cfg['model']['name']} trains one client at a time (vmap_clients=null)",
     )
     agg_cls = aggregator_class(run_cfg["aggregator"])
     layout = run_layout(run_cfg)
