@@ -33,10 +33,10 @@ from fedpriv.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
 quiet_known_notices()  # this module is imported by every Ray worker that runs a client
 
 
-@lru_cache(maxsize=1 << 13)
+@lru_cache(maxsize=1 << 11)
 def _client_data(cfg_json: str, partition_id: int) -> ClientData:
     """Client ``partition_id``'s data (its rows copied out of the run's dataset), kept for the
-    last 8192 clients a process trained (the partition itself is computed once per process)."""
+    last 2048 clients a process trained (the partition itself is computed once per process)."""
     x, y = client_partition(json.loads(cfg_json), partition_id)
     return ClientData(torch.from_numpy(x), torch.from_numpy(y), partition_id)
 

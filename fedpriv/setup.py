@@ -23,6 +23,7 @@ from fedpriv.data import (
     partition_iid,
     partition_natural,
 )
+from fedpriv.data.partition import PackedPartition
 from fedpriv.data.shared import load_shared, share
 from fedpriv.errors import ConfigError, build_error, check
 from fedpriv.models import build_model
@@ -56,7 +57,7 @@ def share_run_dataset(cfg: dict[str, Any]) -> Path | None:
 
 
 @lru_cache(maxsize=2)
-def _partitions(key: str) -> tuple[np.ndarray, ...]:
+def _partitions(key: str) -> PackedPartition:
     cfg = json.loads(key)
     ds = run_dataset(cfg)
     part, n = cfg["partition"], cfg["num_clients"]
@@ -68,9 +69,9 @@ def _partitions(key: str) -> tuple[np.ndarray, ...]:
     )
     rng = np.random.default_rng([int(cfg["seed"]), 7919])
     if part["name"] == "iid":
-        return tuple(partition_iid(len(ds.y_train), n, rng))
+        return PackedPartition(partition_iid(len(ds.y_train), n, rng))
     if part["name"] == "dirichlet":
-        return tuple(
+        return PackedPartition(
             partition_dirichlet(
                 ds.y_train, n, float(part["alpha"]), rng, min_size=int(part["min_size"])
             )
@@ -89,13 +90,13 @@ def _partitions(key: str) -> tuple[np.ndarray, ...]:
             n,
             f"must equal the {len(parts)} natural clients of {ds.name}",
         )
-        return tuple(parts)
+        return PackedPartition(parts)
     raise ConfigError(
         "partition.name", part["name"], "must be one of ('iid', 'dirichlet', 'natural')"
     )
 
 
-def partitions(cfg: dict[str, Any]) -> tuple[np.ndarray, ...]:
+def partitions(cfg: dict[str, Any]) -> PackedPartition:
     """Index arrays of every client's training data (deterministic from ``seed``)."""
     key = json.dumps(
         {k: cfg[k] for k in ("dataset", "partition", "num_clients", "seed")}, sort_keys=True

@@ -7,12 +7,45 @@ covering every row exactly once.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 
 from fedpriv.errors import ConfigError, check
 
 MAX_DIRICHLET_TRIES = 1000
+
+
+class PackedPartition(Sequence[np.ndarray]):
+    """A partition held as ONE int64 index array plus offsets (cross-device scale: 10^5
+    clients cost two arrays, not 10^5 array objects); ``parts[i]`` is a read-only view.
+
+    Parameters
+    ----------
+    parts : sequence of np.ndarray
+        One index array per client (as the partitioners return).
+    """
+
+    def __init__(self, parts: Sequence[np.ndarray]) -> None:
+        sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        flat = [np.asarray(p, dtype=np.int64) for p in parts]
+        self._indices = np.concatenate(flat) if flat else np.zeros(0, dtype=np.int64)
+        self._indices.setflags(write=False)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> np.ndarray: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[np.ndarray]: ...
+    def __getitem__(self, i: int | slice) -> np.ndarray | list[np.ndarray]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        j = range(len(self))[i]  # IndexError for ids outside 0..len-1
+        return self._indices[self._offsets[j] : self._offsets[j + 1]]
 
 
 def _generator(rng: np.random.Generator | int | None) -> np.random.Generator:
