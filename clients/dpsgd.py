@@ -211,8 +211,11 @@ class LocalDPSGD(ClientAlgorithm):
 
     def train_cohort(
         self, model: nn.Module, datas: Sequence[ClientData], ctxs: Sequence[TrainContext]
-    ) -> list[tuple[dict[str, torch.Tensor], dict[str, float]]]:
+    ) -> tuple[dict[str, torch.Tensor], list[dict[str, float]]]:
         """:meth:`train` for clients that all start from ``model``, vectorized over them.
+
+        Returns the updates stacked over the clients (``(k, *param.shape)`` per parameter,
+        row ``j`` client ``j``'s) and each client's metrics.
 
         Client ``j`` draws its batches from ``ctxs[j].rng`` and its noise from
         ``ctxs[j].generator`` in the same order as :meth:`train`, and every update step is the
@@ -244,27 +247,26 @@ class LocalDPSGD(ClientAlgorithm):
                     model, summed_cross_entropy, params, x, y, mask, self.max_grad_norm
                 )
             with torch.no_grad():
-                rows = [
-                    add_gaussian_noise(
-                        {n: g[j] for n, g in sums.items()}, self.local_noise_stddev, c.generator
-                    )
-                    for j, c in enumerate(ctxs)
-                ]
+                noisy = sums if self.local_noise_stddev == 0 else self._noisy_rows(sums, ctxs)
                 for n in params:  # elementwise, so each row is exactly train()'s arithmetic
-                    velocity[n].mul_(self.momentum).add_(
-                        torch.stack([r[n] for r in rows]) / normalizer
-                    )
+                    velocity[n].mul_(self.momentum).add_(noisy[n] / normalizer)
                     params[n].sub_(self.lr * velocity[n])
         steps = float(self.steps)
-        return [
-            (
-                {n: (params[n][j] - start[n][j]).cpu() for n in params},
-                {
-                    "steps": steps,
-                    "noise_draws": steps,
-                    "empty_batches": float(empty[j]),
-                    "examples": float(total[j]),
-                },
-            )
-            for j in range(k)
+        metrics = [
+            {"steps": steps, "noise_draws": steps, "empty_batches": float(e), "examples": float(t)}
+            for e, t in zip(empty, total)
         ]
+        return {n: (params[n] - start[n]).cpu() for n in params}, metrics
+
+    def _noisy_rows(
+        self, sums: dict[str, torch.Tensor], ctxs: Sequence[TrainContext]
+    ) -> dict[str, torch.Tensor]:
+        """Each client's row of ``sums`` plus its own noise, drawn from its own generator in
+        :meth:`train`'s order; stacked back to ``(k, ...)``."""
+        rows = [
+            add_gaussian_noise(
+                {n: g[j] for n, g in sums.items()}, self.local_noise_stddev, c.generator
+            )
+            for j, c in enumerate(ctxs)
+        ]
+        return {n: torch.stack([r[n] for r in rows]) for n in sums}

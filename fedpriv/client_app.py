@@ -26,19 +26,28 @@ from fedpriv.algorithm import ClientData, TrainContext
 from fedpriv.engine import named_clients, stacked_reply
 from fedpriv.noise import make_generator
 from fedpriv.notices import quiet_known_notices
-from fedpriv.setup import build_algorithm, build_model_for, client_partition, resolve_device
+from fedpriv.setup import build_algorithm, build_model_for, partitions, resolve_device, run_dataset
 from fedpriv.vmap_clients import chunk_size, dense_chain
 from fedpriv.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
 
 quiet_known_notices()  # this module is imported by every Ray worker that runs a client
 
 
-@lru_cache(maxsize=1 << 11)
+@lru_cache(maxsize=2)
+def _store(cfg_json: str) -> tuple[Any, Any]:
+    """The run's dataset and partition, built once per process."""
+    cfg = json.loads(cfg_json)
+    return run_dataset(cfg), partitions(cfg)
+
+
 def _client_data(cfg_json: str, partition_id: int) -> ClientData:
-    """Client ``partition_id``'s data (its rows copied out of the run's dataset), kept for the
-    last 2048 clients a process trained (the partition itself is computed once per process)."""
-    x, y = client_partition(json.loads(cfg_json), partition_id)
-    return ClientData(torch.from_numpy(x), torch.from_numpy(y), partition_id)
+    """Client ``partition_id``'s data: its rows copied out of the process's dataset (the
+    dataset and the partition are built once per process, never per client or round)."""
+    ds, parts = _store(cfg_json)
+    idx = parts[partition_id]
+    return ClientData(
+        torch.from_numpy(ds.x_train[idx]), torch.from_numpy(ds.y_train[idx]), partition_id
+    )
 
 
 @lru_cache(maxsize=4)
@@ -136,25 +145,29 @@ def worker_train_handler(cfg: dict[str, Any], cfg_json: str, msg: Message) -> Me
     algorithm = _algorithm(cfg_json)
     model = _model(cfg_json)
     start = msg.content.array_records[MODEL_KEY].to_torch_state_dict()
-    results: dict[int, tuple[dict[str, np.ndarray], dict[str, float]]] = {}
-    failed: dict[int, str] = {}
     pids = named_clients(msg) or []
+    blocks: list[Block] = []
     if use_vmap(cfg, algorithm, model, len(pids)):
-        results = train_together(cfg, cfg_json, algorithm, model, start, pids, server_round)
+        blocks = train_together(cfg, cfg_json, algorithm, model, start, pids, server_round)
+    done = {pid for block in blocks for pid in block[0]}
+    failed: dict[int, str] = {}
     for pid in pids:
-        if pid in results:
+        if pid in done:
             continue
         try:
             model.train()
             model.load_state_dict(start)
             data = _client_data(cfg_json, pid)
-            results[pid] = train_client(cfg, algorithm, model, data, server_round)
+            update, m = train_client(cfg, algorithm, model, data, server_round)
         except Exception as exc:  # one client's failure is its own, not the worker's
             failed[pid] = f"client {pid}: {type(exc).__name__}: {exc}"[:300]
-    ok = [pid for pid in pids if pid in results]
-    updates = [results[pid][0] for pid in ok]
-    metrics = [results[pid][1] for pid in ok]
-    return stacked_reply(msg, ok, updates, metrics, failed)
+            continue
+        blocks.append(([pid], {k: v[None] for k, v in update.items()}, [m]))
+    return stacked_reply(msg, blocks, failed)
+
+
+#: Clients trained together: their ids, their updates stacked ``(k, ...)``, their metrics.
+Block = tuple[list[int], dict[str, np.ndarray], list[dict[str, float]]]
 
 
 def train_together(
@@ -165,25 +178,24 @@ def train_together(
     start: dict[str, torch.Tensor],
     pids: list[int],
     server_round: int,
-) -> dict[int, tuple[dict[str, np.ndarray], dict[str, float]]]:
+) -> list[Block]:
     """``algorithm.train_cohort`` over ``pids`` in memory-bounded chunks; a chunk that raises
     is left out (its clients then train one by one, from fresh generators)."""
     model.load_state_dict(start)
     device = next(model.parameters()).device
     datas = [_client_data(cfg_json, pid) for pid in pids]
     size = chunk_size(model, max(len(d) for d in datas))
-    out: dict[int, tuple[dict[str, np.ndarray], dict[str, float]]] = {}
+    blocks: list[Block] = []
     for lo in range(0, len(pids), size):
         part = datas[lo : lo + size]
         ctxs = [client_context(cfg, d.partition_id, server_round, device) for d in part]
         try:
-            trained = algorithm.train_cohort(model, part, ctxs)
+            updates, metrics = algorithm.train_cohort(model, part, ctxs)
         except Exception as exc:  # the per-client path then reports each client's own error
             warnings.warn(f"vmap_clients: chunk trained one by one ({exc})", stacklevel=1)
             continue
-        for data, (update, metrics) in zip(part, trained):
-            out[int(data.partition_id)] = (as_numpy(update), metrics)
-    return out
+        blocks.append(([int(d.partition_id) for d in part], as_numpy(updates), metrics))
+    return blocks
 
 
 def make_client_app(cfg: dict[str, Any]) -> ClientApp:

@@ -100,17 +100,24 @@ def clients_in(messages: Sequence[Message]) -> int:
 
 def stacked_reply(
     msg: Message,
-    clients: list[int],
-    updates: list[dict[str, np.ndarray]],
-    metrics: list[dict[str, float]],
+    blocks: Sequence[tuple[list[int], dict[str, np.ndarray], list[dict[str, float]]]],
     failed: dict[int, str],
 ) -> Message:
-    """A worker's reply: updates stacked over ``clients`` (the ones that succeeded, in order)."""
+    """A worker's reply: the clients that succeeded, their updates stacked in that order.
+
+    ``blocks``: ``(client ids, {name: (k, *shape) rows}, [metrics per client])`` per group of
+    clients trained together (one row each for clients trained alone).
+    """
+    clients = [c for ids, _, _ in blocks for c in ids]
+    metrics = [m for _, _, ms in blocks for m in ms]
+    arrays = (
+        {k: Array(np.concatenate([rows[k] for _, rows, _ in blocks])) for k in blocks[0][1]}
+        if blocks
+        else {}
+    )
     content = RecordDict(
         {
-            UPDATE_KEY: ArrayRecord(
-                {k: Array(np.stack([u[k] for u in updates])) for k in updates[0]} if updates else {}
-            ),
+            UPDATE_KEY: ArrayRecord(arrays),
             METRICS_KEY: MetricRecord(
                 {k: [float(m[k]) for m in metrics] for k in metrics[0]} if metrics else {}
             ),

@@ -122,13 +122,12 @@ def padded_batches(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(x, y, mask)`` of shapes ``(k, B, *input)``, ``(k, B)``, ``(k, B)``; ``B`` the largest
     batch; client ``j``'s rows ``0..len(indices[j])-1`` hold its samples, the rest zeros."""
-    k, width = len(datas), max(int(i.numel()) for i in indices)
-    x = torch.zeros((k, width, *datas[0].x.shape[1:]), dtype=datas[0].x.dtype)
-    y = torch.zeros((k, width), dtype=datas[0].y.dtype)
-    mask = torch.zeros((k, width), dtype=torch.bool)
-    for j, (data, idx) in enumerate(zip(datas, indices)):
-        b = int(idx.numel())
-        x[j, :b], y[j, :b], mask[j, :b] = data.x[idx], data.y[idx], True
+    from torch.nn.utils.rnn import pad_sequence
+
+    sizes = torch.tensor([int(i.numel()) for i in indices])
+    x = pad_sequence([d.x[i] for d, i in zip(datas, indices)], batch_first=True)
+    y = pad_sequence([d.y[i] for d, i in zip(datas, indices)], batch_first=True)
+    mask = torch.arange(x.shape[1]).unsqueeze(0) < sizes.unsqueeze(1)
     return x.to(device), y.to(device), mask.to(device)
 
 
