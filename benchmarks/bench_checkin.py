@@ -17,7 +17,7 @@ actor) and ``--slots`` slots per pass, once per ``--batch-size``, and prints for
 
 Run: ``.venv/bin/python benchmarks/bench_checkin.py`` (n = m = 1000, b = 1 and 32, about
 1-2 minutes) or ``.venv/bin/python benchmarks/bench_checkin.py --clients 10000 --slots 10000
---batch-size 1 100 --passes 1``. Needs ``../shared/data/adult``.
+--batch-size 1 100``. Needs ``../shared/data/adult``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=1000, help="n (virtual clients)")
     ap.add_argument("--slots", type=int, default=1000, help="m (slots per pass)")
     ap.add_argument("--batch-size", type=int, nargs="+", default=[1, 32], help="b values")
-    ap.add_argument("--passes", type=int, default=2, help="passes per run (pass 1 warms up)")
+    ap.add_argument("--passes", type=int, default=1, help="passes per run (fresh check-ins)")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. num_workers=2")
     args = ap.parse_args()
     print(
