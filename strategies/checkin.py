@@ -250,15 +250,20 @@ class CheckinStrategy:
             seconds = time.monotonic() - t0
             extra = self.pass_report(algo, job.num_clients, answers, occ, missing, stats)
             compute = stats["client_compute_s"] + stats["server_compute_s"]
+            critical = stats["client_critical_s"] + stats["server_compute_s"]
             extra.update(
                 checkin_s=t_checkin,
                 slot_ms=1000.0 * (seconds - t_checkin) / max(len(tasks), 1),
                 client_compute_s=stats["client_compute_s"],
+                client_critical_s=stats["client_critical_s"],
                 server_compute_s=stats["server_compute_s"],
                 eval_s=stats["eval_s"],
                 round_trips=float(stats["round_trips"]),
                 overhead_ms_per_slot=1000.0
                 * (seconds - compute - stats["eval_s"])
+                / max(len(tasks), 1),
+                overhead_bound_ms_per_slot=1000.0
+                * (seconds - critical - stats["eval_s"])
                 / max(len(tasks), 1),
             )
             job.round_released(
@@ -359,7 +364,8 @@ class CheckinStrategy:
 
         ``hosts[c]`` is the node id of the worker hosting client ``c``. Besides the counters,
         ``stats`` holds the seconds spent computing: ``client_compute_s`` (the workers' own
-        per-client compute, summed over the asked clients), ``server_compute_s`` (dummy
+        per-client compute, summed over the asked clients; ``client_critical_s``: per block,
+        the largest worker's sum, summed over the blocks), ``server_compute_s`` (dummy
         updates, slot means and model steps) and ``eval_s`` (test evaluations), and the
         number of ``round_trips`` (``send_and_receive`` calls).
         """
@@ -372,6 +378,7 @@ class CheckinStrategy:
             "block_accuracy": [],
             "block": block,
             "client_compute_s": 0.0,
+            "client_critical_s": 0.0,
             "server_compute_s": 0.0,
             "eval_s": 0.0,
             "round_trips": 0,
@@ -419,7 +426,8 @@ class CheckinStrategy:
         naming its ``(client id, slot)`` pairs, all with the block's model.
 
         Returns ``{(client id, slot): {name: update array}}`` (parameter shapes). Adds the
-        workers' per-client ``compute_s`` to ``stats["client_compute_s"]``.
+        workers' per-client ``compute_s`` to ``stats["client_compute_s"]`` and the largest
+        worker's share of it (the workers compute in parallel) to ``stats["client_critical_s"]``.
 
         Raises
         ------
@@ -462,6 +470,7 @@ class CheckinStrategy:
         wanted = {p for ps in pairs.values() for p in ps}
         bad = [error_reason(r) for r in replies if r.has_error()]
         out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+        per_worker: list[float] = []
         for r in replies:
             if r.has_error():
                 continue
@@ -474,8 +483,11 @@ class CheckinStrategy:
                     bad.append(NON_FINITE)
                 elif (c, s) in wanted:
                     out[(c, s)] = {k: a[i] for k, a in rows.arrays.items()}
-            if stats is not None and "compute_s" in rows.metrics:
-                stats["client_compute_s"] += float(rows.metrics["compute_s"].sum())
+            if "compute_s" in rows.metrics:
+                per_worker.append(float(rows.metrics["compute_s"].sum()))
+        if stats is not None:
+            stats["client_compute_s"] += sum(per_worker)
+            stats["client_critical_s"] += max(per_worker, default=0.0)
         if bad or len(out) != len(wanted):
             raise RuntimeError(
                 f"pass {server_round}: {len(out)}/{len(wanted)} slot updates arrived; "
