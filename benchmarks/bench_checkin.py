@@ -21,7 +21,8 @@ actor) and ``--slots`` slots per pass, once per ``--batch-size``, and prints for
 
 Run: ``.venv/bin/python benchmarks/bench_checkin.py`` (n = m = 1000, b = 1 and 32, about
 1-2 minutes) or ``.venv/bin/python benchmarks/bench_checkin.py --clients 10000 --slots 10000
---batch-size 1 100``. Needs ``../shared/data/adult``.
+--batch-size 1 100``. Needs ``../shared/data/adult``. ``--flower-sweep 0.001`` is a diagnostic
+(it patches Flower's engine, see :func:`patch_flower_sweep`), not a fedpriv setting.
 """
 
 from __future__ import annotations
@@ -67,17 +68,47 @@ def run(clients: int, slots: int, batch: int, passes: int, extra: list[str]) -> 
         return json.loads((Path(out) / "results.json").read_text())["rounds"]
 
 
+def patch_flower_sweep(seconds: float) -> None:
+    """DIAGNOSTIC ONLY: make Flower's simulation engine hand stored messages to its workers
+    every ``seconds`` instead of its hard-coded 0.1 s (``add_messages_to_queue`` in
+    ``flwr/server/superlink/fleet/vce/vce_api.py``), to show what that sleep costs a round
+    trip. fedpriv never does this; figures measured with it are not fedpriv's."""
+    import threading
+
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    def add_messages_to_queue(
+        state: Any, queue: Any, nodes_mapping: Any, f_stop: threading.Event
+    ) -> None:
+        while not f_stop.is_set():
+            for node_id in nodes_mapping.keys():
+                for msg in state.get_message_ins(node_id=node_id, limit=1):
+                    queue.put(msg)
+            f_stop.wait(seconds)
+
+    vce_api.add_messages_to_queue = add_messages_to_queue  # type: ignore[assignment]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, default=1000, help="n (virtual clients)")
     ap.add_argument("--slots", type=int, default=1000, help="m (slots per pass)")
     ap.add_argument("--batch-size", type=int, nargs="+", default=[1, 32], help="b values")
     ap.add_argument("--passes", type=int, default=1, help="passes per run (fresh check-ins)")
+    ap.add_argument(
+        "--flower-sweep",
+        type=float,
+        default=None,
+        help="DIAGNOSTIC: patch Flower's 0.1 s delivery sweep to this many seconds",
+    )
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. num_workers=2")
     args = ap.parse_args()
+    if args.flower_sweep is not None:
+        patch_flower_sweep(args.flower_sweep)
+    sweep = "" if args.flower_sweep is None else f", DIAGNOSTIC Flower sweep {args.flower_sweep} s"
     lines = [
         f"random check-ins, fixed window, n={args.clients}, m={args.slots}, "
-        f"overrides={args.overrides or 'none'}",
+        f"overrides={args.overrides or 'none'}{sweep}",
         f"{'b':>4} {'pass':>4} {'slots':>6} {'round trips':>11} {'pass s':>8} {'check-in s':>10} "
         f"{'compute s':>9} {'eval s':>6} {'overhead ms/slot':>16} {'bound ms/slot':>13} "
         f"{'ms/round trip':>13}",
