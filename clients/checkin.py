@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -339,19 +339,26 @@ class CheckinClient(ClientAlgorithm):
 
     @staticmethod
     def _checked_in(context: Context, server_round: int, clients: list[int]) -> list[int | None]:
-        """The slot each of ``clients`` checked into this pass (``None``: no check-in here)."""
+        """The slot each of ``clients`` checked into this pass (``None``: no check-in here).
+
+        The stored ``clients`` are the worker's share, a contiguous run of ids, so client ``c``
+        is looked up at position ``c - first`` (checked), else searched.
+        """
         mine = context.state.config_records.get(CHECKIN_KEY)
         if mine is None or record_int(mine, "server_round") != server_round:
             return [None] * len(clients)
-        ids = np.asarray(mine[CLIENTS_KEY], dtype=np.int64)
-        have = np.asarray(mine["slots"], dtype=np.int64)
-        if not len(ids):
-            return [None] * len(clients)
-        order = np.argsort(ids, kind="stable")
-        asked = np.asarray(clients, dtype=np.int64)
-        pos = np.clip(np.searchsorted(ids[order], asked), 0, len(ids) - 1)
-        found = ids[order][pos] == asked
-        return [int(have[order][p]) if f else None for p, f in zip(pos, found, strict=True)]
+        ids = cast(list[int], mine[CLIENTS_KEY])
+        have = cast(list[int], mine["slots"])
+        first = int(ids[0]) if ids else 0
+        out: list[int | None] = []
+        where: dict[int, int] | None = None
+        for c in clients:
+            i = c - first
+            if not (0 <= i < len(ids) and int(ids[i]) == c):
+                where = where if where is not None else {int(x): k for k, x in enumerate(ids)}
+                i = where.get(c, -1)
+            out.append(int(have[i]) if i >= 0 else None)
+        return out
 
 
 def slot_report(

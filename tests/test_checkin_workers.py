@@ -250,3 +250,26 @@ def test_flower_run_agrees_with_the_other_layout(
     assert model.keys() == other["state"].keys()
     for k in model:
         assert np.array_equal(model[k], other["state"][k]), k
+
+
+def test_checked_in_lookup_contiguous_and_not() -> None:
+    from flwr.app import ConfigRecord
+
+    from clients.checkin import CheckinClient
+
+    def ctx(clients: list[int], slots: list[int], server_round: int = 1) -> Context:
+        state = RecordDict(
+            {
+                "checkin": ConfigRecord(
+                    {"server_round": server_round, "clients": clients, "slots": slots}
+                )
+            }
+        )
+        return Context(run_id=1, node_id=1, node_config={}, state=state, run_config={})
+
+    look = CheckinClient._checked_in
+    assert look(ctx([10, 11, 12], [3, -1, 7]), 1, [12, 10, 13, 9]) == [7, 3, None, None]
+    assert look(ctx([5, 1, 9], [2, 4, 6]), 1, [9, 1, 5, 7]) == [6, 4, 2, None]
+    assert look(ctx([5, 1, 9], [2, 4, 6], server_round=2), 1, [9]) == [None]  # another pass
+    empty = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    assert look(empty, 1, [0]) == [None]
