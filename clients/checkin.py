@@ -2,15 +2,16 @@
 
 "Privacy Amplification via Random Check-Ins" (Balle, Bell, Gascon, Kairouz, Thakurta,
 arXiv:2007.06605). The server never samples clients: it sends a check-in query (a Flower
-``query`` message) to every node, and each client, with ITS OWN randomness, participates with
+``query`` message) to every WORKER node naming the virtual clients it hosts
+(:mod:`fedpriv.engine`), and each client, with ITS OWN randomness, participates with
 probability ``checkin_probability`` ``p0`` and picks a slot uniformly from its window ``R_j``
-(:func:`fedpriv.checkin.draw_checkin`). It remembers the slot in its Flower ``Context.state``
-and answers with the slot or ``ABSTAIN``. When the server later asks it for the update of that
-slot it computes, at the model it receives, the gradient of its mean loss over its own data,
-clips it to ``clipping_norm`` ``L`` and applies the local randomizer
-(:class:`fedpriv.randomizers.LocalRandomizer`): ``gaussian`` (l2 clip, analytic Gaussian
-calibrated to (``local_epsilon``, ``local_delta``) at l2 sensitivity ``2L``) or ``laplace``
-(l1 clip, ``Laplace(2L / local_epsilon)``, pure ``local_epsilon``-DP).
+(:func:`fedpriv.checkin.draw_checkin`). The worker remembers its clients' slots in its Flower
+``Context.state`` and answers, per client, with the slot or ``ABSTAIN``. When the server
+later asks a client for the update of that slot it computes, at the model it receives, the
+gradient of its mean loss over its own data, clips it to ``clipping_norm`` ``L`` and applies
+the local randomizer (:class:`fedpriv.randomizers.LocalRandomizer`): ``gaussian`` (l2 clip,
+analytic Gaussian calibrated to (``local_epsilon``, ``local_delta``) at l2 sensitivity ``2L``)
+or ``laplace`` (l1 clip, ``Laplace(2L / local_epsilon)``, pure ``local_epsilon``-DP).
 
 The report is sent as it is: nothing divides it (``normalizer = 1``), in particular not the
 client's data size; the mean loss only averages inside the gradient, before clipping, so the
@@ -19,14 +20,15 @@ clipped report lies in the ball of radius ``L`` whatever the data.
 The mechanism, its validation, events and calibration live in
 :class:`fedpriv.accounting.checkin.CheckinSpec`, which this client builds once from its
 fields and the run's ``privacy`` group (``fedpriv-account checkin`` builds the same spec).
-A client is one Flower node; its privacy unit is all its rows (replace-one neighbours).
+A client is one virtual client of a worker; its privacy unit is all its rows (replace-one
+neighbours).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -37,10 +39,21 @@ from fedpriv.accounting.checkin import CheckinSpec, CheckinVariant
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
+from fedpriv.engine import named_clients, stacked_reply
+from fedpriv.errors import ConfigError
 from fedpriv.randomizers import LocalRandomizer
-from fedpriv.wire import ABSTAIN, CHECKIN_KEY, record_int
+from fedpriv.wire import (
+    ABSTAIN,
+    CHECKIN_KEY,
+    CLIENTS_KEY,
+    CONFIG_KEY,
+    METRICS_KEY,
+    MODEL_KEY,
+    UPDATE_KEY,
+    record_int,
+)
 
-__all__ = ["CheckinClient", "mean_cross_entropy", "slot_update"]
+__all__ = ["CheckinClient", "mean_cross_entropy", "slot_report", "slot_update"]
 
 
 def mean_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -113,7 +126,23 @@ class CheckinClient(ClientAlgorithm):
         object.__setattr__(self, "variant", spec.variant)
 
     def for_run(self, cfg: dict[str, Any]) -> CheckinClient:
-        """A copy that knows the run's ``num_rounds`` (passes)."""
+        """A copy that knows the run's ``num_rounds`` (passes).
+
+        Raises
+        ------
+        ConfigError
+            For ``client_sampling`` other than ``all``: check-in clients decide themselves
+            whether to take part (``privacy.checkin_probability``); a server cohort would be
+            another protocol, which the check-in analysis does not cover.
+        """
+        sampling = str(cfg.get("client_sampling") or "all")
+        if sampling != "all":
+            raise ConfigError(
+                "client_sampling",
+                sampling,
+                "is not supported with client=checkin (each client decides itself whether "
+                "to check in, privacy.checkin_probability): use client_sampling=all",
+            )
         return replace(self, num_rounds=int(cfg["num_rounds"]))
 
     # -- parameters (the spec's) --------------------------------------------------------
@@ -211,13 +240,23 @@ class CheckinClient(ClientAlgorithm):
         }
 
     def query_handler(self, cfg: dict[str, Any], msg: Message, context: Context) -> Message:
-        """Answer a check-in query: draw the check-in with the client's own RNG and remember it.
+        """A worker answers a check-in query for every virtual client the query names.
 
-        The query's ConfigRecord ``checkin`` carries ``server_round`` (the pass),
-        ``variant`` and ``num_slots``; they must match this client's protocol. The reply's
-        ``checkin`` record has ``slot`` (``ABSTAIN`` = -1) and a random ``ticket`` from the same
-        RNG (independent of the data): the server orders a slot's check-ins by ticket before its
-        uniform pick, so seeded runs repeat exactly although Flower's node ids change per run.
+        The query's ConfigRecord ``checkin`` carries ``server_round`` (the pass), ``variant``
+        and ``num_slots`` (they must match this client's protocol); its ``config`` record names
+        the worker's clients (``clients``, :func:`fedpriv.engine.named_clients`). Each client
+        draws its check-in with ITS OWN RNG, seeded from ``(seed, pass, client id)`` (OS
+        entropy in ``secure_mode``; :func:`fedpriv.checkin.checkin_rng`), exactly as a node of
+        its own did: the slot (``ABSTAIN`` = -1) and then a random ``ticket`` from the same RNG
+        (independent of the data; the server orders a slot's check-ins by ticket before its
+        uniform pick). The reply's ``checkin`` record holds the lists ``clients``, ``slots``
+        and ``tickets`` (same order): slot occupancy only, no data. The worker remembers the
+        slots in its Flower ``Context.state`` to verify later update requests.
+
+        Raises
+        ------
+        RuntimeError
+            If the query is for another protocol or names no clients.
         """
         q = msg.content.config_records[CHECKIN_KEY]
         server_round = record_int(q, "server_round")
@@ -226,50 +265,129 @@ class CheckinClient(ClientAlgorithm):
                 f"check-in query for variant={q['variant']!r} num_slots={q['num_slots']!r} "
                 f"does not match this client's protocol ({self.variant}, {self.num_slots})"
             )
-        partition_id = int(context.node_config["partition-id"])
-        rng = checkin_rng(
-            int(cfg["seed"]), server_round, partition_id, bool(cfg["privacy"].get("secure_mode"))
+        clients = named_clients(msg)
+        if clients is None:
+            raise RuntimeError("check-in query names no clients (config record 'clients')")
+        secure = bool(cfg["privacy"].get("secure_mode"))
+        seed, p0, m = int(cfg["seed"]), self.checkin_probability, int(self.num_slots)
+        slots, tickets = [], []
+        for pid in clients:
+            rng = checkin_rng(seed, server_round, pid, secure)
+            slots.append(draw_checkin(rng, p0, checkin_window(self.variant, m, pid)))
+            tickets.append(int(rng.integers(2**62)))
+        context.state[CHECKIN_KEY] = ConfigRecord(
+            {"server_round": server_round, CLIENTS_KEY: clients, "slots": slots}
         )
-        slot = draw_checkin(
-            rng,
-            self.checkin_probability,
-            checkin_window(self.variant, self.num_slots, partition_id),
-        )
-        ticket = int(rng.integers(2**62))
-        context.state[CHECKIN_KEY] = ConfigRecord({"server_round": server_round, "slot": slot})
-        return Message(
-            content=RecordDict({CHECKIN_KEY: ConfigRecord({"slot": slot, "ticket": ticket})}),
-            reply_to=msg,
-        )
+        answer = ConfigRecord({CLIENTS_KEY: clients, "slots": slots, "tickets": tickets})
+        return Message(content=RecordDict({CHECKIN_KEY: answer}), reply_to=msg)
 
     def train_message_handler(self, cfg: dict[str, Any], msg: Message, context: Context) -> Message:
-        """Send the update of a slot, but only for the (pass, slot) this client checked into.
+        """A worker sends the slot updates of the (client id, slot) pairs the message names.
 
-        The train message's ``config`` record carries ``server_round`` and ``slot``; a request
-        for any other slot is refused (the server cannot pick clients). ``poisson`` (the
-        server-sampled baseline) has no check-in to verify.
-
-        Raises
-        ------
-        RuntimeError
-            If the (pass, slot) is not the one this client checked into.
+        The message's ``config`` record carries ``server_round``, ``clients`` and ``slots``
+        (pair ``i`` is ``(clients[i], slots[i])``; the Poisson baseline may name a client in
+        several slots) and the model of the block. Each asked client computes ``A_ldp`` at that
+        model with its own data and a generator seeded from ``(seed, pass, slot, client id)``
+        (:func:`slot_report`), but only for the (pass, slot) it checked into (``poisson``, the
+        server-sampled baseline, has no check-in to verify): a request for any other slot is
+        refused for that client. The reply stacks the updates (:func:`fedpriv.engine.stacked_reply`)
+        with the pairs that succeeded in ``clients`` / ``slots``; refused or failed clients are
+        listed in ``failed`` with their error line. Each row's metrics include ``compute_s``,
+        the client's own compute time (load of the model, gradient, randomizer) in seconds.
         """
-        from fedpriv.wire import CONFIG_KEY
+        import json
+        import time
 
+        from fedpriv.client_app import _client_data, _model
+
+        torch.set_num_threads(1)
         conf = msg.content.config_records[CONFIG_KEY]
-        want = (record_int(conf, "server_round"), record_int(conf, "slot"))
-        if self.variant is not CheckinVariant.POISSON:
-            mine = context.state.config_records.get(CHECKIN_KEY)
-            have = (
-                None
-                if mine is None
-                else (record_int(mine, "server_round"), record_int(mine, "slot"))
-            )
-            if have != want or want[1] == ABSTAIN:
-                raise RuntimeError(
-                    f"asked for the update of (pass, slot)={want} but checked into {have}"
-                )
-        return slot_update(self, cfg, msg, int(context.node_config["partition-id"]), *want)
+        server_round = record_int(conf, "server_round")
+        clients = named_clients(msg) or []
+        slots = [int(s) for s in conf["slots"]]  # type: ignore[union-attr]
+        checked = self._checked_in(context, server_round, clients)
+        cfg_json = json.dumps(cfg, sort_keys=True)
+        model = _model(cfg_json)
+        start = msg.content.array_records[MODEL_KEY].to_torch_state_dict()
+        ok, ok_slots, updates, metrics = [], [], [], []
+        failed: dict[int, str] = {}
+        for pid, slot, have in zip(clients, slots, checked, strict=True):
+            try:
+                if self.variant is not CheckinVariant.POISSON and (
+                    have is None or have != slot or slot == ABSTAIN
+                ):
+                    raise RuntimeError(
+                        f"asked for the update of (pass, slot)={(server_round, slot)} but "
+                        f"checked into {None if have is None else (server_round, have)}"
+                    )
+                t0 = time.perf_counter()
+                model.train()
+                model.load_state_dict(start)
+                data = _client_data(cfg_json, pid)
+                update, m = slot_report(self, cfg, model, data, server_round, slot)
+                m["compute_s"] = time.perf_counter() - t0
+            except Exception as exc:  # one client's failure is its own, not the worker's
+                failed[pid] = f"client {pid}: {type(exc).__name__}: {exc}"[:300]
+                continue
+            ok.append(pid)
+            ok_slots.append(slot)
+            updates.append(update)
+            metrics.append(m)
+        reply = stacked_reply(msg, ok, updates, metrics, failed)
+        reply.content.config_records[CONFIG_KEY]["slots"] = ok_slots
+        return reply
+
+    @staticmethod
+    def _checked_in(context: Context, server_round: int, clients: list[int]) -> list[int | None]:
+        """The slot each of ``clients`` checked into this pass (``None``: no check-in here).
+
+        The stored ``clients`` are the worker's share, a contiguous run of ids, so client ``c``
+        is looked up at position ``c - first`` (checked), else searched.
+        """
+        mine = context.state.config_records.get(CHECKIN_KEY)
+        if mine is None or record_int(mine, "server_round") != server_round:
+            return [None] * len(clients)
+        ids = cast(list[int], mine[CLIENTS_KEY])
+        have = cast(list[int], mine["slots"])
+        first = int(ids[0]) if ids else 0
+        out: list[int | None] = []
+        where: dict[int, int] | None = None
+        for c in clients:
+            i = c - first
+            if not (0 <= i < len(ids) and int(ids[i]) == c):
+                where = where if where is not None else {int(x): k for k, x in enumerate(ids)}
+                i = where.get(c, -1)
+            out.append(int(have[i]) if i >= 0 else None)
+        return out
+
+
+def slot_report(
+    algorithm: CheckinClient,
+    cfg: dict[str, Any],
+    model: nn.Module,
+    data: ClientData,
+    server_round: int,
+    slot: int,
+) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """One client's report for one slot: ``A_ldp`` at ``model`` (which holds the block's model).
+
+    The generator is seeded from ``(seed, pass, slot, partition_id)`` (OS entropy in
+    ``secure_mode``), so two reports of one client (the Poisson baseline may sample it in
+    several slots of a pass) never share noise. Returns the update as CPU numpy arrays
+    (parameter shapes) and the client's metrics.
+    """
+    from fedpriv.noise import make_generator
+
+    device = next(model.parameters()).device
+    secure = bool(cfg["privacy"].get("secure_mode"))
+    rng = np.random.default_rng(
+        None if secure else [int(cfg["seed"]), server_round, slot, int(data.partition_id)]
+    )
+    generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
+    update, metrics = algorithm.train(
+        model, data, TrainContext(server_round, rng, generator, device)
+    )
+    return {k: v.detach().cpu().contiguous().numpy() for k, v in update.items()}, metrics
 
 
 def slot_update(
@@ -280,37 +398,23 @@ def slot_update(
     server_round: int,
     slot: int,
 ) -> Message:
-    """Reply to a slot's train message with ``A_ldp`` at the received model.
-
-    The noise is seeded from ``(seed, pass, slot, partition_id)`` (OS entropy in
-    ``secure_mode``), so two reports of one client (the Poisson baseline may sample it in
-    several slots of a pass) never share noise.
-    """
+    """Reply to a one-client slot message with ``A_ldp`` at the received model
+    (:func:`slot_report`; the reply holds that client's update and metrics, unstacked)."""
     import json
 
     from flwr.app import ArrayRecord, MetricRecord
 
     from fedpriv.client_app import _client_data
-    from fedpriv.noise import make_generator
     from fedpriv.setup import build_model_for, resolve_device
-    from fedpriv.wire import METRICS_KEY, MODEL_KEY, UPDATE_KEY
 
     torch.set_num_threads(1)
-    device = resolve_device(cfg)
     data = _client_data(json.dumps(cfg, sort_keys=True), partition_id)
-    model = build_model_for(cfg).to(device)
+    model = build_model_for(cfg).to(resolve_device(cfg))
     model.load_state_dict(msg.content.array_records[MODEL_KEY].to_torch_state_dict())
-    secure = bool(cfg["privacy"].get("secure_mode"))
-    rng = np.random.default_rng(
-        None if secure else [int(cfg["seed"]), server_round, slot, partition_id]
-    )
-    generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
-    update, metrics = algorithm.train(
-        model, data, TrainContext(server_round, rng, generator, device)
-    )
+    update, metrics = slot_report(algorithm, cfg, model, data, server_round, slot)
     content = RecordDict(
         {
-            UPDATE_KEY: ArrayRecord({k: v.detach().cpu().contiguous() for k, v in update.items()}),
+            UPDATE_KEY: ArrayRecord({k: torch.from_numpy(v) for k, v in update.items()}),
             METRICS_KEY: MetricRecord({k: float(v) for k, v in metrics.items()}),
         }
     )

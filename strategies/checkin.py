@@ -5,13 +5,18 @@ is one PASS of the protocol with fresh check-ins (the repetition behind Corollar
 run's accountant composes the client algorithm's per-pass event
 (:class:`fedpriv.accounting.checkin.CheckinSpec`, which the client algorithm builds).
 
-One pass:
+The clients are virtual clients hosted by worker nodes (:mod:`fedpriv.engine`): the sorted
+client ids ``0..n-1`` are cut into one contiguous share per worker
+(:func:`fedpriv.engine.split_cohort`), once per run. One pass:
 
-1. one Flower ``query`` message to every node; each client answers with its own slot or
-   ``ABSTAIN`` (:func:`fedpriv.checkin.draw_checkin`). The server learns slot occupancy only:
-   which node id answered which slot. It never samples clients and never sees a partition id.
+1. one Flower ``query`` message to every WORKER naming its clients; each client answers, with
+   its own RNG, its own slot or ``ABSTAIN`` (:func:`fedpriv.checkin.draw_checkin`). The
+   server learns slot occupancy only: which client id answered which slot. It never samples
+   clients (except in the ``poisson`` baseline, which is server-sampled by definition).
 2. the update slots, in blocks of ``batch_size`` ``b`` slots sharing one model (mini-batching;
-   the paper's Algorithm 1 with b-sized minibatches):
+   the paper's Algorithm 1 with b-sized minibatches). A block is ONE ``send_and_receive``: one
+   train message per worker hosting an asked client, naming its ``(client id, slot)`` pairs;
+   the worker replies with the updates stacked (:func:`fedpriv.engine.client_rows`):
 
    * ``fixed`` (Algorithm 1, slots ``1..m``): a slot with check-ins asks ONE of them,
      chosen uniformly by the server's RNG, for its randomized gradient; an empty slot gets a
@@ -23,10 +28,10 @@ One pass:
    * ``poisson`` (baseline, not a check-in protocol): the server samples each client at rate
      ``q`` per slot and averages the sampled clients' updates; empty slots are skipped.
 
-   A model step is ``theta <- theta - lr * mean(slot updates of the block)``. All messages of
-   a block go out in ONE ``send_and_receive`` (their model is the same), and the grid's
-   ``pull_interval`` is set to ``pull_interval``: the two means by which the per-slot cost
-   is brought down (docs/checkin.md has the measurements).
+   A model step is ``theta <- theta - lr * mean(slot updates of the block)``. A slot's update is
+   built from the rows of that slot in the order of the slot's check-ins (ticket order), so a
+   run gives the same model whatever the number of workers. The grid's ``pull_interval`` is
+   set to ``pull_interval``; docs/checkin.md has the measured per-slot cost.
 
 Each pass is reported as one round with its slot statistics (check-ins per slot, dummy
 updates or skipped slots against the paper's expectation) and the test accuracy after every
@@ -37,9 +42,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -47,17 +52,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from fedpriv.accounting.checkin import expected_dummy_updates
-from fedpriv.aggregation import (
-    NON_FINITE,
-    AggregateResult,
-    error_reason,
-    is_finite_reply,
-    sum_replies,
-)
-from fedpriv.engine import numpy_state
+from fedpriv.aggregation import NON_FINITE, AggregateResult, error_reason
+from fedpriv.engine import client_rows, numpy_state, split_cohort
 from fedpriv.errors import check
 from fedpriv.noise import make_generator
-from fedpriv.wire import ABSTAIN, CHECKIN_KEY, CONFIG_KEY, MODEL_KEY, record_int
+from fedpriv.wire import ABSTAIN, CHECKIN_KEY, CLIENTS_KEY, CONFIG_KEY, MODEL_KEY
 from strategies.fedavg import wait_for_nodes
 
 __all__ = [
@@ -66,6 +65,7 @@ __all__ = [
     "update_slots",
     "plan_pass",
     "poisson_occupancy",
+    "client_hosts",
     "CheckinStrategy",
 ]
 
@@ -74,27 +74,27 @@ _SERVER_STREAM = 0x5E12
 
 @dataclass(frozen=True)
 class SlotTask:
-    """One update slot: the nodes asked for their update (none: dummy or skipped slot)."""
+    """One update slot: the client ids asked for their update (none: dummy or skipped slot)."""
 
     slot: int
-    nodes: tuple[int, ...]
+    clients: tuple[int, ...]
 
 
 def occupancy(
     answers: dict[int, int], slots: Iterable[int], tickets: dict[int, int] | None = None
 ) -> dict[int, list[int]]:
-    """``slot -> node ids`` that checked into it, for the given update ``slots``.
+    """``slot -> client ids`` that checked into it, for the given update ``slots``.
 
-    ``answers`` maps a replying node id to its answer (a slot or ``ABSTAIN``); answers
+    ``answers`` maps a replying client id to its answer (a slot or ``ABSTAIN``); answers
     outside ``slots`` (abstentions, sliding-window check-ins before ``m`` or after ``n``) are
-    not used. Nodes are ordered by their random ``tickets`` (else by node id).
+    not used. Clients are ordered by their random ``tickets`` (else by client id).
     """
     occ: dict[int, list[int]] = {s: [] for s in slots}
-    order = sorted(answers, key=lambda node: ((tickets or {}).get(node, 0), node))
-    for node in order:
-        slot = answers[node]
+    order = sorted(answers, key=lambda c: ((tickets or {}).get(c, 0), c))
+    for client in order:
+        slot = answers[client]
         if slot != ABSTAIN and slot in occ:
-            occ[slot].append(node)
+            occ[slot].append(client)
     return occ
 
 
@@ -109,50 +109,37 @@ def plan_pass(variant: str, occ: dict[int, list[int]], rng: np.random.Generator)
     """Who is asked in each slot: one uniform pick (``fixed``, ``sliding-window``) or all."""
     tasks = []
     for slot in sorted(occ):
-        nodes = occ[slot]
-        if variant in ("fixed", "sliding-window") and nodes:
-            nodes = [nodes[int(rng.integers(len(nodes)))]]
-        tasks.append(SlotTask(slot, tuple(int(n) for n in nodes)))
+        clients = occ[slot]
+        if variant in ("fixed", "sliding-window") and clients:
+            clients = [clients[int(rng.integers(len(clients)))]]
+        tasks.append(SlotTask(slot, tuple(int(c) for c in clients)))
     return tasks
 
 
 def poisson_occupancy(
-    node_ids: Sequence[int], num_slots: int, sample_rate: float, rng: np.random.Generator
+    client_ids: Sequence[int], num_slots: int, sample_rate: float, rng: np.random.Generator
 ) -> dict[int, list[int]]:
-    """Server-side Poisson sampling (baseline): each node joins each slot with probability ``q``."""
-    hits = rng.random((num_slots, len(node_ids))) < sample_rate
-    return {
-        s + 1: [int(node_ids[int(i)]) for i in np.flatnonzero(hits[s])] for s in range(num_slots)
-    }
+    """Server-side Poisson sampling (baseline): each client joins each slot with probability
+    ``q``. Slot by slot (``num_slots`` draws of ``len(client_ids)`` uniforms: the same stream
+    as one ``(num_slots, n)`` draw, without holding it in memory)."""
+    ids = np.asarray(client_ids, dtype=np.int64)
+    return {s + 1: ids[rng.random(len(ids)) < sample_rate].tolist() for s in range(num_slots)}
 
 
-def _slot_message(node: int, arrays: ArrayRecord, server_round: int, slot: int) -> Message:
-    content = RecordDict(
-        {MODEL_KEY: arrays, CONFIG_KEY: ConfigRecord({"server_round": server_round, "slot": slot})}
-    )
-    return Message(
-        content=content,
-        dst_node_id=node,
-        message_type=MessageType.TRAIN,
-        group_id=f"{server_round}:{slot}",
-    )
+def client_hosts(node_ids: Sequence[int], num_clients: int) -> tuple[list[list[int]], np.ndarray]:
+    """The clients' shares and hosts: ``shares[w]`` are the client ids of worker
+    ``node_ids[w]`` (:func:`fedpriv.engine.split_cohort` of ``0..n-1``) and ``hosts[c]`` is
+    the node id hosting client ``c`` (shape ``(num_clients,)``, uint64: Flower node ids)."""
+    shares = split_cohort(range(num_clients), len(node_ids))
+    hosts = np.empty(num_clients, dtype=np.uint64)
+    for nid, share in zip(node_ids, shares):
+        hosts[share[0] : share[-1] + 1] = int(nid)
+    return shares, hosts
 
 
-def _waves(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-    """Split ``(node, slot)`` requests so that a node appears at most once per wave.
-
-    A check-in node has one slot per pass (one wave); the Poisson baseline may sample a node
-    in several slots of one block, and replies are matched to slots by their sender.
-    """
-    waves: list[list[tuple[int, int]]] = []
-    seen: dict[int, int] = {}
-    for node, slot in pairs:
-        i = seen.get(node, 0)
-        seen[node] = i + 1
-        if i == len(waves):
-            waves.append([])
-        waves[i].append((node, slot))
-    return waves
+def _ints(record: Mapping[str, Any], key: str) -> list[int]:
+    """The integer list ``record[key]`` of a ConfigRecord (``[]`` when absent)."""
+    return [int(v) for v in record.get(key, [])]
 
 
 @dataclass
@@ -170,9 +157,9 @@ class CheckinStrategy:
     pull_interval : float
         Seconds between the in-memory grid's reply polls (Flower's default is 0.1).
     query_chunk : int or None
-        Nodes per check-in ``send_and_receive`` (``None``: all at once). Flower's in-memory
-        engine scans every stored message for every node on each delivery sweep, so a
-        sweep costs O(nodes x messages in flight); chunking bounds the messages in flight.
+        Worker messages per check-in ``send_and_receive`` (``None``: all at once). Flower's
+        in-memory engine scans every stored message for every node on each delivery sweep, so
+        a sweep costs O(nodes x messages in flight); chunking bounds the messages in flight.
 
     Raises
     ------
@@ -185,6 +172,8 @@ class CheckinStrategy:
     eval_every: int | None = None
     pull_interval: float = 0.001
     query_chunk: int | None = 100
+    #: Sends worker messages (many virtual clients per Flower node; ``num_workers`` nodes).
+    virtual_clients: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check(
@@ -228,7 +217,8 @@ class CheckinStrategy:
         algo = job.privacy.algorithm
         if hasattr(grid, "pull_interval"):
             grid.pull_interval = self.pull_interval
-        node_ids = wait_for_nodes(grid, job.num_clients, job.round_timeout)
+        node_ids = wait_for_nodes(grid, int(job.num_nodes), job.round_timeout)
+        shares, hosts = client_hosts(node_ids, job.num_clients)
         state = job.initial_state()
         secure = bool(job.cfg["privacy"].get("secure_mode"))
         for server_round in range(1, job.num_rounds + 1):
@@ -242,25 +232,39 @@ class CheckinStrategy:
             if algo.variant == "poisson":
                 answers: dict[int, int] = {}
                 missing = 0
-                occ = poisson_occupancy(node_ids, len(slots), algo.sample_rate, rng)
+                occ = poisson_occupancy(range(job.num_clients), len(slots), algo.sample_rate, rng)
             else:
                 answers, tickets, missing = self.check_in(
-                    grid, node_ids, server_round, algo, job.round_timeout
+                    grid, node_ids, shares, server_round, algo, job.round_timeout
                 )
                 occ = occupancy(answers, slots, tickets)
             t_checkin = time.monotonic() - t0
             tasks = plan_pass(algo.variant, occ, rng)
             try:
                 state, stats = self.run_slots(
-                    grid, job, algo, tasks, state, server_round, generator
+                    grid, job, algo, tasks, state, server_round, generator, hosts
                 )
             except Exception:
                 self.account_aborted_pass(job)
                 raise
             seconds = time.monotonic() - t0
             extra = self.pass_report(algo, job.num_clients, answers, occ, missing, stats)
+            compute = stats["client_compute_s"] + stats["server_compute_s"]
+            critical = stats["client_critical_s"] + stats["server_compute_s"]
             extra.update(
-                checkin_s=t_checkin, slot_ms=1000.0 * (seconds - t_checkin) / max(len(tasks), 1)
+                checkin_s=t_checkin,
+                slot_ms=1000.0 * (seconds - t_checkin) / max(len(tasks), 1),
+                client_compute_s=stats["client_compute_s"],
+                client_critical_s=stats["client_critical_s"],
+                server_compute_s=stats["server_compute_s"],
+                eval_s=stats["eval_s"],
+                round_trips=float(stats["round_trips"]),
+                overhead_ms_per_slot=1000.0
+                * (seconds - compute - stats["eval_s"])
+                / max(len(tasks), 1),
+                overhead_bound_ms_per_slot=1000.0
+                * (seconds - critical - stats["eval_s"])
+                / max(len(tasks), 1),
             )
             job.round_released(
                 server_round, state, AggregateResult({}, stats["updates"], {}), seconds, extra=extra
@@ -286,13 +290,20 @@ class CheckinStrategy:
 
     # ------------------------------------------------------------------ check-in
     def check_in(
-        self, grid: Grid, node_ids: Sequence[int], server_round: int, algo: Any, timeout: float
+        self,
+        grid: Grid,
+        node_ids: Sequence[int],
+        shares: Sequence[Sequence[int]],
+        server_round: int,
+        algo: Any,
+        timeout: float,
     ) -> tuple[dict[int, int], dict[int, int], int]:
-        """Send the check-in query to every node (``query_chunk`` at a time).
+        """Send the check-in query to every worker (``query_chunk`` messages at a time), each
+        naming its share of the clients.
 
-        Returns ``({node: slot or ABSTAIN}, {node: ticket}, number of nodes that did not answer)``.
-
-        A node that does not answer (or answers with an error) counts as abstaining.
+        Returns ``({client: slot or ABSTAIN}, {client: ticket}, number of clients that did not
+        answer)``. A client whose worker does not answer (or answers with an error) counts as
+        abstaining; answers for clients the worker was not asked about are ignored.
         """
         record = ConfigRecord(
             {
@@ -303,13 +314,21 @@ class CheckinStrategy:
         )
         messages = [
             Message(
-                content=RecordDict({CHECKIN_KEY: record}),
+                content=RecordDict(
+                    {
+                        CHECKIN_KEY: record,
+                        CONFIG_KEY: ConfigRecord(
+                            {"server_round": server_round, CLIENTS_KEY: list(share)}
+                        ),
+                    }
+                ),
                 dst_node_id=int(n),
                 message_type=MessageType.QUERY,
                 group_id=f"checkin:{server_round}",
             )
-            for n in node_ids
+            for n, share in zip(node_ids, shares)
         ]
+        asked = {int(n): set(share) for n, share in zip(node_ids, shares)}
         chunk = self.query_chunk or len(messages)
         replies = [
             r
@@ -319,11 +338,15 @@ class CheckinStrategy:
         answers: dict[int, int] = {}
         tickets: dict[int, int] = {}
         for reply in replies:
-            if not reply.has_error() and CHECKIN_KEY in reply.content.config_records:
-                record = reply.content.config_records[CHECKIN_KEY]
-                answers[int(reply.metadata.src_node_id)] = record_int(record, "slot")
-                tickets[int(reply.metadata.src_node_id)] = record_int(record, "ticket", 0)
-        return answers, tickets, len(node_ids) - len(answers)
+            if reply.has_error() or CHECKIN_KEY not in reply.content.config_records:
+                continue
+            rec = reply.content.config_records[CHECKIN_KEY]
+            mine = asked.get(int(reply.metadata.src_node_id), set())
+            ids, got, drawn = (_ints(rec, k) for k in (CLIENTS_KEY, "slots", "tickets"))
+            for c, s, t in zip(ids, got, drawn, strict=True):
+                if c in mine:
+                    answers[c], tickets[c] = s, t
+        return answers, tickets, sum(len(s) for s in shares) - len(answers)
 
     # ------------------------------------------------------------------ slots
     def run_slots(
@@ -335,8 +358,17 @@ class CheckinStrategy:
         state: dict[str, np.ndarray],
         server_round: int,
         generator: torch.Generator,
+        hosts: Mapping[int, int] | np.ndarray,
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Run the update slots in blocks of ``batch_size``; returns the new state and counters."""
+        """Run the update slots in blocks of ``batch_size``; returns the new state and counters.
+
+        ``hosts[c]`` is the node id of the worker hosting client ``c``. Besides the counters,
+        ``stats`` holds the seconds spent computing: ``client_compute_s`` (the workers' own
+        per-client compute, summed over the asked clients; ``client_critical_s``: per block,
+        the largest worker's sum, summed over the blocks), ``server_compute_s`` (dummy
+        updates, slot means and model steps) and ``eval_s`` (test evaluations), and the
+        number of ``round_trips`` (``send_and_receive`` calls).
+        """
         block = self.eval_every or max(1, len(tasks) // 10)
         shapes = {k: v.shape for k, v in state.items() if np.issubdtype(v.dtype, np.floating)}
         stats: dict[str, Any] = {
@@ -345,17 +377,25 @@ class CheckinStrategy:
             "skipped": 0,
             "block_accuracy": [],
             "block": block,
+            "client_compute_s": 0.0,
+            "client_critical_s": 0.0,
+            "server_compute_s": 0.0,
+            "eval_s": 0.0,
+            "round_trips": 0,
         }
         for start in range(0, len(tasks), self.batch_size):
             chunk = tasks[start : start + self.batch_size]
-            sums = self.ask(grid, chunk, state, server_round, job.round_timeout)
+            rows = self.ask(grid, chunk, state, server_round, job.round_timeout, hosts, stats)
+            t0 = time.perf_counter()
             updates = []
             for task in chunk:
-                if task.nodes:
-                    updates.append(
-                        {k: v / len(task.nodes) for k, v in sums[task.slot].total.items()}
-                    )
-                    stats["updates"] += len(task.nodes)
+                if task.clients:
+                    total: dict[str, np.ndarray] = {}
+                    for c in task.clients:  # in check-in (ticket) order: same sum on any layout
+                        for k, arr in rows[(c, task.slot)].items():
+                            total[k] = total.get(k, 0) + arr.astype(np.float64)
+                    updates.append({k: v / len(task.clients) for k, v in total.items()})
+                    stats["updates"] += len(task.clients)
                 elif algo.variant in ("fixed", "sliding-window"):
                     noise = algo.local_randomizer.noise(shapes, generator, dtype=torch.float64)
                     updates.append({k: t.numpy() for k, t in noise.items()})
@@ -364,9 +404,12 @@ class CheckinStrategy:
                     stats["skipped"] += 1
             if updates:
                 state = self.step(state, updates)
+            t1 = time.perf_counter()
+            stats["server_compute_s"] += t1 - t0
             done = start + len(chunk)
             if done // block > start // block or done == len(tasks):
                 stats["block_accuracy"].append(job.evaluate_state(state)[0])
+                stats["eval_s"] += time.perf_counter() - t1
         return state, stats
 
     def ask(
@@ -376,35 +419,81 @@ class CheckinStrategy:
         state: dict[str, np.ndarray],
         server_round: int,
         timeout: float,
-    ) -> dict[int, AggregateResult]:
-        """One ``send_and_receive`` for every client asked in ``chunk``; per-slot sums of updates.
+        hosts: Mapping[int, int] | np.ndarray,
+        stats: dict[str, Any] | None = None,
+    ) -> dict[tuple[int, int], dict[str, np.ndarray]]:
+        """One ``send_and_receive`` for every client asked in ``chunk``: one message per worker
+        naming its ``(client id, slot)`` pairs, all with the block's model.
+
+        Returns ``{(client id, slot): {name: update array}}`` (parameter shapes). Adds the
+        workers' per-client ``compute_s`` to ``stats["client_compute_s"]`` and the largest
+        worker's share of it (the workers compute in parallel) to ``stats["client_critical_s"]``.
 
         Raises
         ------
         RuntimeError
-            If a client fails or does not answer in ``timeout`` seconds (the pass is then not
+            If a client fails (a worker's failed client is that client missing), sends a
+            non-finite update, or does not answer in ``timeout`` seconds (the pass is then not
             released).
         """
-        by_slot: dict[int, list[Message]] = {}
-        arrays = ArrayRecord(numpy_state(state))  # once per chunk, shared by its messages
-        for wave in _waves([(node, t.slot) for t in chunk for node in t.nodes]):
-            asked = dict(wave)
-            replies = list(
-                grid.send_and_receive(
-                    [_slot_message(node, arrays, server_round, slot) for node, slot in wave],
-                    timeout=timeout,
-                )
+        pairs: dict[int, list[tuple[int, int]]] = {}
+        for task in chunk:
+            for c in task.clients:
+                pairs.setdefault(int(hosts[c]), []).append((int(c), task.slot))
+        if not pairs:
+            return {}
+        arrays = ArrayRecord(numpy_state(state))  # once per block, shared by its messages
+        first = chunk[0].slot
+        messages = [
+            Message(
+                content=RecordDict(
+                    {
+                        MODEL_KEY: arrays,
+                        CONFIG_KEY: ConfigRecord(
+                            {
+                                "server_round": server_round,
+                                CLIENTS_KEY: [c for c, _ in ps],
+                                "slots": [s for _, s in ps],
+                            }
+                        ),
+                    }
+                ),
+                dst_node_id=nid,
+                message_type=MessageType.TRAIN,
+                group_id=f"{server_round}:{first}",
             )
-            bad = [error_reason(r) for r in replies if r.has_error()]
-            bad += [NON_FINITE for r in replies if not r.has_error() and not is_finite_reply(r)]
-            if bad or len(replies) != len(asked):
-                raise RuntimeError(
-                    f"pass {server_round}: {len(replies) - len(bad)}/{len(asked)} slot updates "
-                    f"arrived; errors: {bad[:2]}"
-                )
-            for r in replies:
-                by_slot.setdefault(asked[int(r.metadata.src_node_id)], []).append(r)
-        return {slot: sum_replies(rs) for slot, rs in by_slot.items()}
+            for nid, ps in pairs.items()
+        ]
+        replies = list(grid.send_and_receive(messages, timeout=timeout))
+        if stats is not None:
+            stats["round_trips"] += 1
+        wanted = {p for ps in pairs.values() for p in ps}
+        bad = [error_reason(r) for r in replies if r.has_error()]
+        out: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+        per_worker: list[float] = []
+        for r in replies:
+            if r.has_error():
+                continue
+            rows = client_rows(r)
+            bad += list(rows.errors.values())
+            slots = _ints(r.content.config_records[CONFIG_KEY], "slots")
+            finite = rows.finite()
+            for i, (c, s) in enumerate(zip(rows.ids, slots, strict=True)):
+                if not finite[i]:
+                    bad.append(NON_FINITE)
+                elif (c, s) in wanted:
+                    out[(c, s)] = {k: a[i] for k, a in rows.arrays.items()}
+            if "compute_s" in rows.metrics:
+                per_worker.append(float(rows.metrics["compute_s"].sum()))
+        if stats is not None:
+            stats["client_compute_s"] += sum(per_worker)
+            stats["client_critical_s"] += max(per_worker, default=0.0)
+        if bad or len(out) != len(wanted):
+            raise RuntimeError(
+                f"pass {server_round}: {len(out)}/{len(wanted)} slot updates arrived; "
+                f"errors: {bad[:2]}"
+            )
+        return out
 
     def step(
         self, state: dict[str, np.ndarray], updates: list[dict[str, np.ndarray]]

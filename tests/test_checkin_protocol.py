@@ -24,7 +24,7 @@ from fedpriv.config import conf_dir, register_schema
 from fedpriv.errors import ConfigError
 from fedpriv.randomizers import LocalRandomizer
 from fedpriv.runner import prepare, run_experiment
-from fedpriv.wire import ABSTAIN, CHECKIN_KEY, METRICS_KEY, UPDATE_KEY
+from fedpriv.wire import ABSTAIN, CHECKIN_KEY
 from strategies import checkin as server
 from strategies.checkin import CheckinStrategy, occupancy, plan_pass, update_slots
 
@@ -110,46 +110,64 @@ def test_server_code_path_sees_only_replies() -> None:
         "run_dataset",
     ):
         assert word not in used, word
-    # planning is a function of (node id -> slot) replies and the server's own rng only
+    # planning is a function of (client id -> slot) replies and the server's own rng only
     answers = {101: 1, 102: 1, 103: 3, 104: ABSTAIN}
     occ = occupancy(answers, range(1, 5))
     assert occ == {1: [101, 102], 2: [], 3: [103], 4: []}
     fixed = plan_pass("fixed", occ, np.random.default_rng(0))
-    assert [len(t.nodes) for t in fixed] == [1, 0, 1, 0] and fixed[0].nodes[0] in (101, 102)
+    assert [len(t.clients) for t in fixed] == [1, 0, 1, 0] and fixed[0].clients[0] in (101, 102)
     averaged = plan_pass("averaged", occ, np.random.default_rng(0))
-    assert [t.nodes for t in averaged] == [(101, 102), (), (103,), ()]
-    # random tickets (not node ids) order a slot's check-ins, so node ids never steer the pick
+    assert [t.clients for t in averaged] == [(101, 102), (), (103,), ()]
+    # random tickets (not client ids) order a slot's check-ins, so ids never steer the pick
     assert occupancy(answers, range(1, 5), {101: 9, 102: 3, 103: 1})[1] == [102, 101]
 
 
 def test_fixed_window_picks_uniformly_among_checked_in() -> None:
     occ = {1: [7, 8, 9]}
-    picks = [plan_pass("fixed", occ, np.random.default_rng(s))[0].nodes[0] for s in range(3000)]
+    picks = [plan_pass("fixed", occ, np.random.default_rng(s))[0].clients[0] for s in range(3000)]
     counts = np.array([picks.count(k) for k in (7, 8, 9)])
     assert scipy.stats.chisquare(counts).pvalue > 1e-3
 
 
 class FakeGrid:
-    """Answers train messages with update = node id * ones; records (node, slot) asked."""
+    """Worker nodes ``1000 + w``: answers slot messages with update = client id * ones for each
+    named (client, slot) pair, stacked; records the (client, slot) pairs asked and the calls."""
 
     def __init__(self, answers: dict[int, int], shapes: dict[str, tuple[int, ...]]) -> None:
         self.answers, self.shapes, self.asked, self.calls = answers, shapes, [], 0
+        self.messages: list[int] = []
 
     def send_and_receive(
         self, messages: list[Message], timeout: float | None = None
     ) -> list[Message]:
-        from flwr.app import ArrayRecord, MetricRecord
+        from fedpriv.engine import named_clients, stacked_reply
 
         self.calls += 1
+        self.messages.append(len(messages))
+        nodes = [m.metadata.dst_node_id for m in messages]
+        assert len(nodes) == len(set(nodes))  # one message per worker per send
         out = []
         for msg in messages:
-            node, slot = msg.metadata.dst_node_id, int(msg.content.config_records["config"]["slot"])
-            assert self.answers[node] == slot  # asked only for the slot it checked into
-            self.asked.append((node, slot))
-            upd = {k: torch.full(s, float(node)) for k, s in self.shapes.items()}
-            content = RecordDict({UPDATE_KEY: ArrayRecord(upd), METRICS_KEY: MetricRecord({})})
-            out.append(Message(content=content, reply_to=msg))
+            clients = named_clients(msg)
+            slots = [int(s) for s in msg.content.config_records["config"]["slots"]]
+            updates = []
+            for client, slot in zip(clients, slots, strict=True):
+                if self.answers is not None:
+                    assert self.answers[client] == slot  # only the slot it checked into
+                self.asked.append((client, slot))
+                updates.append({k: np.full(s, float(client)) for k, s in self.shapes.items()})
+            reply = stacked_reply(msg, clients, updates, [{} for _ in clients], {})
+            reply.content.config_records["config"]["slots"] = slots
+            out.append(reply)
         return out
+
+
+def hosts_of(clients: range, workers: int = 2) -> np.ndarray:
+    """Client -> worker node id (1000 + w), as the strategy's contiguous shares."""
+    return server.client_hosts([1000 + w for w in range(workers)], len(clients))[1]
+
+
+HOSTS = hosts_of(range(40))
 
 
 class FakeJob:
@@ -187,7 +205,7 @@ def test_dummies_exactly_on_empty_slots_and_averaged_skips(
     trace, state = [], state0
     for task in tasks:  # one slot at a time, to see each step
         new, stats = strat.run_slots(
-            grid, FakeJob(), FakeAlgo(variant), [task], state, 1, torch.Generator()
+            grid, FakeJob(), FakeAlgo(variant), [task], state, 1, torch.Generator(), HOSTS
         )
         trace.append(float(state["w"][0] - new["w"][0]))
         state = new
@@ -205,69 +223,99 @@ def test_minibatch_sends_one_request_per_step(task_identity: None) -> None:
     tasks = plan_pass("fixed", occupancy(answers, range(1, 11)), np.random.default_rng(1))
     grid = FakeGrid(answers, {"w": (1,)})
     new, stats = CheckinStrategy(batch_size=5, lr=1.0).run_slots(
-        grid, FakeJob(), FakeAlgo("fixed"), tasks, {"w": np.zeros(1)}, 1, torch.Generator()
+        grid, FakeJob(), FakeAlgo("fixed"), tasks, {"w": np.zeros(1)}, 1, torch.Generator(), HOSTS
     )
     assert grid.calls == 2 and stats["updates"] == 10 and stats["dummies"] == 0
+    assert stats["round_trips"] == 2 and all(k <= 2 for k in grid.messages)  # <= 1 per worker
     # two steps, each the mean of its 5 slot updates
     picked = [n for n, _ in grid.asked]
     assert new["w"][0] == pytest.approx(-(np.mean(picked[:5]) + np.mean(picked[5:])))
 
 
-def test_poisson_node_in_several_slots_of_a_block_reports_once_per_slot(
+def test_poisson_client_in_several_slots_of_a_block_reports_once_per_slot(
     task_identity: None,
 ) -> None:
-    occ = {1: [5, 6], 2: [5], 3: [], 4: [5, 7]}
+    occ = {1: [5, 26], 2: [5], 3: [], 4: [5, 27]}
     tasks = plan_pass("poisson", occ, np.random.default_rng(0))
-    grid = FakeGrid({5: None, 6: None, 7: None}, {"w": (1,)})
-    grid.answers = {}  # the baseline has no check-ins to verify
-
-    def send(messages, timeout=None, _orig=FakeGrid.send_and_receive):
-        nodes = [m.metadata.dst_node_id for m in messages]
-        assert len(nodes) == len(set(nodes))  # one request per node per send
-        for m in messages:
-            grid.answers[m.metadata.dst_node_id] = int(m.content.config_records["config"]["slot"])
-        return _orig(grid, messages, timeout)
-
-    grid.send_and_receive = send
+    grid = FakeGrid({}, {"w": (1,)})
+    grid.answers = None  # the baseline has no check-ins to verify
     new, stats = CheckinStrategy(batch_size=4, lr=1.0).run_slots(
-        grid, FakeJob(), FakeAlgo("poisson"), tasks, {"w": np.zeros(1)}, 1, torch.Generator()
+        grid, FakeJob(), FakeAlgo("poisson"), tasks, {"w": np.zeros(1)}, 1, torch.Generator(), HOSTS
     )
-    assert sorted(grid.asked) == [(5, 1), (5, 2), (5, 4), (6, 1), (7, 4)]
-    assert stats["updates"] == 5 and stats["skipped"] == 1 and grid.calls == 3
-    # one step: mean of the slot means (5.5, 5, 6) over the 3 non-empty slots
-    assert new["w"][0] == pytest.approx(-(5.5 + 5 + 6) / 3)
+    assert sorted(grid.asked) == [(5, 1), (5, 2), (5, 4), (26, 1), (27, 4)]
+    # one send, one message per worker (client 5 on worker 0 named in 3 slots; 26, 27 on 1)
+    assert stats["updates"] == 5 and stats["skipped"] == 1 and grid.calls == 1
+    assert grid.messages == [2]
+    # one step: mean of the slot means (15.5, 5, 16) over the 3 non-empty slots
+    assert new["w"][0] == pytest.approx(-(15.5 + 5 + 16) / 3, abs=1e-12)
 
 
-def test_client_refuses_slots_it_did_not_check_into(task_identity: None) -> None:
-    algo = CheckinClient(
-        variant="fixed", num_slots=5, privacy={"local_epsilon": 1.0}, num_clients=10
-    )
-    cfg = {"seed": 0, "privacy": {"secure_mode": False}}
+def test_worker_answers_each_clients_own_checkin_and_refuses_other_slots(
+    task_identity: None,
+) -> None:
+    cfg, algo = prepare(_cfg(["num_clients=10", "client.num_slots=5"]))
     ctx = Context(
-        run_id=1, node_id=3, node_config={"partition-id": 2}, state=RecordDict(), run_config={}
+        run_id=1, node_id=3, node_config={"partition-id": 0}, state=RecordDict(), run_config={}
     )
+    hosted = [2, 3, 4]
     query = Message(
         content=RecordDict(
-            {CHECKIN_KEY: ConfigRecord({"server_round": 1, "variant": "fixed", "num_slots": 5})}
+            {
+                CHECKIN_KEY: ConfigRecord({"server_round": 1, "variant": "fixed", "num_slots": 5}),
+                "config": ConfigRecord({"server_round": 1, "clients": hosted}),
+            }
         ),
         dst_node_id=3,
         message_type=MessageType.QUERY,
     )
-    reply = algo.query_handler(cfg, query, ctx)
-    slot = int(reply.content.config_records[CHECKIN_KEY]["slot"])
-    assert slot == draw_checkin(checkin_rng(0, 1, 2, False), 1.0, (1, 5))
-    assert set(reply.content.config_records[CHECKIN_KEY]) == {
-        "slot",
-        "ticket",
-    }  # no identity, no data
-    other = slot % 5 + 1
+    rec = algo.query_handler(cfg, query, ctx).content.config_records[CHECKIN_KEY]
+    assert set(rec) == {"clients", "slots", "tickets"}  # occupancy only, no data
+    assert list(rec["clients"]) == hosted
+    for pid, slot, ticket in zip(hosted, rec["slots"], rec["tickets"], strict=True):
+        # each client's own RNG, as a node of its own drew it: slot, then ticket
+        rng = checkin_rng(0, 1, pid, False)
+        assert slot == draw_checkin(rng, 1.0, (1, 5)) and ticket == int(rng.integers(2**62))
+    slots = dict(zip(hosted, rec["slots"], strict=True))
+    other = slots[2] % 5 + 1
+    from flwr.app import ArrayRecord
+
+    from fedpriv.engine import client_rows
+    from fedpriv.setup import build_model_for
+
+    state = ArrayRecord({k: v.detach() for k, v in build_model_for(cfg).state_dict().items()})
     train = Message(
-        content=RecordDict({"config": ConfigRecord({"server_round": 1, "slot": other})}),
+        content=RecordDict(
+            {
+                "arrays": state,
+                "config": ConfigRecord(
+                    {"server_round": 1, "clients": [2, 3, 9], "slots": [other, slots[3], 1]}
+                ),
+            }
+        ),
         dst_node_id=3,
         message_type=MessageType.TRAIN,
     )
-    with pytest.raises(RuntimeError, match="checked into"):
-        algo.train_message_handler(cfg, train, ctx)
+    reply = algo.train_message_handler(cfg, train, ctx)
+    rows = client_rows(reply)
+    # client 3 sends; client 2 asked for another slot and client 9 (not checked in here) refuse
+    assert rows.ids == [3] and list(reply.content.config_records["config"]["slots"]) == [slots[3]]
+    assert sorted(rows.errors) == [2, 9] and all("checked into" in e for e in rows.errors.values())
+    assert rows.metrics["compute_s"].shape == (1,) and rows.metrics["compute_s"][0] > 0
+    # the server treats a refused client as missing: the pass fails (and is accounted in full)
+
+    class OneReply:
+        def send_and_receive(self, messages, timeout=None):
+            return [reply]
+
+    task = [server.SlotTask(other, (2,)), server.SlotTask(slots[3], (3,))]
+    with pytest.raises(RuntimeError, match="1/2 slot updates arrived.*checked into"):
+        CheckinStrategy().ask(OneReply(), task, {}, 1, 1.0, {2: 3, 3: 3})
+
+
+def test_checkin_refuses_a_server_cohort() -> None:
+    with pytest.raises(ConfigError) as info:
+        prepare(_cfg(["client_sampling=poisson", "client_sample_rate=0.5"]))
+    assert "client_sampling='poisson' is not supported with client=checkin" in str(info.value)
 
 
 # --------------------------------------------------------------------------- randomizers
