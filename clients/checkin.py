@@ -39,7 +39,7 @@ from fedpriv.accounting.checkin import CheckinSpec, CheckinVariant
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
-from fedpriv.engine import named_clients, stacked_reply
+from fedpriv.engine import named_clients, row_blocks, stacked_reply
 from fedpriv.errors import ConfigError
 from fedpriv.randomizers import LocalRandomizer
 from fedpriv.wire import (
@@ -333,7 +333,7 @@ class CheckinClient(ClientAlgorithm):
             ok_slots.append(slot)
             updates.append(update)
             metrics.append(m)
-        reply = stacked_reply(msg, ok, updates, metrics, failed)
+        reply = stacked_reply(msg, row_blocks(ok, updates, metrics), failed)
         reply.content.config_records[CONFIG_KEY]["slots"] = ok_slots
         return reply
 

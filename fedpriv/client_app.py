@@ -23,7 +23,8 @@ from flwr.clientapp import ClientApp
 
 from fedpriv.aggregation import aggregator_class
 from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.engine import named_clients, stacked_reply
+from fedpriv.data.shared import release_pages
+from fedpriv.engine import named_clients, row_blocks, stacked_reply
 from fedpriv.noise import make_generator
 from fedpriv.notices import quiet_known_notices
 from fedpriv.setup import build_algorithm, build_model_for, partitions, resolve_device, run_dataset
@@ -162,7 +163,8 @@ def worker_train_handler(cfg: dict[str, Any], cfg_json: str, msg: Message) -> Me
         except Exception as exc:  # one client's failure is its own, not the worker's
             failed[pid] = f"client {pid}: {type(exc).__name__}: {exc}"[:300]
             continue
-        blocks.append(([pid], {k: v[None] for k, v in update.items()}, [m]))
+        blocks += row_blocks([pid], [update], [m])
+    release_pages(_store(cfg_json)[0].x_train)  # rows copied out: unmap the shared set
     return stacked_reply(msg, blocks, failed)
 
 

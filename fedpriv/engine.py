@@ -98,6 +98,18 @@ def clients_in(messages: Sequence[Message]) -> int:
     return sum(len(c) if (c := named_clients(m)) is not None else 1 for m in messages)
 
 
+def row_blocks(
+    clients: Sequence[int],
+    updates: Sequence[dict[str, np.ndarray]],
+    metrics: Sequence[dict[str, float]],
+) -> list[tuple[list[int], dict[str, np.ndarray], list[dict[str, float]]]]:
+    """One :func:`stacked_reply` block per client trained alone (its update as one row)."""
+    return [
+        ([int(c)], {k: np.asarray(v)[None] for k, v in u.items()}, [m])
+        for c, u, m in zip(clients, updates, metrics, strict=True)
+    ]
+
+
 def stacked_reply(
     msg: Message,
     blocks: Sequence[tuple[list[int], dict[str, np.ndarray], list[dict[str, float]]]],

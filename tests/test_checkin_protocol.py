@@ -140,7 +140,7 @@ class FakeGrid:
     def send_and_receive(
         self, messages: list[Message], timeout: float | None = None
     ) -> list[Message]:
-        from fedpriv.engine import named_clients, stacked_reply
+        from fedpriv.engine import named_clients, row_blocks, stacked_reply
 
         self.calls += 1
         self.messages.append(len(messages))
@@ -156,7 +156,7 @@ class FakeGrid:
                     assert self.answers[client] == slot  # only the slot it checked into
                 self.asked.append((client, slot))
                 updates.append({k: np.full(s, float(client)) for k, s in self.shapes.items()})
-            reply = stacked_reply(msg, clients, updates, [{} for _ in clients], {})
+            reply = stacked_reply(msg, row_blocks(clients, updates, [{} for _ in clients]), {})
             reply.content.config_records["config"]["slots"] = slots
             out.append(reply)
         return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -84,6 +85,15 @@ def share(dataset_json: str, ds: ArrayDataset) -> Path | None:
     except OSError:  # another run wrote it first
         shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def release_pages(array: np.ndarray) -> None:
+    """Drop this process's mappings of a shared array's pages (``MADV_DONTNEED``; the data
+    stays in the page cache and is faulted back on the next read). A worker calls it after
+    copying out a round's client rows, so it never holds more of the set than it uses."""
+    raw = getattr(array, "_mmap", None)
+    if raw is not None and hasattr(raw, "madvise"):
+        raw.madvise(mmap.MADV_DONTNEED)
 
 
 def unshare(folder: Path | None) -> None:
