@@ -135,7 +135,7 @@ class CheckinClient(ClientAlgorithm):
             whether to take part (``privacy.checkin_probability``); a server cohort would be
             another protocol, which the check-in analysis does not cover.
         """
-        sampling = str(cfg.get("client_sampling") or "all")
+        sampling = str(cfg.get("client_sampling", "all"))
         if sampling != "all":
             raise ConfigError(
                 "client_sampling",

@@ -83,7 +83,12 @@ class CohortSampler:
         check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
         q, k = self.client_sample_rate, self.num_sampled_clients
         if kind is ClientSampling.POISSON:
-            check(q is not None, "client_sample_rate", q, "must be set for client_sampling=poisson")
+            check(
+                q is not None,
+                "client_sample_rate",
+                q,
+                "is not set: give client_sample_rate=Q in (0, 1] with client_sampling=poisson",
+            )
             assert q is not None
             check(math.isfinite(q) and 0 < q <= 1, "client_sample_rate", q, "must be in (0, 1]")
         else:
@@ -93,7 +98,8 @@ class CohortSampler:
                 k is not None,
                 "num_sampled_clients",
                 k,
-                "must be set for client_sampling=fixed_size",
+                "is not set: give num_sampled_clients=K in 1..num_clients with "
+                "client_sampling=fixed_size",
             )
             assert k is not None
             check(

@@ -102,7 +102,7 @@ class RunConfig:
     num_clients: int = 10
     num_rounds: int = 15
     num_workers: Optional[int] = None
-    vmap_clients: Optional[bool] = None
+    vmap_clients: Any = None  # true | false | null (checked in validate: bools only)
     client_sampling: str = "all"
     client_sample_rate: Optional[float] = None
     num_sampled_clients: Optional[int] = None
@@ -218,6 +218,12 @@ def validate(cfg: DictConfig) -> None:
     check_all_finite(OmegaConf.to_container(cfg, resolve=True))
     check(cfg.seed >= 0, "seed", cfg.seed, "must be >= 0")
     check(cfg.num_clients >= 1, "num_clients", cfg.num_clients, "must be >= 1")
+    check(
+        cfg.vmap_clients is None or isinstance(cfg.vmap_clients, bool),
+        "vmap_clients",
+        cfg.vmap_clients,
+        "must be true, false or null (auto)",
+    )
     check(cfg.num_rounds >= 1, "num_rounds", cfg.num_rounds, "must be >= 1")
     check(cfg.device in DEVICES, "device", cfg.device, f"must be one of {DEVICES}")
     check(cfg.round_timeout > 0, "round_timeout", cfg.round_timeout, "must be > 0 (seconds)")

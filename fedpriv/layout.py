@@ -86,7 +86,7 @@ def cohort_sampler(cfg: dict[str, Any]) -> CohortSampler:
     """The run's :class:`CohortSampler` (validated: ConfigError naming the field)."""
     return CohortSampler(
         num_clients=int(cfg["num_clients"]),
-        client_sampling=cfg.get("client_sampling") or ClientSampling.ALL,
+        client_sampling=cfg.get("client_sampling", ClientSampling.ALL),
         client_sample_rate=cfg.get("client_sample_rate"),
         num_sampled_clients=cfg.get("num_sampled_clients"),
         seed=int(cfg["seed"]),

@@ -53,7 +53,7 @@ from flwr.serverapp import Grid
 
 from fedpriv.accounting.checkin import expected_dummy_updates
 from fedpriv.aggregation import NON_FINITE, AggregateResult, error_reason
-from fedpriv.engine import client_rows, numpy_state, split_cohort
+from fedpriv.engine import check_pull_interval, client_rows, numpy_state, split_cohort
 from fedpriv.errors import check
 from fedpriv.noise import make_generator
 from fedpriv.wire import ABSTAIN, CHECKIN_KEY, CLIENTS_KEY, CONFIG_KEY, MODEL_KEY
@@ -189,12 +189,7 @@ class CheckinStrategy:
             self.eval_every,
             "must be >= 1 or null",
         )
-        check(
-            0 < self.pull_interval <= 1,
-            "strategy.pull_interval",
-            self.pull_interval,
-            "must be in (0, 1] seconds",
-        )
+        check_pull_interval(self.pull_interval)
         check(
             self.query_chunk is None or self.query_chunk >= 1,
             "strategy.query_chunk",

@@ -20,6 +20,7 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from fedpriv.aggregation import AggregateResult, Aggregator, RoundFailed
+from fedpriv.engine import check_pull_interval
 
 
 class ServerJob(Protocol):
@@ -96,14 +97,7 @@ class DPFedAvg:
             from fedpriv.errors import ConfigError
 
             raise ConfigError("strategy.server_lr", self.server_lr, "must be > 0")
-        from fedpriv.errors import check
-
-        check(
-            0 < self.pull_interval <= 1,
-            "strategy.pull_interval",
-            self.pull_interval,
-            "must be in (0, 1] (seconds)",
-        )
+        check_pull_interval(self.pull_interval)
 
     def check_algorithm(self, algorithm: object) -> None:
         """Refuse, before training, a client algorithm that needs its own server (check-ins)."""

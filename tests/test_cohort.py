@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,13 +122,13 @@ def test_poisson_expected_and_nominal_size(n: int, q: float, expected: float, no
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"client_sampling": "poisson"}, "client_sample_rate=None must be set"),
+        ({"client_sampling": "poisson"}, "client_sample_rate=None is not set: give"),
         ({"client_sampling": "poisson", "client_sample_rate": 0.0}, "client_sample_rate=0.0 must"),
         ({"client_sampling": "poisson", "client_sample_rate": 1.5}, "client_sample_rate=1.5 must"),
         ({"client_sampling": "poisson", "client_sample_rate": -0.1}, "client_sample_rate=-0.1"),
         ({"client_sampling": "poisson", "client_sample_rate": math.nan}, "client_sample_rate=nan"),
         ({"client_sampling": "poisson", "client_sample_rate": math.inf}, "client_sample_rate=inf"),
-        ({"client_sampling": "fixed_size"}, "num_sampled_clients=None must be set"),
+        ({"client_sampling": "fixed_size"}, "num_sampled_clients=None is not set: give"),
         ({"client_sampling": "fixed_size", "num_sampled_clients": 11}, "num_sampled_clients=11"),
         ({"client_sampling": "fixed_size", "num_sampled_clients": 0}, "num_sampled_clients=0"),
         ({"client_sample_rate": 0.5}, "client_sample_rate=0.5 needs client_sampling=poisson"),
@@ -240,7 +241,7 @@ SKELLAM = ["client=skellam_dpsgd", "privacy.accountant=rdp"]
                 "client_sampling=fixed_size",
                 "num_sampled_clients=5",
             ],
-            "client_sampling='fixed_size' is not supported with this strategy",
+            "client_sampling='fixed_size' is not supported with client=checkin",
         ),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
@@ -315,3 +316,29 @@ def test_fixed_size_cohort_end_to_end(tmp_path: Path) -> None:
     rows = [dict(zip(header, ln.split(","), strict=False)) for ln in lines[1:]]
     assert [int(float(r["cohort_size"])) for r in rows] == [5, 5]
     assert float(rows[-1]["epsilon"]) == pytest.approx(res["privacy"]["epsilon"], rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("client_sampling=", "client_sampling='' must be one of"),
+        ("vmap_clients=2", "vmap_clients=2 must be true, false or null"),
+        ("strategy.pull_interval=abc", "strategy.pull_interval='abc' must be a number of seconds"),
+    ],
+)
+def test_values_that_coerce_silently_are_refused(override: str, message: str) -> None:
+    """An empty sampling name, a number for a boolean switch and a string for seconds are
+    refused before anything trains, naming the field and the value."""
+    from hydra import compose, initialize_config_dir
+
+    from fedpriv.config import conf_dir, register_schema
+    from fedpriv.errors import ConfigError
+    from fedpriv.runner import _instantiate, prepare, run_layout
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["model=logistic", override])
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        run_cfg, _ = prepare(cfg)
+        run_layout(run_cfg)
+        _instantiate(cfg.strategy, "strategy")  # the CLI's path: Hydra's wrapper unwrapped
