@@ -83,10 +83,12 @@ def no_actor_error(cfg: dict[str, Any]) -> ConfigError:
 
 
 def cohort_sampler(cfg: dict[str, Any]) -> CohortSampler:
-    """The run's :class:`CohortSampler` (validated: ConfigError naming the field)."""
+    """The run's :class:`CohortSampler` (validated: ConfigError naming the field); an absent or
+    null ``client_sampling`` is ``all``, any other value must name a sampling."""
+    sampling = cfg.get("client_sampling")
     return CohortSampler(
         num_clients=int(cfg["num_clients"]),
-        client_sampling=cfg.get("client_sampling", ClientSampling.ALL),
+        client_sampling=ClientSampling.ALL if sampling is None else sampling,
         client_sample_rate=cfg.get("client_sample_rate"),
         num_sampled_clients=cfg.get("num_sampled_clients"),
         seed=int(cfg["seed"]),
