@@ -69,18 +69,10 @@ def worker_messages(
 ) -> list[Message]:
     """One TRAIN message per worker (the first ``len(shares)`` of ``node_ids``): model + clients."""
     arrays = ArrayRecord(numpy_state(state))
-    messages = []
-    for nid, share in zip(node_ids, split_cohort(cohort, len(node_ids))):
-        config = ConfigRecord({"server_round": int(server_round), CLIENTS_KEY: share})
-        messages.append(
-            Message(
-                content=RecordDict({MODEL_KEY: arrays, CONFIG_KEY: config}),
-                dst_node_id=int(nid),
-                message_type=MessageType.TRAIN,
-                group_id=str(server_round),
-            )
-        )
-    return messages
+    return [
+        _train_message(nid, arrays, {"server_round": int(server_round), CLIENTS_KEY: share})
+        for nid, share in zip(node_ids, split_cohort(cohort, len(node_ids)))
+    ]
 
 
 def node_messages(
@@ -88,17 +80,17 @@ def node_messages(
 ) -> list[Message]:
     """One TRAIN message per node (node-per-client layout): the global model and the round."""
     arrays = ArrayRecord(numpy_state(state))
-    return [
-        Message(
-            content=RecordDict(
-                {MODEL_KEY: arrays, CONFIG_KEY: ConfigRecord({"server_round": server_round})}
-            ),
-            dst_node_id=int(nid),
-            message_type=MessageType.TRAIN,
-            group_id=str(server_round),
-        )
-        for nid in node_ids
-    ]
+    return [_train_message(nid, arrays, {"server_round": server_round}) for nid in node_ids]
+
+
+def _train_message(nid: int, arrays: ArrayRecord, config: dict[str, Any]) -> Message:
+    """A TRAIN message to node ``nid``: the shared model record and its config record."""
+    return Message(
+        content=RecordDict({MODEL_KEY: arrays, CONFIG_KEY: ConfigRecord(config)}),
+        dst_node_id=int(nid),
+        message_type=MessageType.TRAIN,
+        group_id=str(config["server_round"]),
+    )
 
 
 def named_clients(msg: Message) -> list[int] | None:

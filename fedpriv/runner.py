@@ -64,7 +64,7 @@ class Job:
         self.cfg = cfg
         self.num_clients = int(cfg["num_clients"])
         self.layout = layout = layout or run_layout(cfg)
-        self.cohort_size = len(layout.cohort.draw(1)) if not layout.cohort.varies else 0
+        self.cohort_size = 0 if layout.cohort.varies else layout.cohort.nominal_size
         self.num_rounds = int(cfg["num_rounds"])
         self.round_timeout = float(cfg["round_timeout"])
         self.aggregator = aggregator
