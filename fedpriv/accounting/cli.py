@@ -15,6 +15,8 @@ Examples
         target_delta=1e-5
     fedpriv-account poisson-gaussian target_epsilon=3 sample_rate=0.01 steps=10000 \
         target_delta=1e-5 --json
+    fedpriv-account client-level noise_multiplier=1 num_clients=6000 \
+        client_sampling=poisson client_sample_rate=0.02 num_rounds=500 target_delta=1e-5
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ ANALYSES: dict[str, str] = {
     "checkin": "fedpriv.accounting.checkin:run_cli",
     "skellam": "fedpriv.accounting.skellam:run_cli",
     "secagg-dpsgd": "fedpriv.accounting.secagg:run_cli",
+    "client-level": "fedpriv.accounting.client_level:run_cli",
 }
 
 USAGE = (

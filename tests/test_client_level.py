@@ -1,0 +1,405 @@
+"""Issue 13: client-level DP-FedAvg, each participation scheme's accounting, adaptive clipping.
+
+References used here, independent of fedpriv's mapping:
+- brute force: the exact hockey-stick divergence of the one-round mechanisms on tiny cases
+  (numerical integration of the output densities), against which every analysis must be an
+  upper bound;
+- dp-accounting's own accountants and pld-accounting's lower bound for random allocation;
+- the issue's RDP value (ε ≈ 3.14 for q = 0.02, σ = 1, 500 rounds, δ = 1e-5).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from dp_accounting import dp_event
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.privacy_accountant import NeighboringRelation
+from flwr.common.serde import recorddict_to_proto
+from scipy import integrate, optimize, stats
+
+from clients.client_level import UNCLIPPED_KEY, ClientLevelDPFedAvg
+from fedpriv import client_app
+from fedpriv.accounting.client_level import ClientLevelSpec
+from fedpriv.accounting.spec import AccountingSpec
+from fedpriv.cohort import ClientSampling, CohortSampler
+from fedpriv.engine import client_rows, worker_messages
+from fedpriv.errors import ConfigError
+from fedpriv.runner import prepare
+from fedpriv.setup import build_model_for
+from tests.contracts import compose_config, parse_reply
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def spec(kind: str, z: float = 1.0, n: int = 6000, acc: str = "pld", **kw: Any) -> ClientLevelSpec:
+    delta = kw.pop("delta", 1e-5)
+    return ClientLevelSpec(
+        noise_multiplier=z,
+        clipping_norm=1.0,
+        cohort=CohortSampler(n, ClientSampling(kind), **kw),
+        accounting=AccountingSpec(accountant=acc, target_delta=delta),
+    )
+
+
+# ------------------------------------------------------------------ exact tiny mechanisms
+
+
+def hockey_stick(p: Any, q: Any, eps: float, lo: float, hi: float) -> float:
+    """δ(ε) = ∫ max(0, p − e^ε q) over [lo, hi] (1-d densities; quadrature to 1e-10)."""
+    f = lambda y: max(0.0, p(y) - math.exp(eps) * q(y))  # noqa: E731
+    return float(integrate.quad(f, lo, hi, limit=400, epsabs=1e-12)[0])
+
+
+def exact_epsilon(delta_of: Any, delta: float) -> float:
+    """The smallest ε with ``delta_of(ε) <= delta`` (bisection on a decreasing function)."""
+    if delta_of(0.0) <= delta:
+        return 0.0
+    return float(optimize.brentq(lambda e: delta_of(e) - delta, 0.0, 50.0, xtol=1e-6))
+
+
+def wor_exact_epsilon(n: int, sigma: float, delta: float) -> float:
+    """One round, 1 of ``n`` clients sampled without replacement, replace-one: client 1's
+    clipped contribution C = 1 replaced by −1, the others 0 (scalars): the output mixtures
+    P = (1/n) N(1, σ²) + (1 − 1/n) N(0, σ²) and Q = (1/n) N(−1, σ²) + (1 − 1/n) N(0, σ²)."""
+    w = 1.0 / n
+    p = lambda y: w * stats.norm.pdf(y, 1, sigma) + (1 - w) * stats.norm.pdf(y, 0, sigma)  # noqa: E731
+    q = lambda y: w * stats.norm.pdf(y, -1, sigma) + (1 - w) * stats.norm.pdf(y, 0, sigma)  # noqa: E731
+    span = 12 * sigma + 2
+    return exact_epsilon(lambda e: hockey_stick(p, q, e, -span, span), delta)
+
+
+def test_poisson_matches_the_issue_rdp_value_and_dp_accounting() -> None:
+    """q = 0.02, σ = 1, 500 rounds, δ = 1e-5: RDP ε ≈ 3.14 (issue 13, item 5); PLD equals
+    dp-accounting's PLD accountant on the Poisson-subsampled Gaussian (rel. 1e-9)."""
+    rdp = spec("poisson", acc="rdp", client_sample_rate=0.02).epsilon(500)
+    assert rdp == pytest.approx(3.14, abs=0.01)
+    acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE)
+    acc.compose(dp_event.PoissonSampledDpEvent(0.02, dp_event.GaussianDpEvent(1.0)), 500)
+    pld = spec("poisson", client_sample_rate=0.02).epsilon(500)
+    assert pld == pytest.approx(min(acc.get_epsilon(1e-5), rdp), rel=1e-9)
+    assert pld < rdp
+
+
+@pytest.mark.parametrize(("n", "sigma"), [(1, 1.0), (3, 1.0), (4, 2.0)])
+def test_fixed_size_is_an_upper_bound_of_the_exact_mechanism_with_sensitivity_2c(
+    n: int, sigma: float
+) -> None:
+    """Brute force, one round, 1 of n sampled, δ = 1e-2: fedpriv's replace-one ε (event
+    multiplier σ/2) is >= the exact ε (quadrature, 1e-6). For n = 1 (the whole population
+    sampled) the same analysis with the add/remove sensitivity C (multiplier σ) UNDER-reports
+    it (2.75 < 6.00), so this test fails on that mistake."""
+    delta = 1e-2
+    exact = wor_exact_epsilon(n, sigma, delta)
+    ours = spec("fixed_size", z=sigma, n=n, acc="rdp", num_sampled_clients=1, delta=delta)
+    assert ours.neighboring_relation.value == "replace_one"
+    assert ours.epsilon(1) >= exact
+    if n == 1:
+        wrong = AccountingSpec(
+            accountant="rdp", target_delta=delta, neighboring_relation="replace_one"
+        )
+        event = dp_event.SampledWithoutReplacementDpEvent(n, 1, dp_event.GaussianDpEvent(sigma))
+        assert wrong.epsilon([(event, 1)]) < exact
+
+
+def allocation_exact_delta(sigma: float, eps: float) -> float:
+    """t = 2 rounds, k = 1, one epoch, add/remove, scalar contribution 1: P = ½ N((1,0), σ²I) +
+    ½ N((0,1), σ²I) against Q = N(0, σ²I); the max over both directions of the hockey stick,
+    by 2-d integration in the rotated coordinates u = (y1 − y2)/√2, v = (y1 + y2)/√2."""
+    s2 = sigma**2
+
+    def loss(y1: np.ndarray, y2: np.ndarray) -> np.ndarray:  # log p/q
+        a, b = (2 * y1 - 1) / (2 * s2), (2 * y2 - 1) / (2 * s2)
+        return np.logaddexp(a, b) - math.log(2)
+
+    g = np.linspace(-10 * sigma - 1, 10 * sigma + 2, 1601)
+    y1, y2 = np.meshgrid(g, g, indexing="ij")
+    cell = (g[1] - g[0]) ** 2
+    qd = stats.norm.pdf(y1, 0, sigma) * stats.norm.pdf(y2, 0, sigma)
+    pd = qd * np.exp(loss(y1, y2))
+    remove = float(np.sum(np.maximum(pd - math.exp(eps) * qd, 0)) * cell)
+    add = float(np.sum(np.maximum(qd - math.exp(eps) * pd, 0)) * cell)
+    return max(remove, add)
+
+
+def test_random_allocation_is_an_upper_bound_of_the_exact_tiny_case() -> None:
+    """t = 2, k = 1, σ = 1, one epoch: the PLD's ε at δ = 1e-3 is >= the exact ε (2-d
+    integration, grid error < 1e-6 in δ) and within 5 % of it (tight accountant)."""
+    delta = 1e-3
+    exact = exact_epsilon(lambda e: allocation_exact_delta(1.0, e), delta)
+    ours = spec("random_allocation", n=10, allocation_window=2, rounds_per_client=1, delta=delta)
+    eps = ours.epsilon(2)
+    assert exact <= eps <= 1.05 * exact
+
+
+def test_random_allocation_between_pld_accounting_bounds_and_per_epoch() -> None:
+    """t = 10, k = 2, σ = 0.8, 3 epochs: ε lies between pld-accounting's own lower and upper
+    bounds (gaussian_allocation_epsilon_range; 2 % slack for the grids); rounds inside an epoch
+    cost nothing more, the first round of the next epoch a whole epoch."""
+    import PLD_accounting as pa
+
+    s = spec("random_allocation", z=0.8, n=100, allocation_window=10, rounds_per_client=2)
+    upper, lower = pa.gaussian_allocation_epsilon_range(
+        delta=1e-5, sigma=0.8, num_steps=10, num_selected=2, num_epochs=3
+    )
+    eps = s.epsilon(30)
+    assert lower <= eps <= upper * 1.02
+    assert s.epsilon(21) == eps and s.epsilon(20) < eps
+
+
+def test_adaptive_clipping_equals_the_composition_of_its_two_gaussians() -> None:
+    """All clients, z = 1.2, σ_b = 3: the delta's noise σ_Δ = (z⁻² − (2σ_b)⁻²)^(-1/2); the two
+    releases (delta: sensitivity C, noise σ_Δ C; centred count: sensitivity 1/2, noise σ_b)
+    composed by dp-accounting's PLD give the spec's ε (rel. 1e-3)."""
+    s = replace(spec("all", z=1.2, n=50), count_noise_multiplier=3.0)
+    sd = s.update_noise_multiplier
+    assert sd == pytest.approx((1.2**-2 - 6.0**-2) ** -0.5, rel=1e-12) and sd > 1.2
+    acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE)
+    both = dp_event.ComposedDpEvent([dp_event.GaussianDpEvent(sd), dp_event.GaussianDpEvent(6.0)])
+    acc.compose(both, 20)
+    assert s.epsilon(20) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("kind", "kw", "rounds"),
+    [
+        ("all", {}, 20),
+        ("poisson", {"client_sample_rate": 0.05}, 100),
+        ("fixed_size", {"num_sampled_clients": 10}, 100),
+        ("random_allocation", {"allocation_window": 4, "rounds_per_client": 1}, 8),
+    ],
+)
+def test_calibration_meets_the_target_within_one_percent(kind: str, kw: dict, rounds: int) -> None:
+    acc = "rdp" if kind == "fixed_size" else "pld"
+    s = spec(kind, n=200, acc=acc, **kw).calibrated(2.0, rounds)
+    assert 0.99 * 2.0 <= s.epsilon(rounds) <= 2.0
+
+
+# ------------------------------------------------------------------ what leaves the client
+
+BASE = ["client=client_level", "privacy=client_level", "model=logistic", "num_clients=6", "seed=0"]
+
+
+def _algorithm(extra: list[str]) -> tuple[dict[str, Any], ClientLevelDPFedAvg]:
+    run_cfg, algorithm = prepare(_compose(BASE + extra))
+    return run_cfg, algorithm
+
+
+def _compose(overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_dir
+
+    from fedpriv.config import conf_dir, register_schema
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _sent_rows(run_cfg: dict[str, Any], round_config: dict[str, float]) -> Any:
+    """Every client's row of the serialized replies of two workers (Flower's protobuf)."""
+    state = {k: v.detach().numpy() for k, v in build_model_for(run_cfg).state_dict().items()}
+    cfg_json = json.dumps(run_cfg, sort_keys=True)
+    rows: dict[int, dict[str, np.ndarray]] = {}
+    for msg in worker_messages([1, 2], list(range(6)), state, 1, round_config):
+        reply = client_app.worker_train_handler(run_cfg, cfg_json, msg)
+        wire = client_rows(parse_reply(recorddict_to_proto(reply.content).SerializeToString()))
+        assert not wire.errors
+        for i, pid in enumerate(wire.ids):
+            rows[pid] = {k: v[i] for k, v in wire.arrays.items()}
+    return rows
+
+
+def _norm(row: dict[str, np.ndarray]) -> float:
+    return math.sqrt(
+        sum(float(np.sum(v.astype(np.float64) ** 2)) for k, v in row.items() if k != UNCLIPPED_KEY)
+    )
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_sent_updates_are_clipped_to_the_round_clip_norm_with_centred_bits() -> None:
+    """Measured from the serialized replies: every delta's L2 norm is <= the round's clip norm
+    (rel. 1e-6; at C = 0.01 every client is clipped, so the norm is C), the adaptive bit is
+    exactly ±1/2, and no noise is sent with ``noise_placement=server``."""
+    extra = ["privacy.count_noise_multiplier=2", "client.target_unclipped_quantile=0.5"]
+    run_cfg, _ = _algorithm(extra)
+    for c in (0.01, 100.0):
+        rows = _sent_rows(run_cfg, {"clipping_norm": c})
+        for row in rows.values():
+            assert _norm(row) <= c * (1 + 1e-6)
+            assert float(row[UNCLIPPED_KEY][0]) == (-0.5 if c == 0.01 else 0.5)
+        if c == 0.01:
+            assert all(_norm(r) == pytest.approx(c, rel=1e-5) for r in rows.values())
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_client_noise_shares_measured_from_the_bytes_give_the_events_sigma() -> None:
+    """``noise_placement=clients``, z = 2, C = 0.5, 6 clients: a sent row minus the same
+    client's noiseless row (same seed, z = 0) is its noise share; its std over 7850 coordinates
+    × 6 clients is z C / √6 (3 %), so the SUM's noise over the sensitivity C is the events' z."""
+    extra = [
+        "client.noise_placement=clients",
+        "privacy.noise_multiplier=2",
+        "privacy.clipping_norm=0.5",
+    ]
+    run_cfg, algorithm = _algorithm(extra)
+    noisy = _sent_rows(run_cfg, {"clipping_norm": 0.5})
+    clean_cfg, _ = _algorithm(
+        extra[:1] + ["privacy.noise_multiplier=0", "privacy.clipping_norm=0.5"]
+    )
+    clean = _sent_rows(clean_cfg, {"clipping_norm": 0.5})
+    noise = np.concatenate([(noisy[p][k] - clean[p][k]).ravel() for p in noisy for k in noisy[p]])
+    share = float(np.std(noise))
+    assert share == pytest.approx(2 * 0.5 / math.sqrt(6), rel=0.03)
+    event = algorithm.round_events()[0][0]
+    assert isinstance(event, dp_event.GaussianDpEvent)
+    assert share * math.sqrt(6) / 0.5 == pytest.approx(event.noise_multiplier, rel=0.03)
+
+
+def test_server_release_noise_and_count_noise_give_the_effective_multiplier() -> None:
+    """``release`` on a zero sum: the delta noise std is σ_Δ C (7850 coordinates × 40 rounds,
+    2 %) and the released fraction's std × m is σ_b (400 rounds, 10 %); together they are the
+    events' z = (σ_Δ⁻² + (2σ_b)⁻²)^(-1/2) (5 %)."""
+    run_cfg, algorithm = _algorithm(
+        [
+            "privacy.count_noise_multiplier=1.5",
+            "client.target_unclipped_quantile=0.5",
+            "privacy.noise_multiplier=1.0",
+            "client_sampling=fixed_size",
+            "num_sampled_clients=4",
+            "privacy.accountant=rdp",
+        ]
+    )
+    zero = {"w": np.zeros(7850, dtype=np.float32), UNCLIPPED_KEY: np.zeros(1, dtype=np.float32)}
+    c = 0.7
+    deltas, fractions = [], []
+    for r in range(1, 401):
+        out, figures, nxt = algorithm.release(zero, r, {"clipping_norm": c})
+        assert UNCLIPPED_KEY not in out and figures["clipping_norm"] == c
+        if r <= 40:
+            deltas.append(out["w"])
+        fractions.append(figures["unclipped_fraction"])
+        assert nxt["clipping_norm"] == pytest.approx(
+            c * math.exp(-0.2 * (figures["unclipped_fraction"] - 0.5)), rel=1e-12
+        )
+    sd = float(np.std(np.concatenate(deltas))) / c
+    sb = float(np.std(fractions)) * 4
+    assert sd == pytest.approx(algorithm.spec.update_noise_multiplier, rel=0.02)
+    assert sb == pytest.approx(1.5, rel=0.10)
+    z = (sd**-2 + (2 * sb) ** -2) ** -0.5
+    event = algorithm.round_events()[0][0]
+    assert isinstance(event, dp_event.SampledWithoutReplacementDpEvent)
+    assert 2 * event.event.noise_multiplier == pytest.approx(z, rel=0.05)  # replace-one: z/2
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["privacy.clipping_norm=0"], "privacy.clipping_norm=0"),
+        (["privacy.clipping_norm=-1"], "privacy.clipping_norm=-1"),
+        (
+            ["client.target_unclipped_quantile=1.5", "privacy.count_noise_multiplier=2"],
+            "client.target_unclipped_quantile=1.5",
+        ),
+        (["client.target_unclipped_quantile=0.5"], "privacy.count_noise_multiplier=None"),
+        (["client_sampling=fixed_size", "num_sampled_clients=7"], "num_sampled_clients=7"),
+        (
+            ["client_sampling=random_allocation", "allocation_window=3", "rounds_per_client=4"],
+            "rounds_per_client=4",
+        ),
+        (["client_sampling=fixed_size", "num_sampled_clients=3"], "privacy.accountant='pld'"),
+        (
+            [
+                "client_sampling=random_allocation",
+                "allocation_window=3",
+                "rounds_per_client=1",
+                "privacy.accountant=rdp",
+            ],
+            "privacy.accountant='rdp'",
+        ),
+        (
+            ["client_sampling=poisson", "client_sample_rate=0.5", "client.noise_placement=clients"],
+            "client.noise_placement='clients'",
+        ),
+        (
+            ["privacy.count_noise_multiplier=0.4", "client.target_unclipped_quantile=0.5"],
+            "privacy.count_noise_multiplier=0.4",
+        ),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field(overrides: list[str], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        prepare(_compose(BASE + overrides))
+    assert str(info.value).startswith(field), str(info.value)
+
+
+def test_async_strategy_refuses_client_level() -> None:
+    from strategies.async_fedavg import AsyncDPFedAvg
+
+    _, algorithm = _algorithm([])
+    with pytest.raises(ConfigError, match="strategy='async_fedavg' cannot run client-level"):
+        AsyncDPFedAvg().check_algorithm(algorithm)
+
+
+def test_cli_refuses_a_nan_clip_norm_with_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = [*BASE, "privacy.clipping_norm=nan", f"hydra.run.dir={out}"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedpriv.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "privacy.clipping_norm=nan" in lines[0], proc.stderr
+    assert not (out / "results.json").exists()
+
+
+def test_fedpriv_account_client_level_answers_the_run_spec() -> None:
+    from fedpriv.accounting.cli import run
+
+    out = run(
+        "client-level",
+        {
+            "noise_multiplier": "1",
+            "num_clients": "6000",
+            "client_sampling": "poisson",
+            "client_sample_rate": "0.02",
+            "num_rounds": "500",
+            "target_delta": "1e-5",
+            "accountant": "rdp",
+        },
+    )
+    assert out["epsilon"] == spec("poisson", acc="rdp", client_sample_rate=0.02).epsilon(500)
+    assert out["neighboring_relation"] == "add_remove" and out["expected_cohort_size"] == 120
+    with pytest.raises(ConfigError, match="rounds_per_client=6 must be an integer in 1..allocat"):
+        run(
+            "client-level",
+            {
+                "noise_multiplier": "1",
+                "num_clients": "60",
+                "target_delta": "1e-5",
+                "client_sampling": "random_allocation",
+                "allocation_window": "5",
+                "rounds_per_client": "6",
+            },
+        )
+
+
+def test_compose_config_has_the_client_level_groups() -> None:
+    cfg = compose_config(BASE)
+    assert cfg["client"]["_target_"] == "clients.client_level.ClientLevelDPFedAvg"
+    assert cfg["privacy"]["clipping_norm"] == 1.0 and torch.__version__
