@@ -254,9 +254,9 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         gen = server_generator(self.seed, server_round, bool(self.privacy.get("secure_mode")))
         if not self.shares:
             deltas = _noisy(deltas, self.spec.update_noise_multiplier * c, gen)
-        figures: dict[str, float] = {"clipping_norm": c}
         if not self.adaptive:
-            return deltas, figures, dict(round_config)
+            return deltas, {}, dict(round_config)
+        figures: dict[str, float] = {"clipping_norm": c}
         centred = float(np.sum(count)) if count is not None else 0.0
         if not self.shares:
             sb = float(self.spec.count_noise_multiplier or 0.0)

@@ -38,6 +38,13 @@ ALGORITHMS = {
     "skellam_dpsgd": ["client=skellam_dpsgd", "client.steps=2", "privacy.accountant=rdp"],
     "batch_clipping": ["client=batch_clipping", "client.group_size=8", "client.num_groups=2"],
     "individual_clipping": ["client=individual_clipping", "client.num_groups=8"],
+    "client_level": [
+        "client=client_level",
+        "privacy=client_level",
+        "client.noise_placement=clients",
+        "client.target_unclipped_quantile=0.5",
+        "privacy.count_noise_multiplier=2",
+    ],
 }
 
 
