@@ -656,7 +656,8 @@ class CheckinEvent(FedprivEvent):
         eps, method = compose_repetitions(
             lambda d: single_pass_epsilon(p, d), int(count), target_delta
         )
-        name, by_bound = self.theorem, ()
+        name = self.theorem
+        by_bound: tuple[tuple[str, float], ...] = ()
         if fmt and self.uses_fmt:
             eps_fmt, method_fmt = self._fmt_composed(target_delta, int(count))
             by_bound = ((self.theorem, eps), (shuffle.FMT_NUMERICAL, eps_fmt))
