@@ -1459,6 +1459,8 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     dict
         ``epsilon``, ``delta``, ``local_epsilon``, ``theorem``, ``bound`` (which bound
         answered), ``bound_reason`` (why the theorem did not, when it did not),
+        ``epsilon_by_bound`` (``shuffle``, pure ``eps0``: Theorem 5.1's and the FMT21
+        numerical epsilon, each composed over the repetitions),
         ``composition``, ``expected_dummy_updates``, the spec's summary (``normalizer``,
         noise) and ``delta1`` when used; with ``calibrated = local_epsilon`` when calibrated.
 
