@@ -25,6 +25,8 @@ import math
 
 import mpmath as mp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fedpriv.accounting import checkin as ci
 from fedpriv.accounting import shuffle as sh
@@ -138,6 +140,22 @@ def test_delta_is_an_upper_bound_on_the_brute_force_divergence(
     # never below (1e-12: double vs 30 digits); above by at most 6% (the reference's first
     # interval {c0, c0 + 1} is charged max(B(c0), B(c0 + 1)); measured 0.1% .. 4.1%)
     assert brute * (1 - 1e-12) <= got <= brute * 1.06
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    n=st.integers(2, 30),
+    e0=st.floats(0.05, 5.0),
+    frac=st.floats(0.0, 0.999),
+)
+def test_delta_never_below_brute_force_on_tiny_cases(n: int, e0: float, frac: float) -> None:
+    eps = frac * e0
+    brute = _brute_delta(n, e0, eps)
+    got = sh.shuffle_delta(n, e0, eps)
+    # validity (1e-12 relative: double vs 30 digits); looseness at most 20% (measured 7.6%
+    # worst over 60 random tiny cases)
+    assert got >= brute * (1 - 1e-12)
+    assert got <= brute * 1.2 + 1e-15
 
 
 def test_epsilon_is_certified_and_tight() -> None:

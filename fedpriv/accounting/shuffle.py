@@ -65,7 +65,6 @@ from fedpriv.errors import ConfigError, check
 
 __all__ = [
     "FMT_NUMERICAL",
-    "FMT_CLOSED_FORM",
     "DEFAULT_ITERATIONS",
     "closed_form_epsilon",
     "shuffle_delta",
@@ -74,8 +73,6 @@ __all__ = [
 
 #: Name of the numerical bound in results and CLI output.
 FMT_NUMERICAL = "FMT21 numerical"
-#: Name of the closed-form bound (the paper's Theorem 3.2).
-FMT_CLOSED_FORM = "FMT21 Theorem 3.2"
 #: Bisection steps of :func:`shuffle_epsilon`: the result is within ``2^-24`` of its start
 #: above the smallest epsilon the numerical bound certifies.
 DEFAULT_ITERATIONS = 24
@@ -207,7 +204,7 @@ class _Layout:
     sigma: float
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=8)  # a layout holds O(sigma) arrays (1M entries at n = 1e9)
 def _layout(n: int, eps0: float) -> _Layout:
     p = math.exp(-eps0)
     dist = scipy.stats.binom(n - 1, p)
