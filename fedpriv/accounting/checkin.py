@@ -78,6 +78,7 @@ __all__ = [
     "min_delta1",
     "single_pass_epsilon",
     "compose_repetitions",
+    "COMPOSITION_FRACTIONS",
     "optimal_composition_delta",
     "advanced_composition_epsilon",
     "expected_dummy_updates",
@@ -91,8 +92,9 @@ class CheckinVariant(StrEnum):
 
     ``fixed`` (Algorithm 1, Theorem 3.2), ``averaged`` (Algorithm 2, Theorem 4.1),
     ``sliding-window`` (Section 4.2, Theorem 4.3), ``poisson`` (server-side Poisson sampling
-    of clients, the baseline: :class:`PoissonLocalEvent`) and ``shuffle`` (Theorem 5.1,
-    shuffling of ``n`` local reports; an analysis of ``fedpriv-account`` only, no run).
+    of clients, the baseline: :class:`PoissonLocalEvent`) and ``shuffle`` (Theorem 5.1 and,
+    for pure ``eps0``, the FMT21 numerical bound: shuffling of ``n`` local reports; an
+    analysis of ``fedpriv-account`` only, no run).
     A closed set: each member names the analysis that accounts it.
     """
 
