@@ -170,7 +170,8 @@ def test_one_report_is_not_amplified() -> None:
     # n = 1: no clones, the shuffled output is the report itself (the reference returns ~0
     # here: its loop over c is empty)
     assert sh.shuffle_epsilon(1, 0.7, 1e-6) == 0.7
-    assert sh.shuffle_delta(1, 0.7, 0.3) == 1.0  # nothing certified below eps0 (valid)
+    # pure 0.7-DP alone: delta(0.3) <= 1 - e^{0.3 - 0.7} (tolerance 1e-15)
+    assert sh.shuffle_delta(1, 0.7, 0.3) == pytest.approx(1 - math.exp(-0.4), rel=1e-15)
 
 
 # --------------------------------------------------------------------------- monotonicity

@@ -38,7 +38,8 @@ deliberate differences, each of which keeps (or makes) the result a valid UPPER 
   reference's rule (used by the tests to reproduce the reference's numbers).
 * ``B(c)`` is evaluated in a cancellation-free form
   (``e^{eps'} = (e^eps - e^-eps0) / (1 - e^{eps - eps0})``, tails by ``sf``), clamped at 0,
-  vectorised over ``c``.
+  vectorised over ``c``; exact up to double rounding (a threshold within rounding of an
+  integer can move one point whose likelihood ratio is within rounding of ``e^eps``).
 * The bisection starts from ``min(eps0, closed form)`` only once the numerical bound
   certifies that start (else from ``eps0``, always valid: the shuffled reports are a
   post-processing of ``n`` ``eps0``-DP reports); it returns the upper end ``rlim``.
@@ -299,7 +300,8 @@ def shuffle_delta(num_clients: int, local_epsilon: float, epsilon: float) -> flo
     -------
     float
         ``delta`` in [0, 1]: covered terms of the clone divergence plus the uncovered mass
-        (uncovered mass below ``1e-9`` of the result).
+        (uncovered mass below ``1e-9`` of the result), and never above the trivial
+        ``1 - e^{eps - eps0}`` of one ``eps0``-DP release (the value for ``n = 1``).
 
     Raises
     ------
@@ -319,9 +321,10 @@ def shuffle_delta(num_clients: int, local_epsilon: float, epsilon: float) -> flo
     check(math.isfinite(eps) and eps >= 0, "epsilon", epsilon, "must be a finite number >= 0")
     if eps >= e0:
         return 0.0
-    if e0 > _EPS0_MAX:  # pure eps0-DP alone: delta(eps) <= 1 - e^{eps - eps0}
-        return -math.expm1(eps - e0)
-    return min(1.0, _delta_upper(n, e0, eps, None))
+    trivial = -math.expm1(eps - e0)  # any eps0-DP release: delta(eps) <= 1 - e^{eps - eps0}
+    if e0 > _EPS0_MAX or n == 1:
+        return trivial
+    return min(trivial, _delta_upper(n, e0, eps, None))
 
 
 @functools.lru_cache(maxsize=4096)
