@@ -15,7 +15,9 @@ Single pass, pure ``eps0`` (``L = ln(1/delta)``):
 * ``sliding-window`` -- Theorem 4.3 (``R_j = {j..j+m-1}``, ``p0 = 1``, ``m <= n``):
   ``eps = e^eps0 (e^eps0 - 1)^2 / (2m) + (e^eps0 - 1) sqrt(2 e^eps0 L / m)``.
 * ``shuffle`` -- Theorem 5.1 (shuffling of ``n`` local randomizers):
-  ``eps = e^{3 eps0} (e^eps0 - 1)^2 / (2n) + e^{3 eps0 / 2} (e^eps0 - 1) sqrt(2 L / n)``.
+  ``eps = e^{3 eps0} (e^eps0 - 1)^2 / (2n) + e^{3 eps0 / 2} (e^eps0 - 1) sqrt(2 L / n)``,
+  and the numerical bound of Feldman, McMillan, Talwar (:mod:`fedpriv.accounting.shuffle`);
+  the smaller (each composed over the passes) is reported, both are shown.
 
 (eps0, delta0) randomizers: if ``delta0 <= (1 - e^-eps0) delta1 / (4 e^eps0 (2 + ln(2/delta1) /
 ln(1/(1 - e^{-5 eps0}))))`` each theorem holds with ``eps0 -> 8 eps0`` and
@@ -31,6 +33,8 @@ References
 Balle, Bell, Gascon, Kairouz, Thakurta, "Privacy Amplification via Random Check-Ins"
 (arXiv:2007.06605), Theorems 3.2, 4.1, 4.3, 5.1, Corollary 3.3, Theorem 3.4 (dummy updates)
 and the sliding-window dummy bound.
+Feldman, McMillan, Talwar, "Hiding Among the Clones: A Simple and Nearly Optimal Analysis of
+Privacy Amplification by Shuffling" (arXiv:2012.12803), Appendix E (pure ``eps0`` only).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
-from fedpriv.accounting import gdp
+from fedpriv.accounting import gdp, shuffle
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.spec import (
@@ -74,6 +78,7 @@ __all__ = [
     "min_delta1",
     "single_pass_epsilon",
     "compose_repetitions",
+    "COMPOSITION_FRACTIONS",
     "optimal_composition_delta",
     "advanced_composition_epsilon",
     "expected_dummy_updates",
@@ -87,8 +92,9 @@ class CheckinVariant(StrEnum):
 
     ``fixed`` (Algorithm 1, Theorem 3.2), ``averaged`` (Algorithm 2, Theorem 4.1),
     ``sliding-window`` (Section 4.2, Theorem 4.3), ``poisson`` (server-side Poisson sampling
-    of clients, the baseline: :class:`PoissonLocalEvent`) and ``shuffle`` (Theorem 5.1,
-    shuffling of ``n`` local reports; an analysis of ``fedpriv-account`` only, no run).
+    of clients, the baseline: :class:`PoissonLocalEvent`) and ``shuffle`` (Theorem 5.1 and,
+    for pure ``eps0``, the FMT21 numerical bound: shuffling of ``n`` local reports; an
+    analysis of ``fedpriv-account`` only, no run).
     A closed set: each member names the analysis that accounts it.
     """
 
@@ -388,8 +394,19 @@ def _optimal_composition_epsilon(
     return hi
 
 
+#: Fractions of ``total_delta / count`` tried as the per-pass delta by :func:`compose_repetitions`.
+COMPOSITION_FRACTIONS = tuple(
+    float(f) for f in np.concatenate([np.logspace(-4, -1, 7), np.linspace(0.2, 0.9, 8)])
+)
+#: A coarser grid for expensive per-pass bounds (the FMT21 numerical shuffling bound).
+_FMT_FRACTIONS = (1e-3, 1e-2, 0.1, 0.3, 0.6, 0.9)
+
+
 def compose_repetitions(
-    pass_epsilon: Callable[[float], float], count: int, total_delta: float
+    pass_epsilon: Callable[[float], float],
+    count: int,
+    total_delta: float,
+    fractions: tuple[float, ...] = COMPOSITION_FRACTIONS,
 ) -> tuple[float, str]:
     """Best total epsilon of ``count`` passes, each ``(pass_epsilon(d), d)``-DP for any ``d``.
 
@@ -397,10 +414,12 @@ def compose_repetitions(
     composition; returns ``(epsilon, method)``. Every candidate is a valid guarantee, so
     their minimum is too. For ``count = 1`` the "optimal" candidate is the exact
     conversion of one (eps, delta) point to a smaller epsilon at a larger delta.
+    ``fractions``: the per-pass deltas tried, as fractions of ``total_delta / count`` (besides
+    ``total_delta / count`` itself, for basic composition).
     """
     eps_basic = pass_epsilon(total_delta / count)
     best, method = count * eps_basic, ("basic" if count > 1 else "single pass")
-    for frac in np.concatenate([np.logspace(-4, -1, 7), np.linspace(0.2, 0.9, 8)]):
+    for frac in fractions:
         d_pass = float(frac) * total_delta / count
         eps = pass_epsilon(d_pass)
         if not math.isfinite(eps):
@@ -452,18 +471,25 @@ class CheckinBound:
         How passes were composed (``basic``, ``advanced``, ``optimal``, ``single pass``).
     reason : str or None
         Why the theorem did not answer; ``None`` when it did.
+    by_bound : tuple of (str, float)
+        Every bound that was evaluated and its composed epsilon (``shuffle`` with a pure
+        randomizer: Theorem 5.1 and :data:`fedpriv.accounting.shuffle.FMT_NUMERICAL`);
+        empty otherwise.
     """
 
     epsilon: float
     bound: str
     composition: str
     reason: str | None = None
+    by_bound: tuple[tuple[str, float], ...] = ()
 
     def summary(self) -> dict[str, Any]:
-        """``{"bound": ..., "composition": ..., ["bound_reason": ...]}`` for results and CLI."""
+        """``{"bound", "composition", ["bound_reason"], ["epsilon_by_bound"]}`` (results, CLI)."""
         out: dict[str, Any] = {"bound": self.bound, "composition": self.composition}
         if self.reason is not None:
             out["bound_reason"] = self.reason
+        if self.by_bound:
+            out["epsilon_by_bound"] = dict(self.by_bound)
         return out
 
 
@@ -609,11 +635,21 @@ class CheckinEvent(FedprivEvent):
         at ``count delta0`` always holds (basic composition). The smaller answers; when the
         cap answers, :attr:`CheckinBound.reason` says why the theorem did not.
 
+        ``shuffle`` with a pure randomizer (``local_delta = 0``): the numerical bound of
+        Feldman, McMillan, Talwar (arXiv:2012.12803; :func:`fedpriv.accounting.shuffle.
+        shuffle_epsilon`), composed over the passes the same way, is a second valid
+        per-pass guarantee; the smaller of it and Theorem 5.1 answers (``bound`` names it)
+        and both are in :attr:`CheckinBound.by_bound`.
+
         Returns
         -------
         CheckinBound
             ``epsilon`` (``inf`` if neither bound holds at ``target_delta``).
         """
+        return self._bound(target_delta, count, fmt=True)
+
+    def _bound(self, target_delta: float, count: int, fmt: bool) -> CheckinBound:
+        """:meth:`bound`; ``fmt=False`` leaves the FMT21 numerical bound out."""
         check(0.0 < target_delta < 1.0, "target_delta", target_delta, "must be in (0, 1)")
         check(int(count) == count and count >= 0, "count", count, "must be an integer >= 0")
         if count == 0:
@@ -622,11 +658,22 @@ class CheckinEvent(FedprivEvent):
         eps, method = compose_repetitions(
             lambda d: single_pass_epsilon(p, d), int(count), target_delta
         )
+        name = self.theorem
+        by_bound: tuple[tuple[str, float], ...] = ()
+        if fmt and self.uses_fmt:
+            eps_fmt, method_fmt = self._fmt_composed(target_delta, int(count))
+            by_bound = ((self.theorem, eps), (shuffle.FMT_NUMERICAL, eps_fmt))
+            if eps_fmt < eps:
+                eps, method, name = eps_fmt, method_fmt, shuffle.FMT_NUMERICAL
         cap = count * float(self.local_epsilon)
         cap_holds = count * self.local_delta <= target_delta
         if cap_holds and cap < eps:
             return CheckinBound(
-                cap, LOCAL_CAP, _CAP_COMPOSITION, self._why_not(target_delta, count, eps)
+                cap,
+                LOCAL_CAP,
+                _CAP_COMPOSITION,
+                self._why_not(target_delta, count, eps, name),
+                by_bound,
             )
         if not math.isfinite(eps):
             why = self._why_not(target_delta, count, eps)
@@ -636,12 +683,44 @@ class CheckinEvent(FedprivEvent):
                 method,
                 f"{why}; the local cap needs repetitions x local_delta = "
                 f"{count * self.local_delta:.3g} <= target_delta",
+                by_bound,
             )
-        return CheckinBound(eps, self.theorem, method)
+        return CheckinBound(eps, name, method, None, by_bound)
 
-    def _why_not(self, target_delta: float, count: int, eps: float) -> str:
+    @property
+    def uses_fmt(self) -> bool:
+        """Whether the FMT21 numerical shuffling bound applies (``shuffle``, pure ``eps0``)."""
+        return self.variant == "shuffle" and self.local_delta == 0.0
+
+    def fmt_pass_epsilon(self, target_delta: float) -> float:
+        """FMT21 numerical central epsilon of one pass (``shuffle``, pure ``eps0`` only).
+
+        Raises
+        ------
+        ConfigError
+            ``variant`` when the bound does not apply (another variant, or
+            ``local_delta > 0``: the reference code covers pure randomizers only).
+        """
+        check(
+            self.uses_fmt,
+            "variant",
+            f"{self.variant}, local_delta={self.local_delta}",
+            "must be shuffle with local_delta=0 for the FMT21 numerical bound",
+        )
+        check(0.0 < target_delta < 1.0, "target_delta", target_delta, "must be in (0, 1)")
+        return shuffle.shuffle_epsilon(
+            int(self.num_clients), float(self.local_epsilon), float(target_delta)
+        )
+
+    def _fmt_composed(self, target_delta: float, count: int) -> tuple[float, str]:
+        """FMT21 numerical epsilon composed over ``count`` passes (as the theorem's)."""
+        if count == 1:  # the bound is the whole delta(eps) curve: no conversion to try
+            return self.fmt_pass_epsilon(target_delta), "single pass"
+        return compose_repetitions(self.fmt_pass_epsilon, count, target_delta, _FMT_FRACTIONS)
+
+    def _why_not(self, target_delta: float, count: int, eps: float, name: str | None = None) -> str:
         """Why the theorem's bound did not answer at ``target_delta`` after ``count`` passes."""
-        th = self.theorem
+        th = self.theorem if name is None else name
         if math.isfinite(eps):
             return f"{th} gives {eps:.6g} > {count} x eps0 = {count * self.local_epsilon:.6g}"
         if self.variant is CheckinVariant.AVERAGED and self.delta2 is not None:
@@ -680,27 +759,52 @@ class CheckinEvent(FedprivEvent):
         return self.epsilon_and_method(target_delta, count)[0]
 
     def delta(self, target_epsilon: float, count: int = 1) -> float:
-        """Smallest total delta (to 1e-3 relative, rounded up) with epsilon <= target."""
+        """Smallest total delta (to 1e-3 relative, rounded up) with epsilon <= target.
+
+        ``shuffle`` with a pure randomizer: the smaller of the delta of Theorem 5.1 (or the
+        local cap) and that of the FMT21 numerical bound (its delta at ``target_epsilon``,
+        :func:`fedpriv.accounting.shuffle.shuffle_delta`; several passes: basic composition,
+        ``count delta(target_epsilon / count)``, valid but possibly above what
+        :meth:`epsilon` composes optimally).
+        """
         check(target_epsilon >= 0, "target_epsilon", target_epsilon, "must be >= 0")
         if count == 0:
             return 0.0
+        best = _smallest_delta(lambda d: self._bound(d, count, fmt=False).epsilon, target_epsilon)
+        if self.uses_fmt:
+            if count == 1:
+                d_fmt = shuffle.shuffle_delta(
+                    int(self.num_clients), float(self.local_epsilon), float(target_epsilon)
+                )
+            else:  # basic composition of the curve: count x delta(eps / count)
+                d_fmt = count * shuffle.shuffle_delta(
+                    int(self.num_clients),
+                    float(self.local_epsilon),
+                    float(target_epsilon) / count,
+                )
+            best = min(best, d_fmt)
+        return best
 
-        def ok(log_d: float) -> bool:
-            return self.epsilon(math.exp(log_d), count) <= target_epsilon
 
-        hi = math.log(0.999999)
-        if not ok(hi):
-            return 1.0
-        lo = math.log(1e-300)
-        if ok(lo):
-            return 1e-300
-        while hi - lo > 1e-3:
-            mid = 0.5 * (lo + hi)
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid
-        return math.exp(hi)
+def _smallest_delta(epsilon_at: Callable[[float], float], target_epsilon: float) -> float:
+    """Smallest delta in [1e-300, 1) (1e-3 relative, rounded up) with epsilon_at <= target."""
+
+    def ok(log_d: float) -> bool:
+        return epsilon_at(math.exp(log_d)) <= target_epsilon
+
+    hi = math.log(0.999999)
+    if not ok(hi):
+        return 1.0
+    lo = math.log(1e-300)
+    if ok(lo):
+        return 1e-300
+    while hi - lo > 1e-3:
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return math.exp(hi)
 
 
 # --------------------------------------------------------------------------- poisson baseline
@@ -1357,6 +1461,8 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     dict
         ``epsilon``, ``delta``, ``local_epsilon``, ``theorem``, ``bound`` (which bound
         answered), ``bound_reason`` (why the theorem did not, when it did not),
+        ``epsilon_by_bound`` (``shuffle``, pure ``eps0``: Theorem 5.1's and the FMT21
+        numerical epsilon, each composed over the repetitions),
         ``composition``, ``expected_dummy_updates``, the spec's summary (``normalizer``,
         noise) and ``delta1`` when used; with ``calibrated = local_epsilon`` when calibrated.
 
