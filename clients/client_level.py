@@ -223,6 +223,8 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
             "target_unclipped_quantile": self.target_unclipped_quantile,
             "clip_learning_rate": self.clip_learning_rate if self.adaptive else None,
             "normalizer": self.normalizer,
+            "max_grad_norm": None,  # record-level fields: not used by client-level DP
+            "sample_rate": None,
         }
 
     def calibrated(
