@@ -211,6 +211,7 @@ def test_registry_is_lazy_and_complete():
         "batch-clipping",
         "checkin",
         "skellam",
+        "client-level",
         "secagg-dpsgd",
     }
     for target in cli.ANALYSES.values():

@@ -127,6 +127,10 @@ def test_bad_config_is_refused_before_training(override: str, message: str) -> N
         ("privacy.noise_multiplier=abc", "privacy.noise_multiplier: Value 'abc'"),
         ("partition=foo", "available: dirichlet, iid"),
         (
+            "client=client_level,privacy=client_level,privacy.clipping_norm=nan",
+            "privacy.clipping_norm=nan must be a finite number > 0",
+        ),
+        (
             "+strategy.fraction=0.5",
             "strategy.fraction=0.5 is not a parameter of strategies.fedavg.DPFedAvg",
         ),

@@ -42,7 +42,7 @@ from typing import Any
 from dp_accounting import dp_event
 
 from fedpriv.accounting.allocation import RandomAllocationEvent
-from fedpriv.accounting.params import Params
+from fedpriv.accounting.params import Params, noise_or_target
 from fedpriv.accounting.spec import (
     Accountant,
     AccountingSpec,
@@ -287,19 +287,10 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     (adaptive clipping), ``target_delta``, ``accountant``, ``conversion``. The same
     :class:`ClientLevelSpec` a run builds, so a run's settings give the run's ε."""
     p = Params(params, "client-level", KEYS)
-    given = p.exclusive("noise_multiplier", "target_epsilon")
     spec = spec_from_params(p)
     num_rounds = p.int("num_rounds", 1, ge=1)
-    out: dict[str, Any] = {"analysis": "client-level"}
-    if given == "target_epsilon":
-        target = p.float("target_epsilon", gt=0.0)
-        p.finish()
-        spec = spec.calibrated(target, num_rounds)
-        out.update(calibrated="noise_multiplier", target_epsilon=target)
-    else:
-        z = p.float("noise_multiplier", ge=0.0)
-        p.finish()
-        spec = dataclasses.replace(spec, noise_multiplier=z)
+    spec, calibration = noise_or_target(p, spec, num_rounds)
+    out: dict[str, Any] = {"analysis": "client-level", **calibration}
     summary = spec.summary()
     del summary["clipping_norm"]
     out.update(

@@ -21,7 +21,7 @@ from typing import Any
 from dp_accounting import dp_event
 
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
-from fedpriv.accounting.params import Params
+from fedpriv.accounting.params import Params, noise_or_target
 from fedpriv.accounting.spec import (
     Accountant,
     AccountingSpec,
@@ -385,19 +385,10 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     p = Params(params, "poisson-gaussian", KEYS)
     sampling = p.str("sampling", "poisson")
     check(sampling == "poisson", "sampling", sampling, SAMPLING_REFUSAL)
-    given = p.exclusive("noise_multiplier", "target_epsilon")
     spec = DPSGDSpec.from_params(p)
     num_rounds = p.int("num_rounds", 1, ge=1)
-    out: dict[str, Any] = {"analysis": "poisson-gaussian"}
-    if given == "target_epsilon":
-        target = p.float("target_epsilon", gt=0.0)
-        p.finish()
-        spec = spec.calibrated(target, num_rounds)
-        out.update(calibrated="noise_multiplier", target_epsilon=target)
-    else:
-        sigma = p.float("noise_multiplier", ge=0.0)
-        p.finish()
-        spec = dataclasses.replace(spec, noise_multiplier=sigma)
+    spec, calibration = noise_or_target(p, spec, num_rounds)
+    out: dict[str, Any] = {"analysis": "poisson-gaussian", **calibration}
     out.update(
         epsilon=spec.epsilon(num_rounds),
         delta=spec.accounting.target_delta,

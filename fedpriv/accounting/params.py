@@ -279,3 +279,21 @@ def _check_bounds(
         raise ConfigError(key, raw, f"must be <= {le}")
     if lt is not None and not x < lt:
         raise ConfigError(key, raw, f"must be < {lt}")
+
+
+def noise_or_target(p: Params, spec: Any, num_rounds: int) -> tuple[Any, dict[str, Any]]:
+    """``spec`` with the given ``noise_multiplier``, or calibrated to ``target_epsilon`` over
+    ``num_rounds`` (exactly one of the two keys; ``p.finish()`` is called). Returns the spec
+    and the output entries saying what was calibrated. ``spec`` is a frozen dataclass with a
+    ``noise_multiplier`` field and ``calibrated(target_epsilon, num_rounds)``."""
+    import dataclasses
+
+    given = p.exclusive("noise_multiplier", "target_epsilon")
+    if given == "target_epsilon":
+        target = p.float("target_epsilon", gt=0.0)
+        p.finish()
+        out = {"calibrated": "noise_multiplier", "target_epsilon": target}
+        return spec.calibrated(target, num_rounds), out
+    sigma = p.float("noise_multiplier", ge=0.0)
+    p.finish()
+    return dataclasses.replace(spec, noise_multiplier=sigma), {}
