@@ -274,6 +274,25 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         c = float(ctx.round_config.get("clipping_norm", self.spec.clipping_norm))
+        update, metrics = self.clipped_delta(model, data, ctx, c)
+        if self.shares:
+            share = self.spec.update_noise_multiplier * c / math.sqrt(self.num_clients)
+            update = add_gaussian_noise(update, share, ctx.generator)
+            metrics["noise_draws"] = 1.0
+        if self.adaptive:
+            b = torch.tensor([float(metrics["clipped"] == 0) - 0.5], dtype=torch.float32)
+            if self.shares:
+                sb = float(self.spec.count_noise_multiplier or 0.0) / math.sqrt(self.num_clients)
+                b = add_gaussian_noise({"b": b}, sb, ctx.generator)["b"]
+            update[UNCLIPPED_KEY] = b
+        return update, metrics
+
+    def clipped_delta(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext, clipping_norm: float
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Local training, then the whole delta clipped to L2 ``clipping_norm`` (CPU tensors,
+        the model's trainable parameter shapes) and the diagnostics (no noise drawn yet)."""
+        c = clipping_norm
         params = {k: p for k, p in model.named_parameters() if p.requires_grad}
         start = {k: p.detach().clone() for k, p in params.items()}
         steps = self._local_training(model, list(params.values()), data, ctx)
@@ -282,23 +301,12 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
             norm = math.sqrt(sum(float((d.double() ** 2).sum()) for d in delta.values()))
             scale = min(1.0, c / norm) if norm > 0 else 1.0
             update = {k: (d * scale).cpu() for k, d in delta.items()}
-        draws = 0.0
-        if self.shares:
-            share = self.spec.update_noise_multiplier * c / math.sqrt(self.num_clients)
-            update = add_gaussian_noise(update, share, ctx.generator)
-            draws = 1.0
-        if self.adaptive:
-            b = torch.tensor([float(norm <= c) - 0.5], dtype=torch.float32)
-            if self.shares:
-                sb = float(self.spec.count_noise_multiplier or 0.0) / math.sqrt(self.num_clients)
-                b = add_gaussian_noise({"b": b}, sb, ctx.generator)["b"]
-            update[UNCLIPPED_KEY] = b
         metrics = {
             "steps": float(steps),
             "examples": float(len(data)),
             "update_norm": norm,
             "clipped": float(norm > c),
-            "noise_draws": draws,
+            "noise_draws": 0.0,
         }
         return update, metrics
 
