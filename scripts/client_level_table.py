@@ -12,6 +12,7 @@ Usage::
     .venv/bin/python scripts/client_level_table.py --out outputs/client_level \\
         -- dataset.data_dir=../shared/data/fashion-mnist
     .venv/bin/python scripts/client_level_table.py --render outputs/client_level/runs.csv
+    ... --samplers random_allocation --targets 3 8 --out outputs/client_level_b   # a part
 
 Everything after ``--`` is passed to every run (e.g. ``num_rounds=50`` for a quick look).
 """
@@ -108,17 +109,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "client_level")
     parser.add_argument("--samplers", nargs="*", default=list(SAMPLERS), choices=list(SAMPLERS))
-    parser.add_argument("--render", type=Path, help="only print the table of a runs.csv")
+    parser.add_argument("--targets", nargs="*", type=float, default=list(TARGETS))
+    parser.add_argument("--render", type=Path, nargs="*", help="only print the table of runs.csv")
     args = parser.parse_args(own)
     if args.render:
-        with open(args.render) as f:
-            print(render(list(csv.DictReader(f))))
+        rows_read: list[dict[str, Any]] = []
+        for path in args.render:
+            with open(path) as f:
+                rows_read += list(csv.DictReader(f))
+        print(render(rows_read))
         return
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "runs.csv"
     rows: list[dict[str, Any]] = []
     for sampler in args.samplers:
-        for target in TARGETS:
+        for target in args.targets:
             rows.append(run_one(args.out, sampler, target, extra))
             with open(path, "w", newline="") as f:  # rewritten after every run: nothing lost
                 w = csv.DictWriter(f, FIELDS)
