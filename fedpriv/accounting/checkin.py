@@ -1456,6 +1456,9 @@ class CheckinSpec:
 def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     """CLI analysis ``checkin`` (keys: :meth:`CheckinSpec.from_params`).
 
+    With ``noise=central_gaussian`` the slots release clients' clipped sums plus one central
+    Gaussian: :func:`fedpriv.accounting.checkin_gaussian.run_cli` answers (its keys).
+
     Returns
     -------
     dict
@@ -1473,6 +1476,10 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     NotImplementedError
         When no bound holds at the requested delta (one line).
     """
+    if "noise" in params:  # central Gaussian on each slot's sum: its own analysis
+        from fedpriv.accounting import checkin_gaussian
+
+        return checkin_gaussian.run_cli(params)
     spec, q = CheckinSpec.from_params(params)
     reps, eps_t, delta_t = q["repetitions"], q["target_epsilon"], q["target_delta"]
     out: dict[str, Any] = {"analysis": "checkin"}
