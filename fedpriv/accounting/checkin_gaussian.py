@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, ClassVar
 
+import numpy as np
+
 from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.params import Params
@@ -247,6 +249,29 @@ class CheckinGaussianSpec:
     def noise_stddev(self) -> float:
         """Std ``σ C`` of the Gaussian added to each slot's sum (units of the update)."""
         return float(self.noise_multiplier * self.clipping_norm)
+
+    @property
+    def slot_divisor(self) -> float:
+        """Public constant dividing a slot's noisy sum: the expected check-ins per slot
+        ``max(1, n p0 / m)`` (1 without ``n``); never the realized count."""
+        if self.num_clients is None:
+            return 1.0
+        return max(1.0, self.num_clients * self.checkin_probability / self.num_slots)
+
+    def slot_noise(
+        self, shapes: Mapping[str, tuple[int, ...]], generator: Any
+    ) -> dict[str, np.ndarray]:
+        """The Gaussian the trusted aggregator adds to ONE slot's sum: ``N(0, (σ C)² I)`` per
+        entry of each shape (float64 numpy), drawn from ``generator`` (a torch generator)."""
+        import torch
+
+        out: dict[str, np.ndarray] = {}
+        for k, shape in shapes.items():
+            z = torch.randn(
+                torch.Size(shape), generator=generator, dtype=torch.float64, device=generator.device
+            )
+            out[k] = (self.noise_stddev * z).cpu().numpy()
+        return out
 
     def epsilon(self, passes: int, target_delta: float | None = None) -> float:
         """ε after ``passes`` passes at ``target_delta`` (default: the spec's), by the
