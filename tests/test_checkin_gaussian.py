@@ -26,6 +26,7 @@ from fedpriv.accounting.checkin_gaussian import (
 )
 from fedpriv.accounting.spec import AccountingSpec
 from fedpriv.errors import ConfigError
+from tests.contracts import EventContract
 
 
 def checkin_exact_delta(sigma: float, p0: float, eps: float) -> float:
@@ -166,6 +167,29 @@ def test_cli_bad_input_is_one_line_exit_2(
     assert cli.main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and field in lines[0]
+
+
+class TestCheckinGaussianEvent(EventContract):
+    """The pass event through the ledger's contract: m = 4, p0 = 0.5; PLD only, add/remove
+    only, alone in its ledger; golden: p0 = 1 is pld-accounting's random allocation."""
+
+    noise_levels = (1.0, 2.0, 4.0)
+    unsupported_relation = "replace_one"
+    unsupported_accountant = "rdp"
+
+    def make_event(self, noise: float) -> Any:
+        return CheckinGaussianEvent(noise, 4, 0.5)
+
+    def incompatible_partner(self) -> Any:
+        from fedpriv.accounting.dpsgd import poisson_gaussian_event
+
+        return poisson_gaussian_event(1.0, 0.05)
+
+    def golden(self) -> list[tuple[Any, int, float, float]]:
+        alloc = RandomAllocationEvent(1.5, num_steps=4, num_selected=1)
+        return [
+            (CheckinGaussianEvent(1.5, 4, 1.0), c, alloc.epsilon(1e-5, c), 1e-12) for c in (1, 3)
+        ]
 
 
 # ------------------------------------------------------------------ the run mode
