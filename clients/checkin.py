@@ -530,6 +530,14 @@ class CheckinGaussianClient(CheckinClient):
         return 0.0
 
     @property
+    def local_randomizer(self) -> LocalRandomizer:
+        raise NotImplementedError("client=checkin_gaussian has no local randomizer")
+
+    @property
+    def sample_rate(self) -> float:
+        raise NotImplementedError("client=checkin_gaussian has no server-side sampling rate")
+
+    @property
     def clipping_norm(self) -> float:
         return self.gaussian.clipping_norm
 
