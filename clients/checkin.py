@@ -36,9 +36,9 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from torch import nn
 
 from fedpriv.accounting.checkin import CheckinSpec, CheckinVariant
-from fedpriv.accounting.checkin_gaussian import CheckinGaussianSpec
+from fedpriv.accounting.checkin_gaussian import CheckinGaussianSpec, CheckinNoise
 from fedpriv.accounting.ledger import FedprivEvent
-from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation
+from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation, parse_enum
 from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
 from fedpriv.clipping import clip_tensors
@@ -97,6 +97,8 @@ class CheckinClient(ClientAlgorithm):
         ``n``.
     num_rounds : int or None
         Passes of the run (set by :meth:`for_run`; used for the bound in the summary).
+    noise : {"local"}
+        Local randomizers only (:class:`CheckinGaussianClient` runs ``central_gaussian``).
 
     Raises
     ------
@@ -112,6 +114,7 @@ class CheckinClient(ClientAlgorithm):
     privacy: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 1
     num_rounds: int | None = None
+    noise: str = "local"
     spec: CheckinSpec = field(init=False, repr=False, compare=False)
 
     #: The central ledger's neighbouring relation (the paper's: replace one client's data).
@@ -120,6 +123,14 @@ class CheckinClient(ClientAlgorithm):
     supports_group_privacy: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
+        noise = parse_enum(CheckinNoise, "client.noise", self.noise)
+        check(
+            noise is CheckinNoise.LOCAL,
+            "client.noise",
+            noise.value,
+            "needs client=checkin_gaussian privacy=checkin_gaussian (central Gaussian slot sums, "
+            "clients.checkin.CheckinGaussianClient); client=checkin runs local randomizers",
+        )
         spec = CheckinSpec.from_privacy(
             self.privacy,
             num_clients=self.num_clients,
@@ -457,6 +468,7 @@ class CheckinGaussianClient(CheckinClient):
     """
 
     variant: str = "fixed"
+    noise: str = "central_gaussian"
     gaussian: CheckinGaussianSpec = field(init=False, repr=False, compare=False)
 
     #: Random allocation's PLD is add/remove (one client present or absent).
@@ -466,6 +478,13 @@ class CheckinGaussianClient(CheckinClient):
 
     def __post_init__(self) -> None:
         p = self.privacy
+        noise = parse_enum(CheckinNoise, "client.noise", self.noise)
+        check(
+            noise is CheckinNoise.CENTRAL_GAUSSIAN,
+            "client.noise",
+            noise.value,
+            "must be central_gaussian for client=checkin_gaussian (local: client=checkin)",
+        )
         check(
             str(self.variant) == CheckinVariant.FIXED.value,
             "client.variant",

@@ -145,7 +145,7 @@ def test_cli_calibration_meets_the_target_within_one_percent() -> None:
     [
         ({"variant": "averaged"}, "variant"),
         ({"accountant": "rdp"}, "accountant"),
-        ({"noise": "local"}, "noise"),
+        ({"noise": "bogus"}, "noise"),
         ({"noise_multiplier": "0"}, "noise_multiplier"),
         ({"checkin_probability": "1.5"}, "checkin_probability"),
         ({"bogus": "1"}, "bogus"),
@@ -325,6 +325,7 @@ def test_run_calibrates_sigma_to_the_target_within_one_percent(task_identity: No
         (["privacy.noise_multiplier=0"], "privacy.noise_multiplier"),
         (["client.window=[1,3]"], "client.window"),
         (["privacy.checkin_probability=0"], "privacy.checkin_probability"),
+        (["client.noise=local"], "client.noise"),
     ],
 )
 def test_run_refuses_bad_input_naming_the_field(extra: list[str], field: str) -> None:
@@ -333,6 +334,16 @@ def test_run_refuses_bad_input_naming_the_field(extra: list[str], field: str) ->
     with pytest.raises(ConfigError) as err:
         prepare(_cfg(extra))
     assert err.value.field == field
+
+
+def test_local_checkin_client_points_central_noise_to_its_client() -> None:
+    """``client=checkin client.noise=central_gaussian`` is refused, naming the field and the
+    client that runs it (nothing silently falls back to local randomizers)."""
+    from clients.checkin import CheckinClient
+
+    with pytest.raises(ConfigError, match="client=checkin_gaussian") as err:
+        CheckinClient(noise="central_gaussian", privacy={"local_epsilon": 1.0}, num_clients=4)
+    assert err.value.field == "client.noise"
 
 
 @pytest.mark.slow

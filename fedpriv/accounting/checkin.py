@@ -1456,8 +1456,9 @@ class CheckinSpec:
 def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     """CLI analysis ``checkin`` (keys: :meth:`CheckinSpec.from_params`).
 
-    With ``noise=central_gaussian`` the slots release clients' clipped sums plus one central
-    Gaussian: :func:`fedpriv.accounting.checkin_gaussian.run_cli` answers (its keys).
+    ``noise``: ``local`` (default, the keys below) or ``central_gaussian``: the slots
+    release clients' clipped sums plus one central Gaussian, and
+    :func:`fedpriv.accounting.checkin_gaussian.run_cli` answers (its keys).
 
     Returns
     -------
@@ -1476,10 +1477,13 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     NotImplementedError
         When no bound holds at the requested delta (one line).
     """
-    if "noise" in params:  # central Gaussian on each slot's sum: its own analysis
-        from fedpriv.accounting import checkin_gaussian
+    from fedpriv.accounting import checkin_gaussian
 
+    noise = params.get("noise", checkin_gaussian.CheckinNoise.LOCAL.value)
+    kind = parse_enum(checkin_gaussian.CheckinNoise, "noise", noise)
+    if kind is checkin_gaussian.CheckinNoise.CENTRAL_GAUSSIAN:  # central noise: own analysis
         return checkin_gaussian.run_cli(params)
+    params = {k: v for k, v in params.items() if k != "noise"}
     spec, q = CheckinSpec.from_params(params)
     reps, eps_t, delta_t = q["repetitions"], q["target_epsilon"], q["target_delta"]
     out: dict[str, Any] = {"analysis": "checkin"}

@@ -53,6 +53,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any, ClassVar
 
@@ -66,10 +67,12 @@ from fedpriv.accounting.spec import (
     AccountingSpec,
     NeighboringRelation,
     check_positive,
+    parse_enum,
 )
 from fedpriv.errors import check
 
 __all__ = [
+    "CheckinNoise",
     "ALLOCATION_BOUND",
     "THEOREM_BOUND",
     "THEOREM_NOT_APPLICABLE",
@@ -77,6 +80,19 @@ __all__ = [
     "CheckinGaussianSpec",
     "run_cli",
 ]
+
+
+class CheckinNoise(StrEnum):
+    """Where a check-in protocol's noise comes from (a closed set: each has its analysis).
+
+    ``local``: each client's report is its own ε0-DP local randomizer (the paper's theorems,
+    :mod:`fedpriv.accounting.checkin`); ``central_gaussian``: clipped reports summed per slot
+    plus one Gaussian by the trusted aggregator (this module).
+    """
+
+    LOCAL = "local"
+    CENTRAL_GAUSSIAN = "central_gaussian"
+
 
 #: The route that accounts a central-Gaussian check-in pass.
 ALLOCATION_BOUND = "random allocation (t = m, k = 1), Poisson(p0)-subsampled PLD"
@@ -414,8 +430,13 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
         On unknown keys, bad values or an uncovered variant (one line naming the key).
     """
     p = Params(params, "checkin noise=central_gaussian", KEYS)
-    noise = p.str("noise", "central_gaussian")
-    check(noise == "central_gaussian", "noise", noise, "must be central_gaussian here")
+    noise = parse_enum(CheckinNoise, "noise", p.str("noise", "central_gaussian"))
+    check(
+        noise is CheckinNoise.CENTRAL_GAUSSIAN,
+        "noise",
+        noise.value,
+        "must be central_gaussian here (noise=local is the checkin analysis)",
+    )
     variant = p.str("variant", "fixed")
     check(
         variant == "fixed",
