@@ -459,6 +459,13 @@ class CheckinGaussianClient(CheckinClient):
     random-allocation PLD, add/remove one client; the paper's Theorem 3.2 is reported as not
     applicable (a slot sums several clients). Both routes are in ``results.json``.
 
+    Notes
+    -----
+    ε covers the released slot sums (hence the models). The trusted server also sees who
+    checked in where; the per-pass figures it prints (check-ins, per-slot loads, empty
+    slots) are its diagnostics, outside the accounted release, like a Poisson run's realized
+    cohort size.
+
     Raises
     ------
     ConfigError
