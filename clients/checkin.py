@@ -36,11 +36,14 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from torch import nn
 
 from fedpriv.accounting.checkin import CheckinSpec, CheckinVariant
+from fedpriv.accounting.checkin_gaussian import CheckinGaussianSpec, CheckinNoise
 from fedpriv.accounting.ledger import FedprivEvent
+from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation, parse_enum
 from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
+from fedpriv.clipping import clip_tensors
 from fedpriv.engine import named_clients, row_blocks, stacked_reply
-from fedpriv.errors import ConfigError
+from fedpriv.errors import ConfigError, check
 from fedpriv.randomizers import LocalRandomizer
 from fedpriv.wire import (
     ABSTAIN,
@@ -53,7 +56,13 @@ from fedpriv.wire import (
     record_int,
 )
 
-__all__ = ["CheckinClient", "mean_cross_entropy", "slot_report", "slot_update"]
+__all__ = [
+    "CheckinClient",
+    "CheckinGaussianClient",
+    "mean_cross_entropy",
+    "slot_report",
+    "slot_update",
+]
 
 
 def mean_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -88,6 +97,8 @@ class CheckinClient(ClientAlgorithm):
         ``n``.
     num_rounds : int or None
         Passes of the run (set by :meth:`for_run`; used for the bound in the summary).
+    noise : {"local"}
+        Local randomizers only (:class:`CheckinGaussianClient` runs ``central_gaussian``).
 
     Raises
     ------
@@ -103,6 +114,7 @@ class CheckinClient(ClientAlgorithm):
     privacy: dict[str, Any] = field(default_factory=dict)
     num_clients: int = 1
     num_rounds: int | None = None
+    noise: str = "local"
     spec: CheckinSpec = field(init=False, repr=False, compare=False)
 
     #: The central ledger's neighbouring relation (the paper's: replace one client's data).
@@ -111,6 +123,14 @@ class CheckinClient(ClientAlgorithm):
     supports_group_privacy: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
+        noise = parse_enum(CheckinNoise, "client.noise", self.noise)
+        check(
+            noise is CheckinNoise.LOCAL,
+            "client.noise",
+            noise.value,
+            "needs client=checkin_gaussian privacy=checkin_gaussian (central Gaussian slot sums, "
+            "clients.checkin.CheckinGaussianClient); client=checkin runs local randomizers",
+        )
         spec = CheckinSpec.from_privacy(
             self.privacy,
             num_clients=self.num_clients,
@@ -419,3 +439,200 @@ def slot_update(
         }
     )
     return Message(content=content, reply_to=msg)
+
+
+@dataclass(frozen=True)
+class CheckinGaussianClient(CheckinClient):
+    """Check-ins as participation with CENTRAL Gaussian noise (``client=checkin_gaussian``).
+
+    The fixed window only (``R_j = [m]``): each client checks in with probability ``p0``
+    (``privacy.checkin_probability``) into one uniform slot, exactly as :class:`CheckinClient`
+    (same query handling, same per-client RNG). When asked, it sends the gradient of its mean
+    loss at the slot's model, L2-clipped to ``privacy.clipping_norm`` ``C``, WITHOUT local
+    noise: EVERY checked-in client of a slot sends, and the trusted aggregator releases the
+    slot's sum plus ``N(0, σ² C² I)`` (``privacy.noise_multiplier`` σ), drawn by
+    :meth:`~fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec.slot_noise` of the same
+    spec that states the events; empty slots release the noise alone. The server divides by
+    the public constant ``max(1, n p0 / m)``.
+
+    Accounting (:mod:`fedpriv.accounting.checkin_gaussian`): the Poisson(``p0``)-subsampled
+    random-allocation PLD, add/remove one client; the paper's Theorem 3.2 is reported as not
+    applicable (a slot sums several clients). Both routes are in ``results.json``.
+
+    Notes
+    -----
+    ε covers the released slot sums (hence the models). The trusted server also sees who
+    checked in where; the per-pass figures it prints (check-ins, per-slot loads, empty
+    slots) are its diagnostics, outside the accounted release, like a Poisson run's realized
+    cohort size.
+
+    Raises
+    ------
+    ConfigError
+        For a variant other than ``fixed``, ``privacy.local_epsilon`` set, σ missing or not
+        > 0, a window other than ``[1, m]``, ``client_sample_rate`` set, or an accountant
+        other than ``pld``.
+    """
+
+    variant: str = "fixed"
+    noise: str = "central_gaussian"
+    gaussian: CheckinGaussianSpec = field(init=False, repr=False, compare=False)
+
+    #: Random allocation's PLD is add/remove (one client present or absent).
+    neighboring_relation: ClassVar[str] = "add_remove"
+    #: Marks the strategy's central-Gaussian slot mode (every check-in sends; server noise).
+    central_gaussian: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        p = self.privacy
+        noise = parse_enum(CheckinNoise, "client.noise", self.noise)
+        check(
+            noise is CheckinNoise.CENTRAL_GAUSSIAN,
+            "client.noise",
+            noise.value,
+            "must be central_gaussian for client=checkin_gaussian (local: client=checkin)",
+        )
+        check(
+            str(self.variant) == CheckinVariant.FIXED.value,
+            "client.variant",
+            self.variant,
+            "must be fixed for client=checkin_gaussian (only R_j = [m] is accounted)",
+        )
+        check(
+            p.get("local_epsilon") is None,
+            "privacy.local_epsilon",
+            p.get("local_epsilon"),
+            "must be null with client=checkin_gaussian (central noise: privacy.noise_multiplier)",
+        )
+        check(
+            self.client_sample_rate is None,
+            "client.client_sample_rate",
+            self.client_sample_rate,
+            "is only used by client=checkin client.variant=poisson",
+        )
+        m = self.num_slots
+        if self.window is not None:
+            check(
+                list(self.window) == [1, m],
+                "client.window",
+                list(self.window),
+                f"must be null or [1, {m}]: only R_j = [m] is accounted",
+            )
+        sigma = p.get("noise_multiplier")
+        if sigma is None and p.get("target_epsilon") is not None:
+            sigma = 1.0  # placeholder: calibrated() replaces it before anything runs
+        check(
+            sigma is not None,
+            "privacy.noise_multiplier",
+            sigma,
+            "must be set (> 0) for client=checkin_gaussian, or give privacy.target_epsilon",
+        )
+        try:
+            spec = CheckinGaussianSpec(
+                noise_multiplier=float(sigma),  # type: ignore[arg-type]
+                num_slots=int(m),
+                checkin_probability=float(p.get("checkin_probability", 1.0)),
+                num_clients=int(self.num_clients),
+                clipping_norm=float(p.get("clipping_norm", 1.0)),
+                accounting=AccountingSpec.from_privacy(
+                    dict(p), neighboring_relation=NeighboringRelation.ADD_REMOVE
+                ),
+            )
+        except ConfigError as exc:
+            name = exc.field if "." in exc.field else f"privacy.{exc.field}"
+            if exc.field == "num_slots":
+                name = "client.num_slots"
+            raise ConfigError(name, exc.value, exc.allowed) from None
+        object.__setattr__(self, "gaussian", spec)
+        object.__setattr__(self, "variant", CheckinVariant.FIXED)
+
+    # -- parameters ---------------------------------------------------------------------
+    @property
+    def local_epsilon(self) -> float:
+        raise NotImplementedError("client=checkin_gaussian has no local randomizer")
+
+    @property
+    def local_delta(self) -> float:
+        return 0.0
+
+    @property
+    def local_randomizer(self) -> LocalRandomizer:
+        raise NotImplementedError("client=checkin_gaussian has no local randomizer")
+
+    @property
+    def sample_rate(self) -> float:
+        raise NotImplementedError("client=checkin_gaussian has no server-side sampling rate")
+
+    @property
+    def clipping_norm(self) -> float:
+        return self.gaussian.clipping_norm
+
+    @property
+    def checkin_probability(self) -> float:
+        return self.gaussian.checkin_probability
+
+    @property
+    def event(self) -> FedprivEvent:
+        return self.gaussian.pass_event()
+
+    @property
+    def steps(self) -> int:
+        return int(self.num_slots)
+
+    @property
+    def normalizer(self) -> float:
+        """The public constant dividing a slot's noisy sum (``max(1, n p0 / m)``)."""
+        return self.gaussian.slot_divisor
+
+    # -- privacy --------------------------------------------------------------------
+    def round_events(self) -> list[tuple[Any, int]]:
+        """One pass (fresh check-ins) per server round."""
+        return self.gaussian.round_events()
+
+    def local_events(self) -> list[tuple[Any, int]]:
+        """No local DP: the clipped gradients go to the trusted aggregator unnoised."""
+        return []
+
+    def privacy_report(self, rounds: int, target_delta: float) -> dict[str, float]:
+        return {}
+
+    def privacy_summary(self) -> dict[str, Any]:
+        """``results.json``: both routes (random allocation's ε, Theorem 3.2 not applicable
+        with its reason), which one answered, the noise and the normalizer."""
+        out = self.gaussian.summary(self.num_rounds)
+        out["normalizer"] = self.normalizer
+        return out
+
+    def calibrated(
+        self, target_epsilon: float, target_delta: float, num_rounds: int
+    ) -> CheckinGaussianClient:
+        """A copy with the smallest σ whose ε after ``num_rounds`` passes is <= the target."""
+        acc = dataclasses.replace(self.gaussian.accounting, target_delta=target_delta)
+        spec = dataclasses.replace(self.gaussian, accounting=acc).calibrated(
+            target_epsilon, num_rounds
+        )
+        privacy = {**self.privacy, "noise_multiplier": spec.noise_multiplier}
+        privacy["target_epsilon"] = None
+        return dataclasses.replace(self, privacy=privacy)
+
+    def slot_noise(
+        self, shapes: dict[str, tuple[int, ...]], generator: torch.Generator
+    ) -> dict[str, np.ndarray]:
+        """The aggregator's Gaussian for one slot's sum (the spec that states the events)."""
+        return self.gaussian.slot_noise(shapes, generator)
+
+    # -- client computation -----------------------------------------------------------
+    def train(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """The gradient of the mean loss at ``model``, L2-clipped to ``C`` (no noise)."""
+        params = dict(model.named_parameters())
+        x, y = data.x.to(ctx.device), data.y.to(ctx.device)
+        loss = mean_cross_entropy(model(x), y)
+        grads = torch.autograd.grad(loss, list(params.values()))
+        keys = list(params)
+        clipped = clip_tensors([g.detach() for g in grads], self.clipping_norm)
+        return {k: v.cpu() for k, v in zip(keys, clipped, strict=True)}, {
+            "examples": float(len(data)),
+            "loss": float(loss.detach()),
+        }

@@ -105,12 +105,15 @@ def update_slots(variant: str, num_slots: int, num_clients: int) -> range:
     return range(1, num_slots + 1)
 
 
-def plan_pass(variant: str, occ: dict[int, list[int]], rng: np.random.Generator) -> list[SlotTask]:
-    """Who is asked in each slot: one uniform pick (``fixed``, ``sliding-window``) or all."""
+def plan_pass(
+    variant: str, occ: dict[int, list[int]], rng: np.random.Generator, every: bool = False
+) -> list[SlotTask]:
+    """Who is asked in each slot: one uniform pick (``fixed``, ``sliding-window``) or all
+    (``averaged``, ``poisson``, and ``every=True``: central Gaussian slot sums)."""
     tasks = []
     for slot in sorted(occ):
         clients = occ[slot]
-        if variant in ("fixed", "sliding-window") and clients:
+        if not every and variant in ("fixed", "sliding-window") and clients:
             clients = [clients[int(rng.integers(len(clients)))]]
         tasks.append(SlotTask(slot, tuple(int(c) for c in clients)))
     return tasks
@@ -234,7 +237,8 @@ class CheckinStrategy:
                 )
                 occ = occupancy(answers, slots, tickets)
             t_checkin = time.monotonic() - t0
-            tasks = plan_pass(algo.variant, occ, rng)
+            central = bool(getattr(algo, "central_gaussian", False))
+            tasks = plan_pass(algo.variant, occ, rng, every=central)
             try:
                 state, stats = self.run_slots(
                     grid, job, algo, tasks, state, server_round, generator, hosts
@@ -384,7 +388,9 @@ class CheckinStrategy:
             t0 = time.perf_counter()
             updates = []
             for task in chunk:
-                if task.clients:
+                if getattr(algo, "central_gaussian", False):
+                    updates.append(self.central_slot(algo, task, rows, shapes, generator, stats))
+                elif task.clients:
                     total: dict[str, np.ndarray] = {}
                     for c in task.clients:  # in check-in (ticket) order: same sum on any layout
                         for k, arr in rows[(c, task.slot)].items():
@@ -406,6 +412,28 @@ class CheckinStrategy:
                 stats["block_accuracy"].append(job.evaluate_state(state)[0])
                 stats["eval_s"] += time.perf_counter() - t1
         return state, stats
+
+    @staticmethod
+    def central_slot(
+        algo: Any,
+        task: SlotTask,
+        rows: Mapping[tuple[int, int], dict[str, np.ndarray]],
+        shapes: dict[str, tuple[int, ...]],
+        generator: torch.Generator,
+        stats: dict[str, Any],
+    ) -> dict[str, np.ndarray]:
+        """Central-Gaussian slot (``client=checkin_gaussian``): the SUM of every checked-in
+        client's clipped update plus the algorithm's ``N(0, σ² C² I)`` (an empty slot: the
+        noise alone, counted as a dummy), divided by the public ``algo.normalizer``."""
+        noise = algo.slot_noise(shapes, generator)
+        total = {k: v.astype(np.float64) for k, v in noise.items()}
+        for c in task.clients:  # in check-in (ticket) order: same sum on any layout
+            for k, arr in rows[(c, task.slot)].items():
+                total[k] = total[k] + arr.astype(np.float64)
+        stats["updates"] += len(task.clients)
+        if not task.clients:
+            stats["dummies"] += 1
+        return {k: v / float(algo.normalizer) for k, v in total.items()}
 
     def ask(
         self,

@@ -1456,6 +1456,10 @@ class CheckinSpec:
 def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     """CLI analysis ``checkin`` (keys: :meth:`CheckinSpec.from_params`).
 
+    ``noise``: ``local`` (default, the keys below) or ``central_gaussian``: the slots
+    release clients' clipped sums plus one central Gaussian, and
+    :func:`fedpriv.accounting.checkin_gaussian.run_cli` answers (its keys).
+
     Returns
     -------
     dict
@@ -1473,6 +1477,13 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     NotImplementedError
         When no bound holds at the requested delta (one line).
     """
+    from fedpriv.accounting import checkin_gaussian
+
+    noise = params.get("noise", checkin_gaussian.CheckinNoise.LOCAL.value)
+    kind = parse_enum(checkin_gaussian.CheckinNoise, "noise", noise)
+    if kind is checkin_gaussian.CheckinNoise.CENTRAL_GAUSSIAN:  # central noise: own analysis
+        return checkin_gaussian.run_cli(params)
+    params = {k: v for k, v in params.items() if k != "noise"}
     spec, q = CheckinSpec.from_params(params)
     reps, eps_t, delta_t = q["repetitions"], q["target_epsilon"], q["target_delta"]
     out: dict[str, Any] = {"analysis": "checkin"}

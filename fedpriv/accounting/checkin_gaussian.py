@@ -1,0 +1,483 @@
+"""Random check-ins as participation, with central Gaussian noise on each slot's sum.
+
+The fixed-window protocol (Algorithm 1's client side, ``R_j = [m]``): each of ``n`` clients,
+with its own randomness, checks in with probability ``p0`` into ONE slot drawn uniformly from
+the ``m`` slots of a pass. Slot ``i`` releases
+
+    ``Σ_{j checked into i} clip_C(Δ_j) + N(0, σ² C² I)``
+
+(L2 clip ``C``; the noise drawn by the trusted aggregator). Neighbours: add/remove one
+client.
+
+Random-allocation route (the one reported). Condition on the other clients' check-ins and
+slots (the same in both worlds; by joint convexity of the hockey-stick divergence the bound
+for every conditioning bounds the mixture). Shifted by the others' sums, the release without
+the client is ``Q = N(0, σ² I_m)`` (per unit of ``C``), and with it
+
+    ``(1 - p0) Q + p0 A``,  ``A = (1/m) Σ_i N(e_i, σ² I_m)``:
+
+the client is absent from the whole pass with probability ``1 - p0`` and otherwise allocated
+to one uniform slot, which is random allocation with ``t = m``, ``k = 1``. ``(A, Q)`` is the
+pair whose dominating PLD ``gaussian_allocation_pld`` returns (both directions), so the pass
+is the Poisson(``p0``)-subsampling of that mechanism and its PLD is
+``PLD_accounting.subsample_pld(pld=<allocation PLD>, sampling_probability=p0)`` (the
+subsampling transforms of dominating pairs, remove: ``((1 - p0) Q + p0 A, Q)``, add:
+``(Q, (1 - p0) Q + p0 A)``). Passes draw fresh check-ins and compose by PLD self-composition.
+A vector update of norm <= ``C`` is no worse than the scalar ``C`` (rotate it onto one axis;
+the orthogonal coordinates are identical in both worlds).
+
+Theorem route (the paper's). NOT APPLICABLE: Theorem 3.2 accounts Algorithm 1, where a slot
+releases the local-randomizer report of ONE client chosen uniformly among those checked in
+(its proof reduces to reservoir sampling of size 1 per slot, then to the replacement
+algorithm ``A_rep``); Theorem 4.1 (every checked-in client sends) needs ``p0 = 1`` and a
+report that is ``eps0``-DP on its own. A slot that sums several clients' clipped updates under
+ONE central Gaussian is neither, so no (ε0, δ0) form of either theorem is claimed for it.
+Both routes stay visible (:meth:`CheckinGaussianSpec.bounds`): the theorem's as ``None``
+with its reason.
+
+References
+----------
+Balle, Bell, Gascon, Kairouz, Thakurta, "Privacy Amplification via Random Check-Ins"
+(arXiv:2007.06605), Algorithm 1, Theorem 3.2 and its proof (Appendix), Theorem 4.1.
+Feldman, Shenfeld, "Efficient Privacy Loss Accounting for Subsampling and Random Allocation"
+(arXiv:2602.17284), the random-allocation PLD (Sec. 4) and PLD subsampling (Appendix C,
+Algorithms 8-10; ``pld-accounting`` 2.0 ``subsample_pld``).
+Zhu, Dong, Wang, "Optimal Accounting of Differential Privacy via Characteristic Function"
+(arXiv:2106.08567): Poisson subsampling of dominating pairs under add/remove.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fedpriv.accounting.allocation import RandomAllocationEvent
+from fedpriv.accounting.ledger import FedprivEvent
+from fedpriv.accounting.params import Params
+from fedpriv.accounting.spec import (
+    Accountant,
+    AccountingSpec,
+    NeighboringRelation,
+    check_positive,
+    parse_enum,
+)
+from fedpriv.errors import check
+
+__all__ = [
+    "CheckinNoise",
+    "ALLOCATION_BOUND",
+    "THEOREM_BOUND",
+    "THEOREM_NOT_APPLICABLE",
+    "CheckinGaussianEvent",
+    "CheckinGaussianSpec",
+    "run_cli",
+]
+
+
+class CheckinNoise(StrEnum):
+    """Where a check-in protocol's noise comes from (a closed set: each has its analysis).
+
+    ``local``: each client's report is its own ε0-DP local randomizer (the paper's theorems,
+    :mod:`fedpriv.accounting.checkin`); ``central_gaussian``: clipped reports summed per slot
+    plus one Gaussian by the trusted aggregator (this module).
+    """
+
+    LOCAL = "local"
+    CENTRAL_GAUSSIAN = "central_gaussian"
+
+
+#: The route that accounts a central-Gaussian check-in pass.
+ALLOCATION_BOUND = "random allocation (t = m, k = 1), Poisson(p0)-subsampled PLD"
+#: The paper's route, reported as not applicable.
+THEOREM_BOUND = "Theorem 3.2"
+#: Why :data:`THEOREM_BOUND` is not claimed for a slot that sums several clients.
+THEOREM_NOT_APPLICABLE = (
+    "not applicable: Theorem 3.2 covers Algorithm 1, where each slot releases ONE checked-in "
+    "client's local-randomizer report (its proof is reservoir sampling of size 1 per slot), "
+    "and Theorem 4.1 needs p0 = 1 and reports that are eps0-DP on their own; a slot releasing "
+    "the SUM of several clients' clipped updates plus one central Gaussian is covered by "
+    "neither"
+)
+
+
+@dataclass(frozen=True)
+class CheckinGaussianEvent(FedprivEvent):
+    """One pass of fixed-window check-ins (``R_j = [m]``) with central Gaussian slot sums.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        σ > 0: std of each slot's Gaussian per unit of the clip norm ``C``.
+    num_slots : int
+        ``m >= 1`` slots (model updates) per pass.
+    checkin_probability : float
+        ``p0`` in (0, 1]: probability that a client checks in to the pass.
+
+    Raises
+    ------
+    ConfigError
+        For σ <= 0 or non-finite, ``m < 1``, or ``p0`` outside (0, 1].
+
+    Notes
+    -----
+    ``count`` in :meth:`epsilon` / :meth:`delta` is the number of passes (fresh check-ins);
+    the PLD (add/remove, dominating) of one pass is in :meth:`pld` (module docstring).
+    """
+
+    composes_by_pld: ClassVar[bool] = True
+
+    noise_multiplier: float
+    num_slots: int
+    checkin_probability: float = 1.0
+
+    def __post_init__(self) -> None:
+        s = self.noise_multiplier
+        check(
+            isinstance(s, (int, float)) and math.isfinite(s) and s > 0,
+            "noise_multiplier",
+            s,
+            "must be a finite number > 0 (central check-ins have no noiseless analysis)",
+        )
+        m = self.num_slots
+        check(
+            isinstance(m, int) and not isinstance(m, bool) and m >= 1,
+            "num_slots",
+            m,
+            "must be an integer >= 1",
+        )
+        p0 = self.checkin_probability
+        check(
+            isinstance(p0, (int, float)) and math.isfinite(p0) and 0.0 < p0 <= 1.0,
+            "checkin_probability",
+            p0,
+            "must be in (0, 1]",
+        )
+
+    def pld(self) -> Any:
+        """Dominating PLD of ONE pass (dp-accounting object; cached per parameters)."""
+        return _checkin_pld(
+            float(self.noise_multiplier), int(self.num_slots), float(self.checkin_probability)
+        )
+
+    def epsilon(self, target_delta: float, count: int = 1) -> float:
+        if count == 0:
+            return 0.0
+        return float(self.pld().self_compose(count).get_epsilon_for_delta(target_delta))
+
+    def delta(self, target_epsilon: float, count: int = 1) -> float:
+        if count == 0:
+            return 0.0
+        return float(self.pld().self_compose(count).get_delta_for_epsilon(target_epsilon))
+
+
+@lru_cache(maxsize=64)
+def _checkin_pld(sigma: float, num_slots: int, p0: float) -> Any:
+    alloc = RandomAllocationEvent(sigma, num_steps=num_slots, num_selected=1).pld()
+    if p0 == 1.0:
+        return alloc
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ImportWarning)
+        import PLD_accounting as pa
+
+    return pa.subsample_pld(pld=alloc, sampling_probability=p0)
+
+
+def _default_accounting() -> AccountingSpec:
+    return AccountingSpec(accountant=Accountant.PLD)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckinGaussianSpec:
+    """Fixed-window check-ins with central Gaussian slot sums: events, ε, calibration.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        σ > 0 (noise std ``σ C`` on each slot's sum).
+    num_slots : int
+        ``m >= 1`` slots per pass.
+    checkin_probability : float
+        ``p0`` in (0, 1].
+    num_clients : int or None
+        ``n >= 1`` (only for the expected number of empty slots, ``m (1 - p0/m)^n``).
+    clipping_norm : float
+        ``C > 0``: L2 clip of each client's update (the sensitivity of a slot's sum).
+    accounting : AccountingSpec
+        ``target_delta``; the accountant must be ``pld`` (random allocation has no RDP curve
+        here), the relation add/remove.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the field, for an out-of-range value, an ``rdp`` accountant or a
+        replace-one relation.
+    """
+
+    noise_multiplier: float
+    num_slots: int
+    checkin_probability: float = 1.0
+    num_clients: int | None = None
+    clipping_norm: float = 1.0
+    accounting: AccountingSpec = field(default_factory=_default_accounting)
+
+    def __post_init__(self) -> None:
+        check_positive("clipping_norm", self.clipping_norm, "must be a finite number > 0")
+        if self.num_clients is not None:
+            n = self.num_clients
+            check(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 1,
+                "num_clients",
+                n,
+                "must be an integer >= 1",
+            )
+        acc = self.accounting
+        check(
+            acc.accountant is Accountant.PLD,
+            "accountant",
+            acc.accountant.value,
+            "must be pld for central-Gaussian check-ins (random-allocation PLD)",
+        )
+        check(
+            acc.neighboring_relation is NeighboringRelation.ADD_REMOVE,
+            "neighboring_relation",
+            acc.neighboring_relation.value,
+            "must be add_remove (the random-allocation PLD's relation)",
+        )
+        _ = self.pass_event()  # validates σ, m, p0
+
+    def pass_event(self) -> CheckinGaussianEvent:
+        """The ledger event of one pass."""
+        return CheckinGaussianEvent(self.noise_multiplier, self.num_slots, self.checkin_probability)
+
+    def round_events(self) -> list[tuple[Any, int]]:
+        """One pass (fresh check-ins) per server round: ``[(pass_event, 1)]``."""
+        return [(self.pass_event(), 1)]
+
+    @property
+    def noise_stddev(self) -> float:
+        """Std ``σ C`` of the Gaussian added to each slot's sum (units of the update)."""
+        return float(self.noise_multiplier * self.clipping_norm)
+
+    @property
+    def slot_divisor(self) -> float:
+        """Public constant dividing a slot's noisy sum: the expected check-ins per slot
+        ``max(1, n p0 / m)`` (1 without ``n``); never the realized count."""
+        if self.num_clients is None:
+            return 1.0
+        return max(1.0, self.num_clients * self.checkin_probability / self.num_slots)
+
+    def slot_noise(
+        self, shapes: Mapping[str, tuple[int, ...]], generator: Any
+    ) -> dict[str, np.ndarray]:
+        """The Gaussian the trusted aggregator adds to ONE slot's sum: ``N(0, (σ C)² I)`` per
+        entry of each shape (float64 numpy), drawn from ``generator`` (a torch generator)."""
+        import torch
+
+        out: dict[str, np.ndarray] = {}
+        for k, shape in shapes.items():
+            z = torch.randn(
+                torch.Size(shape), generator=generator, dtype=torch.float64, device=generator.device
+            )
+            out[k] = (self.noise_stddev * z).cpu().numpy()
+        return out
+
+    def epsilon(self, passes: int, target_delta: float | None = None) -> float:
+        """ε after ``passes`` passes at ``target_delta`` (default: the spec's), by the
+        ledger (the reported, tighter valid route: random allocation)."""
+        check(int(passes) == passes and passes >= 0, "passes", passes, "must be >= 0")
+        if passes == 0:
+            return 0.0
+        acc = self.accounting
+        if target_delta is not None:
+            acc = dataclasses.replace(acc, target_delta=target_delta)
+        return float(acc.epsilon([(self.pass_event(), int(passes))]))
+
+    def bounds(self, passes: int, target_delta: float | None = None) -> dict[str, Any]:
+        """Every route with its ε (``None``: not applicable) and which one answered.
+
+        Returns
+        -------
+        dict
+            ``{"epsilon", "bound", "composition", "epsilon_by_bound": {route: ε or None},
+            "bound_reason": {route: why not}, "neighboring_relation"}`` (results.json, CLI).
+        """
+        eps = self.epsilon(passes, target_delta)
+        return {
+            "epsilon": eps,
+            "bound": ALLOCATION_BOUND,
+            "composition": "PLD self-composition over passes" if passes > 1 else "single pass",
+            "epsilon_by_bound": {ALLOCATION_BOUND: eps, THEOREM_BOUND: None},
+            "bound_reason": {THEOREM_BOUND: THEOREM_NOT_APPLICABLE},
+            "neighboring_relation": NeighboringRelation.ADD_REMOVE.value,
+        }
+
+    def expected_empty_slots(self) -> float | None:
+        """``m (1 - p0/m)^n`` slots per pass that release noise only (None without ``n``)."""
+        if self.num_clients is None:
+            return None
+        m, p0 = self.num_slots, self.checkin_probability
+        return float(m * (1.0 - p0 / m) ** self.num_clients)
+
+    def summary(self, passes: int | None = None) -> dict[str, Any]:
+        """The ``privacy`` block of results.json (and the CLI's details)."""
+        out: dict[str, Any] = {
+            "variant": "fixed",
+            "noise": "central_gaussian",
+            "noise_multiplier": float(self.noise_multiplier),
+            "noise_stddev": self.noise_stddev,
+            "sensitivity": float(self.clipping_norm),
+            "num_slots": self.num_slots,
+            "checkin_probability": float(self.checkin_probability),
+        }
+        empty = self.expected_empty_slots()
+        if empty is not None:
+            out["expected_empty_slots"] = empty
+        if passes:
+            out.update(self.bounds(passes))
+        return out
+
+    def calibrated(self, target_epsilon: float, passes: int) -> CheckinGaussianSpec:
+        """The spec with the smallest σ (to 0.3 %) whose ε after ``passes`` is <= the target.
+
+        Bracketed by the σ of the Poisson-subsampled Gaussian at rate ``p0 / m`` over
+        ``m x passes`` steps (dp-accounting's fast PLD), widened by 25 % each way and checked
+        by :func:`~fedpriv.accounting.calibrate.bisect_noise` before use.
+
+        Raises
+        ------
+        ConfigError
+            For a non-positive target, ``passes < 1``, or a target no σ <= 1e6 reaches.
+        """
+        from fedpriv.accounting.calibrate import bisect_noise
+
+        target = check_positive("target_epsilon", target_epsilon, "must be > 0")
+        check(int(passes) == passes and passes >= 1, "repetitions", passes, "must be >= 1")
+
+        def eps_of(z: float) -> float:
+            return dataclasses.replace(self, noise_multiplier=z).epsilon(passes)
+
+        z = bisect_noise(
+            eps_of,
+            target,
+            field="noise_multiplier",
+            hint=self._hint(target, int(passes)),
+            rtol=3e-3,
+        )
+        return dataclasses.replace(self, noise_multiplier=z)
+
+    def _hint(self, target: float, passes: int) -> tuple[float, float]:
+        from dp_accounting import dp_event
+        from dp_accounting.pld import pld_privacy_accountant
+
+        from fedpriv.accounting.calibrate import bisect_noise
+
+        q = self.checkin_probability / self.num_slots
+        steps = self.num_slots * passes
+        delta = self.accounting.target_delta
+
+        def eps_of(z: float) -> float:
+            acc = pld_privacy_accountant.PLDAccountant()
+            acc.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(z)), steps)
+            return float(acc.get_epsilon(delta))
+
+        z = bisect_noise(eps_of, target, field="noise_multiplier", rtol=1e-2)
+        return (z / 1.25, z * 1.25)
+
+
+# --------------------------------------------------------------------------- CLI
+KEYS = (
+    "noise",
+    "variant",
+    "noise_multiplier",
+    "target_epsilon",
+    "target_delta",
+    "num_slots",
+    "checkin_probability",
+    "num_clients",
+    "clipping_norm",
+    "repetitions",
+    "accountant",
+)
+
+
+def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``fedpriv-account checkin noise=central_gaussian ...`` (or ``checkin-gaussian``).
+
+    Keys: ``noise_multiplier`` (omit it and give ``target_epsilon`` to calibrate it),
+    ``num_slots``, ``checkin_probability`` (1), ``num_clients`` (optional),
+    ``clipping_norm`` (1), ``repetitions`` (passes, 1), ``target_delta`` (1e-5),
+    ``variant`` (only ``fixed``), ``accountant`` (only ``pld``).
+
+    Returns
+    -------
+    dict
+        ``epsilon``, ``delta``, ``noise_multiplier``, ``bound`` (which answered),
+        ``epsilon_by_bound`` (every route; ``None`` = not applicable), ``bound_reason``,
+        ``composition``, ``repetitions`` and the spec's summary; ``calibrated`` when
+        calibrated.
+
+    Raises
+    ------
+    ConfigError
+        On unknown keys, bad values or an uncovered variant (one line naming the key).
+    """
+    p = Params(params, "checkin noise=central_gaussian", KEYS)
+    noise = parse_enum(CheckinNoise, "noise", p.str("noise", "central_gaussian"))
+    check(
+        noise is CheckinNoise.CENTRAL_GAUSSIAN,
+        "noise",
+        noise.value,
+        "must be central_gaussian here (noise=local is the checkin analysis)",
+    )
+    variant = p.str("variant", "fixed")
+    check(
+        variant == "fixed",
+        "variant",
+        variant,
+        "must be fixed with noise=central_gaussian (only R_j = [m] is accounted)",
+    )
+    given = p.exclusive("noise_multiplier", "target_epsilon")
+    m = p.int("num_slots", ge=1)
+    p0 = p.float("checkin_probability", 1.0, gt=0.0, le=1.0)
+    n = p.int("num_clients", None, ge=1)
+    clip = p.float("clipping_norm", 1.0, gt=0.0)
+    reps = p.int("repetitions", 1, ge=1, le=100_000)
+    delta = p.delta("target_delta", 1e-5)
+    accountant = p.str("accountant", "pld")
+    check(accountant == "pld", "accountant", accountant, "must be pld (random-allocation PLD)")
+    out: dict[str, Any] = {"analysis": "checkin", "noise": "central_gaussian"}
+    acc = AccountingSpec(accountant=Accountant.PLD, target_delta=delta)
+    if given == "target_epsilon":
+        target = p.float("target_epsilon", gt=0.0)
+        p.finish()
+        base = CheckinGaussianSpec(
+            noise_multiplier=1.0,
+            num_slots=m,
+            checkin_probability=p0,
+            num_clients=n,
+            clipping_norm=clip,
+            accounting=acc,
+        )
+        spec = base.calibrated(target, reps)
+        out.update(calibrated="noise_multiplier", target_epsilon=target)
+    else:
+        z = p.float("noise_multiplier", gt=0.0)
+        p.finish()
+        spec = CheckinGaussianSpec(
+            noise_multiplier=z,
+            num_slots=m,
+            checkin_probability=p0,
+            num_clients=n,
+            clipping_norm=clip,
+            accounting=acc,
+        )
+    out.update(delta=delta, repetitions=reps, **spec.summary(reps))
+    return out
