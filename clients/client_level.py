@@ -299,7 +299,8 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         with torch.no_grad():
             delta = {k: (p.detach() - start[k]) for k, p in params.items()}
             norm = math.sqrt(sum(float((d.double() ** 2).sum()) for d in delta.values()))
-            scale = min(1.0, c / norm) if norm > 0 else 1.0
+            # 1 - 2^-20 below c/norm: the float32 product never exceeds C (the accounted bound)
+            scale = 1.0 if norm <= c else c / norm * (1.0 - 2.0**-20)
             update = {k: (d * scale).cpu() for k, d in delta.items()}
         metrics = {
             "steps": float(steps),
