@@ -20,7 +20,9 @@ without-replacement or Poisson user sampler; its accountants (``PLDPrivacyAccoun
 add/remove neighbours. The ε printed here is what pfl reports for q = 120/6000 = 0.02.
 
 Usage: run_pfl_client_level.py SPLIT_DIR OUT_JSON [ROUNDS=500] [--sampler=random|minimize_reuse]
-       [--eval-every=10] [--threads=K]
+       [--eval-every=10] [--threads=K] [--seed=0]
+
+``--seed`` seeds numpy and torch (cohorts, noise); the initial weights are fedpriv's either way.
 """
 
 from __future__ import annotations
@@ -96,8 +98,9 @@ def main() -> int:
     eval_every = int(opts.get("eval-every", 10))
     if "threads" in opts:
         torch.set_num_threads(int(opts["threads"]))
-    np.random.seed(0)
-    torch.manual_seed(0)
+    seed = int(opts.get("seed", 0))
+    np.random.seed(seed)
+    torch.manual_seed(seed)
     t_start = time.perf_counter()
 
     from pfl.aggregate.simulate import SimulatedBackend
@@ -134,9 +137,15 @@ def main() -> int:
         ]
         for u in range(NUM_CLIENTS)
     }
-    train_data = FederatedDataset.from_slices(
-        users, get_user_sampler(sampler_name, list(range(NUM_CLIENTS)))
-    )
+    pfl_sampler = get_user_sampler(sampler_name, list(range(NUM_CLIENTS)))
+    drawn: list[int] = []  # every user id pfl's sampler returns, in order (120 per round)
+
+    def recording_sampler() -> int:
+        user = pfl_sampler()
+        drawn.append(int(user))
+        return user
+
+    train_data = FederatedDataset.from_slices(users, recording_sampler)
     xt, yt = torch.from_numpy(x_test), torch.from_numpy(y_test)
     val_data = FederatedDataset.from_slices({0: [xt, yt]}, get_user_sampler("minimize_reuse", [0]))
 
@@ -199,10 +208,15 @@ def main() -> int:
     t_end = time.perf_counter()
     import pfl
 
+    cohorts = [drawn[i : i + COHORT] for i in range(0, COHORT * rounds, COHORT)]
+    assert len(drawn) == COHORT * rounds, (len(drawn), COHORT * rounds)
+    rounds_per_user = np.bincount(np.array(drawn), minlength=NUM_CLIENTS)
+
     res = {
         "framework": "pfl",
         "pfl_version": getattr(pfl, "__version__", "0.6.0"),
         "user_sampler": sampler_name,
+        "seed": seed,
         "num_clients": NUM_CLIENTS,
         "cohort_size": COHORT,
         "rounds": rounds,
@@ -212,6 +226,9 @@ def main() -> int:
         "local": {"lr": LOCAL_LR, "batch_size": LOCAL_BATCH, "epochs": LOCAL_EPOCHS},
         "server_lr": SERVER_LR,
         "accuracy": {str(k): v for k, v in sorted(accuracy.items())},
+        "cohorts_with_a_repeated_user": sum(len(set(c)) < len(c) for c in cohorts),
+        "max_slots_of_one_user_in_a_cohort": int(max(np.bincount(c).max() for c in cohorts)),
+        "slots_per_user": {"min": int(rounds_per_user.min()), "max": int(rounds_per_user.max())},
         "epsilon_pfl_pld": float(pld.epsilon),
         "epsilon_pfl_rdp": float(rdp.epsilon),
         "pfl_sampling_probability": q,
