@@ -307,49 +307,84 @@ def read_fedpriv_metrics(path: Path) -> dict[int, tuple[float, float]]:
     return out
 
 
+def _stat(values: Sequence[float]) -> str:
+    """``mean (min-max)`` of accuracies as fractions, printed in percent."""
+    v = 100 * np.asarray(values, dtype=float)
+    if len(v) == 1:
+        return f"{v[0]:.2f}"
+    return f"{v.mean():.2f} ({v.min():.2f}-{v.max():.2f})"
+
+
+def tail_mean(acc: dict[int, float], rounds: int, last: int = 50) -> float:
+    """Mean accuracy over the evaluations in rounds ``rounds-last+1 .. rounds`` (10 apart)."""
+    vals = [a for r, a in acc.items() if rounds - last < r <= rounds and r % 10 == 0]
+    return float(np.mean(vals))
+
+
 def main() -> int:
+    """Print the accuracy and ε tables (markdown) for the given runs."""
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     opts = dict((a[2:].split("=", 1) + [""])[:2] for a in sys.argv[1:] if a.startswith("--"))
-    pfl = json.loads(Path(args[0]).read_text())
-    rounds = int(opts.get("rounds") or pfl["rounds"])
-    fed = read_fedpriv_metrics(Path(args[1])) if len(args) > 1 else {}
-    pfl_acc = {int(k): v for k, v in pfl["accuracy"].items()}
-    marks = sorted(r for r in pfl_acc if r % 50 == 0 or r == rounds)
-    print(f"Accuracy (test, 10,000 images), pfl user sampler = {pfl['user_sampler']}")
+    pfl_runs = [json.loads(Path(a).read_text()) for a in args if a.endswith(".json")]
+    fed_runs = [read_fedpriv_metrics(Path(a)) for a in args if a.endswith(".csv")]
+    if not pfl_runs:
+        raise SystemExit("usage: compare.py PFL_JSON... [FEDPRIV_METRICS_CSV...] [--rounds=R]")
+    rounds = int(opts.get("rounds") or pfl_runs[0]["rounds"])
+    pfl_acc = [{int(k): v for k, v in run["accuracy"].items()} for run in pfl_runs]
+    fed_acc = [{r: a for r, (a, _) in run.items()} for run in fed_runs]
+    samplers = sorted({run["user_sampler"] for run in pfl_runs})
+    seeds = [run.get("seed", 0) for run in pfl_runs]
+    print(
+        f"Test accuracy (%, 10,000 images): pfl user sampler {'/'.join(samplers)}, "
+        f"{len(pfl_runs)} run(s) (seeds {seeds}); fedpriv {len(fed_runs)} run(s). "
+        "Several runs: mean (min-max)."
+    )
+    print()
     print("| round | pfl | fedpriv | fedpriv - pfl (points) |")
     print("|---:|---:|---:|---:|")
+    marks = [r for r in range(50, rounds + 1, 50)] or [rounds]
     for r in marks:
-        f = fed.get(r)
-        fs = f"{f[0]:.4f}" if f else "-"
-        diff = f"{100 * (f[0] - pfl_acc[r]):+.2f}" if f else "-"
-        print(f"| {r} | {pfl_acc[r]:.4f} | {fs} | {diff} |")
+        p = [a[r] for a in pfl_acc if r in a]
+        f = [a[r] for a in fed_acc if r in a]
+        diff = f"{100 * (np.mean(f) - np.mean(p)):+.2f}" if f and p else "-"
+        print(f"| {r} | {_stat(p) if p else '-'} | {_stat(f) if f else '-'} | {diff} |")
+    p_tail = [tail_mean(a, rounds) for a in pfl_acc]
+    f_tail = [tail_mean(a, rounds) for a in fed_acc if rounds in a]
+    diff = f"{100 * (np.mean(f_tail) - np.mean(p_tail)):+.2f}" if f_tail else "-"
+    f_str = _stat(f_tail) if f_tail else "-"
+    print(f"| mean of rounds {rounds - 40}-{rounds} | {_stat(p_tail)} | {f_str} | {diff} |")
     eps = epsilon_table(rounds)
-    fed_eps = fed[max(fed)][1] if fed else float("nan")
+    pfl0 = pfl_runs[0]
+    fed_eps = [run[max(run)][1] for run in fed_runs if max(run) == rounds]
     print()
-    print(f"ε at δ = {DELTA:g} after {rounds} rounds (σ = {SIGMA}, C = 1, 120 of 6,000)")
-    print("| what | ε |")
+    print(
+        f"ε at δ = {DELTA:g} after {rounds} rounds (σ = {SIGMA:g}, C = 1, cohorts of 120 of 6,000)"
+    )
+    print()
+    print("| sampler and analysis | ε |")
     print("|---|---:|")
     rows = [
-        ("pfl prints: PLDPrivacyAccountant (Poisson q = 0.02, add/remove)", pfl["epsilon_pfl_pld"]),
-        ("pfl prints: RDPPrivacyAccountant (Poisson q = 0.02, add/remove)", pfl["epsilon_pfl_rdp"]),
-        ("fedpriv run reports (its accountant, last round)", fed_eps),
-        ("Poisson q = 0.02, add/remove, dp-accounting PLD", eps["poisson_pld"]),
-        ("Poisson q = 0.02, add/remove, dp-accounting RDP", eps["poisson_rdp"]),
-        ("fixed size WITHOUT replacement, replace-one (σ/2), RDP", eps["wor_replace_one_rdp"]),
-        ("  same, lower bound (one neighbouring pair)", eps["wor_replace_one_lower"]),
-        (
-            "pfl `random` (WITH replacement), replace-one: lower bound",
-            eps["with_replacement_lower"],
-        ),
-        (
-            f"pfl `minimize_reuse` (cycle, {int(eps['cyclic_participations'])} rounds each), exact",
-            eps["cyclic_exact_pld"],
-        ),
-    ]
+        ("pfl prints, `PLDPrivacyAccountant` (assumes Poisson q = 0.02, add/remove)",
+         f"{pfl0['epsilon_pfl_pld']:.3f}"),
+        ("pfl prints, `RDPPrivacyAccountant` (assumes Poisson q = 0.02, add/remove)",
+         f"{pfl0['epsilon_pfl_rdp']:.3f}"),
+        ("fedpriv reports (its ledger, last round)",
+         ", ".join(f"{e:.3f}" for e in fed_eps) if fed_eps else "-"),
+        ("Poisson q = 0.02 (fedpriv's sampler), add/remove, dp-accounting PLD",
+         f"{eps['poisson_pld']:.3f}"),
+        ("Poisson q = 0.02 (fedpriv's sampler), add/remove, dp-accounting RDP",
+         f"{eps['poisson_rdp']:.3f}"),
+        ("fixed size 120 WITHOUT replacement, replace-one (noise mult. σ/2), RDP upper bound",
+         f"{eps['wor_replace_one_rdp']:.3f}"),
+        ("fixed size 120 WITHOUT replacement, replace-one, lower bound (one neighbouring pair)",
+         f"{eps['wor_replace_one_lower']:.3f}"),
+        ("pfl `random` (120 slots WITH replacement), replace-one, lower bound (one pair)",
+         f"≥ {eps['with_replacement_lower']:.3f}"),
+        (f"pfl `minimize_reuse` (fixed cycle: {int(eps['cyclic_participations'])} rounds per "
+         "client, no sampling), replace-one, exact (PLD)", f"{eps['cyclic_exact_pld']:.3f}"),
+    ]  # fmt: skip
     for what, v in rows:
-        print(f"| {what} | {v:.3f} |")
-    if "--json" in opts:
-        print(json.dumps(eps))
+        print(f"| {what} | {v} |")
     return 0
 
 
