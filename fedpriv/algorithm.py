@@ -12,7 +12,8 @@ composes exactly what the clients did.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,12 +35,15 @@ class ClientData:
 
 @dataclass(frozen=True)
 class TrainContext:
-    """Per-call context: the server round, the client's randomness and its device."""
+    """Per-call context: the server round, the client's randomness, its device, and the
+    round's public parameters from the server (``round_config``, e.g. an adaptive clip norm:
+    :meth:`ClientAlgorithm.initial_round_config`)."""
 
     server_round: int
     rng: np.random.Generator
     generator: torch.Generator
     device: torch.device
+    round_config: Mapping[str, float] = field(default_factory=dict)
 
 
 class ClientAlgorithm(ABC):
@@ -59,6 +63,8 @@ class ClientAlgorithm(ABC):
     #: True if the noise is hardened against floating-point attacks (Mironov 2012), e.g.
     #: integer Skellam noise; float Gaussian noise is not.
     hardened_noise: ClassVar[bool] = False
+    #: The privacy unit: ``"record"`` (one training record) or ``"client"`` (a whole client).
+    privacy_unit: ClassVar[str] = "record"
 
     @property
     def normalizer(self) -> float:
@@ -112,6 +118,25 @@ class ClientAlgorithm(ABC):
         """The real-valued SUM of the clients' deltas from the aggregated ``total`` (default: as
         is)."""
         return total
+
+    def initial_round_config(self) -> dict[str, float]:
+        """Public parameters the server sends with round 1 (``TrainContext.round_config``);
+        :meth:`release` returns the next round's. Default: none."""
+        return {}
+
+    def release(
+        self, total: dict[str, Any], server_round: int, round_config: Mapping[str, float]
+    ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
+        """The server's part of a round, on the decoded SUM: ``(sum to apply, figures for the
+        round's row, next round_config)``. An algorithm whose noise the trusted aggregator
+        adds draws it here (so its events and its noise come from one object). Default: the
+        sum as is, no figures, the same config."""
+        return total, {}, dict(round_config)
+
+    def accounting_epoch(self, server_round: int) -> int | None:
+        """The epoch whose events cover ``server_round`` (recorded once, at its first released
+        round: e.g. random allocation); ``None`` (default): every round is its own event."""
+        return None
 
     def local_events(self) -> list[tuple[Any, int]]:
         """Privacy events of one round for a single client's own release (its LDP); default none."""

@@ -24,7 +24,7 @@ from flwr.clientapp import ClientApp
 from fedpriv.aggregation import aggregator_class
 from fedpriv.algorithm import ClientData, TrainContext
 from fedpriv.data.shared import release_pages
-from fedpriv.engine import named_clients, row_blocks, stacked_reply
+from fedpriv.engine import named_clients, round_config_of, row_blocks, stacked_reply
 from fedpriv.noise import make_generator
 from fedpriv.notices import quiet_known_notices
 from fedpriv.setup import build_algorithm, build_model_for, partitions, resolve_device, run_dataset
@@ -64,15 +64,26 @@ def _model(cfg_json: str) -> torch.nn.Module:
 
 
 def client_context(
-    cfg: dict[str, Any], partition_id: int, server_round: int, device: torch.device
+    cfg: dict[str, Any],
+    partition_id: int,
+    server_round: int,
+    device: torch.device,
+    round_config: dict[str, float] | None = None,
 ) -> TrainContext:
     """A virtual client's randomness for a round: numpy and torch generators seeded from
-    ``(seed, server_round, partition_id)``, or OS entropy in ``privacy.secure_mode``."""
+    ``(seed, server_round, partition_id)``, or OS entropy in ``privacy.secure_mode``; the
+    round's public parameters from the server (``round_config``)."""
     secure = bool(cfg["privacy"].get("secure_mode"))
     seed_seq = None if secure else [int(cfg["seed"]), server_round, int(partition_id)]
     rng = np.random.default_rng(seed_seq)
     generator = make_generator(int(rng.integers(2**62)), device=device, secure_mode=secure)
-    return TrainContext(server_round=server_round, rng=rng, generator=generator, device=device)
+    return TrainContext(
+        server_round=server_round,
+        rng=rng,
+        generator=generator,
+        device=device,
+        round_config=dict(round_config or {}),
+    )
 
 
 def train_client(
@@ -81,12 +92,13 @@ def train_client(
     model: torch.nn.Module,
     data: ClientData,
     server_round: int,
+    round_config: dict[str, float] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """One virtual client's round (:func:`client_context`, then ``algorithm.train``); the update
     as CPU numpy arrays. ``model`` holds the global state on the client's device and is
     modified in place."""
     device = next(model.parameters()).device
-    ctx = client_context(cfg, data.partition_id, server_round, device)
+    ctx = client_context(cfg, data.partition_id, server_round, device, round_config)
     update, metrics = algorithm.train(model, data, ctx)
     return as_numpy(update), metrics
 
@@ -123,7 +135,8 @@ def train_handler(cfg: dict[str, Any], msg: Message, context: Context) -> Messag
     data = _client_data(cfg_json, partition_id)
     model = build_model_for(cfg).to(resolve_device(cfg))
     model.load_state_dict(msg.content.array_records[MODEL_KEY].to_torch_state_dict())
-    update, metrics = train_client(cfg, _algorithm(cfg_json), model, data, server_round)
+    algorithm, rc = _algorithm(cfg_json), round_config_of(msg)
+    update, metrics = train_client(cfg, algorithm, model, data, server_round, rc)
     content = RecordDict(
         {
             UPDATE_KEY: ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in update.items()}),
@@ -147,9 +160,10 @@ def worker_train_handler(cfg: dict[str, Any], cfg_json: str, msg: Message) -> Me
     model = _model(cfg_json)
     start = msg.content.array_records[MODEL_KEY].to_torch_state_dict()
     pids = named_clients(msg) or []
+    rc = round_config_of(msg)
     blocks: list[Block] = []
     if use_vmap(cfg, algorithm, model, len(pids)):
-        blocks = train_together(cfg, cfg_json, algorithm, model, start, pids, server_round)
+        blocks = train_together(cfg, cfg_json, algorithm, model, start, pids, server_round, rc)
     done = {pid for block in blocks for pid in block[0]}
     failed: dict[int, str] = {}
     for pid in pids:
@@ -159,7 +173,7 @@ def worker_train_handler(cfg: dict[str, Any], cfg_json: str, msg: Message) -> Me
             model.train()
             model.load_state_dict(start)
             data = _client_data(cfg_json, pid)
-            update, m = train_client(cfg, algorithm, model, data, server_round)
+            update, m = train_client(cfg, algorithm, model, data, server_round, rc)
         except Exception as exc:  # one client's failure is its own, not the worker's
             failed[pid] = f"client {pid}: {type(exc).__name__}: {exc}"[:300]
             continue
@@ -180,6 +194,7 @@ def train_together(
     start: dict[str, torch.Tensor],
     pids: list[int],
     server_round: int,
+    round_config: dict[str, float] | None = None,
 ) -> list[Block]:
     """``algorithm.train_cohort`` over ``pids`` in memory-bounded chunks; a chunk that raises
     is left out (its clients then train one by one, from fresh generators)."""
@@ -190,7 +205,9 @@ def train_together(
     blocks: list[Block] = []
     for lo in range(0, len(pids), size):
         part = datas[lo : lo + size]
-        ctxs = [client_context(cfg, d.partition_id, server_round, device) for d in part]
+        ctxs = [
+            client_context(cfg, d.partition_id, server_round, device, round_config) for d in part
+        ]
         try:
             updates, metrics = algorithm.train_cohort(model, part, ctxs)
         except Exception as exc:  # the per-client path then reports each client's own error

@@ -3,7 +3,10 @@
 The server draws the cohort from its own generator, seeded by ``(seed, server_round)``; a
 client's data never influences it. ``all``: every registered client; ``poisson``: each client
 independently with probability ``client_sample_rate``; ``fixed_size``: ``num_sampled_clients``
-clients uniformly without replacement.
+clients uniformly without replacement; ``random_allocation``: every client takes part in
+``rounds_per_client`` k of each epoch of ``allocation_window`` t rounds, the k rounds chosen
+uniformly by the client itself (in the simulation, from a stream that depends on the epoch and
+the client only, never on data or on other clients).
 
 Privacy. The privacy unit of fedpriv's record-level client algorithms is one training record,
 and a client holds many. Sampling clients then amplifies nothing that fedpriv can claim: the
@@ -29,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 import numpy as np
 
@@ -43,6 +47,7 @@ class ClientSampling(StrEnum):
     ALL = "all"
     POISSON = "poisson"
     FIXED_SIZE = "fixed_size"
+    RANDOM_ALLOCATION = "random_allocation"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,11 @@ class CohortSampler:
         Poisson inclusion probability ``q`` in (0, 1]; only with ``poisson``.
     num_sampled_clients : int | None
         Cohort size ``k`` in ``1..N``; only with ``fixed_size``.
+    allocation_window : int | None
+        Rounds per epoch ``t`` >= 1; only with ``random_allocation``.
+    rounds_per_client : int | None
+        Rounds each client takes part in per epoch, ``k`` in ``1..t``; only with
+        ``random_allocation``.
     seed : int
         The run's seed (the cohort of round ``r`` is a function of ``(seed, r)``).
 
@@ -73,6 +83,8 @@ class CohortSampler:
     client_sampling: ClientSampling = ClientSampling.ALL
     client_sample_rate: float | None = None
     num_sampled_clients: int | None = None
+    allocation_window: int | None = None
+    rounds_per_client: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -115,6 +127,32 @@ class CohortSampler:
                 k,
                 f"needs client_sampling=fixed_size (not {kind})",
             )
+        self._check_allocation(kind)
+
+    def _check_allocation(self, kind: ClientSampling) -> None:
+        t, k = self.allocation_window, self.rounds_per_client
+        if kind is not ClientSampling.RANDOM_ALLOCATION:
+            for name, v in (("allocation_window", t), ("rounds_per_client", k)):
+                check(v is None, name, v, f"needs client_sampling=random_allocation (not {kind})")
+            return
+        check(
+            isinstance(t, int) and t >= 1,
+            "allocation_window",
+            t,
+            "must be an integer >= 1 (rounds per epoch) with client_sampling=random_allocation",
+        )
+        check(
+            isinstance(k, int) and 1 <= k <= int(t),  # type: ignore[arg-type]
+            "rounds_per_client",
+            k,
+            f"must be an integer in 1..allocation_window={t} (k <= t)",
+        )
+
+    def epoch_of(self, server_round: int) -> int | None:
+        """The random-allocation epoch (0-based) of ``server_round``; ``None`` otherwise."""
+        if self.client_sampling is not ClientSampling.RANDOM_ALLOCATION:
+            return None
+        return (int(server_round) - 1) // int(self.allocation_window)  # type: ignore[arg-type]
 
     @property
     def expected_size(self) -> float:
@@ -123,6 +161,8 @@ class CohortSampler:
             return float(self.client_sample_rate) * self.num_clients  # type: ignore[arg-type]
         if self.client_sampling is ClientSampling.FIXED_SIZE:
             return float(self.num_sampled_clients)  # type: ignore[arg-type]
+        if self.client_sampling is ClientSampling.RANDOM_ALLOCATION:
+            return self.num_clients * self.rounds_per_client / self.allocation_window  # type: ignore[operator]
         return float(self.num_clients)
 
     @property
@@ -136,14 +176,21 @@ class CohortSampler:
 
     @property
     def varies(self) -> bool:
-        """Whether the cohort size can differ from :attr:`nominal_size` (Poisson)."""
-        return self.client_sampling is ClientSampling.POISSON
+        """Whether the cohort size can differ from :attr:`nominal_size` (Poisson, allocation)."""
+        return self.client_sampling in (ClientSampling.POISSON, ClientSampling.RANDOM_ALLOCATION)
 
     def draw(self, server_round: int) -> np.ndarray:
         """Sorted int64 client ids of round ``server_round``'s cohort (may be empty: Poisson)."""
         n = self.num_clients
         if self.client_sampling is ClientSampling.ALL:
             return np.arange(n, dtype=np.int64)
+        if self.client_sampling is ClientSampling.RANDOM_ALLOCATION:
+            t = int(self.allocation_window)  # type: ignore[arg-type]
+            epoch = (int(server_round) - 1) // t
+            chosen = _allocation(self.seed, n, t, int(self.rounds_per_client), epoch)  # type: ignore[arg-type]
+            return np.flatnonzero((chosen == (int(server_round) - 1) % t).any(axis=1)).astype(
+                np.int64
+            )
         seq = np.random.SeedSequence(
             [int(self.seed), int(server_round)], spawn_key=(_COHORT_STREAM,)
         )  # a spawn key: no client's (seed, round, id) seed can equal it
@@ -153,3 +200,15 @@ class CohortSampler:
             return np.flatnonzero(rng.random(n) < q).astype(np.int64)
         k = int(self.num_sampled_clients)  # type: ignore[arg-type]
         return np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64)
+
+
+_ALLOCATION_STREAM = 0xA110C
+
+
+@lru_cache(maxsize=2)
+def _allocation(seed: int, num_clients: int, t: int, k: int, epoch: int) -> np.ndarray:
+    """``(num_clients, k)``: the rounds (0..t-1 within ``epoch``) each client chose, uniformly
+    without replacement, from a stream of ``(seed, epoch)`` (row ``i``: client ``i``'s)."""
+    seq = np.random.SeedSequence([int(seed), epoch], spawn_key=(_ALLOCATION_STREAM,))
+    keys = np.random.default_rng(seq).random((num_clients, t))
+    return np.argsort(keys, axis=1)[:, :k]  # a uniform k-subset per row

@@ -34,6 +34,7 @@ FINITE_RULES = {
     "privacy.local_delta": "must be a finite number in [0, 1)",
     "privacy.clipping_norm": "must be a finite number > 0",
     "privacy.checkin_probability": "must be a finite number in (0, 1]",
+    "privacy.count_noise_multiplier": "must be a finite number > 0",
     "round_timeout": "must be a finite number > 0 (seconds)",
     "client_sample_rate": "must be a finite number in (0, 1]",
     "partition.alpha": "must be a finite number > 0",
@@ -83,8 +84,10 @@ class PrivacyConfig:
     # random check-ins (second paper): the local randomizer's budget, clip and p0
     local_epsilon: Optional[float] = None
     local_delta: float = 0.0
-    clipping_norm: float = 1.0
+    clipping_norm: float = 1.0  # also client-level DP-FedAvg's (initial) clip of a whole delta
     checkin_probability: float = 1.0
+    # client-level adaptive clipping: noise of the unclipped count (null: fixed clipping)
+    count_noise_multiplier: Optional[float] = None
     group_sizes: Optional[list[int]] = None  # null: the algorithm's default
 
 
@@ -106,6 +109,8 @@ class RunConfig:
     client_sampling: str = "all"
     client_sample_rate: Optional[float] = None
     num_sampled_clients: Optional[int] = None
+    allocation_window: Optional[int] = None
+    rounds_per_client: Optional[int] = None
     device: str = "auto"
     round_timeout: float = 600.0
     progress: bool = True

@@ -16,8 +16,9 @@ declares ``uses_secagg_mods`` every message names no clients and node ``i`` is c
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,14 @@ from flwr.app import (
     RecordDict,
 )
 
-from fedpriv.wire import CLIENTS_KEY, CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
+from fedpriv.wire import (
+    CLIENTS_KEY,
+    CONFIG_KEY,
+    METRICS_KEY,
+    MODEL_KEY,
+    ROUND_CONFIG_KEY,
+    UPDATE_KEY,
+)
 
 
 def numpy_state(state: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -65,22 +73,47 @@ def split_cohort(cohort: Sequence[int], num_workers: int) -> list[list[int]]:
 
 
 def worker_messages(
-    node_ids: Sequence[int], cohort: Sequence[int], state: dict[str, np.ndarray], server_round: int
+    node_ids: Sequence[int],
+    cohort: Sequence[int],
+    state: dict[str, np.ndarray],
+    server_round: int,
+    round_config: Mapping[str, float] | None = None,
 ) -> list[Message]:
-    """One TRAIN message per worker (the first ``len(shares)`` of ``node_ids``): model + clients."""
+    """One TRAIN message per worker (the first ``len(shares)`` of ``node_ids``): model + clients
+    (+ the round's public parameters, ``round_config``)."""
     arrays = ArrayRecord(numpy_state(state))
+    base = _round_entries(server_round, round_config)
     return [
-        _train_message(nid, arrays, {"server_round": int(server_round), CLIENTS_KEY: share})
+        _train_message(nid, arrays, {**base, CLIENTS_KEY: share})
         for nid, share in zip(node_ids, split_cohort(cohort, len(node_ids)))
     ]
 
 
 def node_messages(
-    node_ids: Sequence[int], state: dict[str, np.ndarray], server_round: int
+    node_ids: Sequence[int],
+    state: dict[str, np.ndarray],
+    server_round: int,
+    round_config: Mapping[str, float] | None = None,
 ) -> list[Message]:
     """One TRAIN message per node (node-per-client layout): the global model and the round."""
     arrays = ArrayRecord(numpy_state(state))
-    return [_train_message(nid, arrays, {"server_round": server_round}) for nid in node_ids]
+    base = _round_entries(server_round, round_config)
+    return [_train_message(nid, arrays, base) for nid in node_ids]
+
+
+def _round_entries(server_round: int, round_config: Mapping[str, float] | None) -> dict[str, Any]:
+    entries: dict[str, Any] = {"server_round": int(server_round)}
+    if round_config:
+        entries[ROUND_CONFIG_KEY] = json.dumps({k: float(v) for k, v in round_config.items()})
+    return entries
+
+
+def round_config_of(msg: Message) -> dict[str, float]:
+    """The public round parameters a train message carries (``{}`` if none)."""
+    config = msg.content.config_records.get(CONFIG_KEY)
+    if config is None or ROUND_CONFIG_KEY not in config:
+        return {}
+    return {str(k): float(v) for k, v in json.loads(str(config[ROUND_CONFIG_KEY])).items()}
 
 
 def _train_message(nid: int, arrays: ArrayRecord, config: dict[str, Any]) -> Message:

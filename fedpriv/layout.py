@@ -91,6 +91,8 @@ def cohort_sampler(cfg: dict[str, Any]) -> CohortSampler:
         client_sampling=ClientSampling.ALL if sampling is None else sampling,
         client_sample_rate=cfg.get("client_sample_rate"),
         num_sampled_clients=cfg.get("num_sampled_clients"),
+        allocation_window=cfg.get("allocation_window"),
+        rounds_per_client=cfg.get("rounds_per_client"),
         seed=int(cfg["seed"]),
     )
 

@@ -46,3 +46,16 @@ def add_gaussian_noise(
         .add_(t)
         for k, t in tensors.items()
     }
+
+
+#: Spawn key of the trusted aggregator's noise stream (never a client's ``(seed, round, id)``).
+_SERVER_NOISE_STREAM = 0x5E4F
+
+
+def server_generator(seed: int, server_round: int, secure_mode: bool = False) -> torch.Generator:
+    """The trusted aggregator's noise generator for ``server_round``: seeded from
+    ``(seed, server_round)`` with its own spawn key, or from OS entropy if ``secure_mode``."""
+    import numpy as np
+
+    seq = np.random.SeedSequence([int(seed), int(server_round)], spawn_key=(_SERVER_NOISE_STREAM,))
+    return make_generator(int(seq.generate_state(1, np.uint64)[0] >> 1), secure_mode=secure_mode)

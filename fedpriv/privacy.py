@@ -49,22 +49,33 @@ class RunPrivacy:
         self.central: PrivacyLedger = self.spec.ledger()
         self.local: PrivacyLedger | None = self.spec.ledger() if algorithm.local_events() else None
         self.rounds = 0
+        self.epochs: set[int] = set()  # accounting epochs already recorded (whole-epoch events)
         self.analysis = (
             ""  # what answers for the central ε (PrivacyLedger.analysis), set by check()
         )
 
-    def record_round(self, contributors: int | None = None) -> None:
+    def record_round(self, contributors: int | None = None, server_round: int = 0) -> None:
         """Compose one round's events into both ledgers.
 
         ``contributors`` < ``num_clients`` (dropouts) composes the algorithm's weaker
-        ``degraded_round_events`` instead.
+        ``degraded_round_events`` instead. A round whose accounting epoch
+        (``algorithm.accounting_epoch``) is already recorded adds nothing centrally: the
+        epoch's events cover all of its rounds.
         """
-        for event, count in self.round_events(contributors):
-            self.central.record(event, count)
+        epoch = self._epoch(server_round)
+        if epoch is None or epoch not in self.epochs:
+            for event, count in self.round_events(contributors):
+                self.central.record(event, count)
+        if epoch is not None:
+            self.epochs.add(epoch)
         if self.local is not None:
             for event, count in self.algorithm.local_events():
                 self.local.record(event, count)
         self.rounds += 1
+
+    def _epoch(self, server_round: int) -> int | None:
+        epoch_of = getattr(self.algorithm, "accounting_epoch", None)
+        return epoch_of(server_round) if server_round and epoch_of is not None else None
 
     def round_events(self, contributors: int | None = None) -> list[tuple[Any, int]]:
         """The events of a round whose sum holds ``contributors`` clients' noise (``None``: all
@@ -103,10 +114,16 @@ class RunPrivacy:
             return None
         return self.local.get_epsilon(self.target_delta) if self.rounds else 0.0
 
-    def next_round_exceeds_budget(self, contributors: int | None = None) -> bool:
+    def next_round_exceeds_budget(
+        self, contributors: int | None = None, server_round: int = 0
+    ) -> bool:
         """Whether composing one more round (of ``contributors`` clients' noise, ``None``: all
-        noise shares) would push ε above ``stop_at_epsilon``."""
+        noise shares) would push ε above ``stop_at_epsilon`` (a round of an epoch already
+        recorded adds nothing)."""
         if self.stop_at_epsilon is None:
+            return False
+        epoch = self._epoch(server_round)
+        if epoch is not None and epoch in self.epochs:
             return False
         trial = PrivacyLedger.from_dict(self.central.to_dict())
         for event, count in self.round_events(contributors):

@@ -77,6 +77,8 @@ class Job:
         self.state: dict[str, np.ndarray] = {
             k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()
         }
+        self.round_config: dict[str, float] = dict(algorithm.initial_round_config())
+        self.release_figures: dict[str, float] = {}
         self.stop_reason = ""
         self.interrupted = ""  # set by SIGINT/SIGTERM: finish the round in progress, then stop
 
@@ -108,9 +110,10 @@ class Job:
         server_round: int,
     ) -> list[Message]:
         """Train messages asking ``clients`` to train from ``state`` (worker or node layout)."""
+        rc = self.round_config
         if self.layout.one_node_per_client:
-            return node_messages([node_ids[c] for c in clients], state, server_round)
-        return worker_messages(node_ids, clients, state, server_round)
+            return node_messages([node_ids[c] for c in clients], state, server_round, rc)
+        return worker_messages(node_ids, clients, state, server_round, rc)
 
     def may_start_round(self, server_round: int) -> bool:
         if self.interrupted:
@@ -119,7 +122,7 @@ class Job:
         cohort = len(self.layout.cohort.draw(server_round)) if self.layout.cohort.varies else None
         if cohort == 0:
             return True  # an empty Poisson cohort: the strategy records the round as empty
-        if self.privacy.next_round_exceeds_budget(cohort):
+        if self.privacy.next_round_exceeds_budget(cohort, server_round):
             self.stop_reason = (
                 f"stopped before round {server_round}: it would exceed "
                 f"privacy.stop_at_epsilon={self.privacy.stop_at_epsilon}"
@@ -139,9 +142,16 @@ class Job:
         self.display.note(text)
 
     def decode_sum(self, total: dict[str, np.ndarray], server_round: int) -> dict[str, np.ndarray]:
-        """The real-valued sum of the clients' deltas (the algorithm decodes e.g. integers)."""
+        """The real-valued sum of the clients' deltas to apply: the algorithm decodes it (e.g.
+        integers) and releases it (``release``: e.g. the trusted aggregator's noise, the next
+        round's adaptive clip norm); the release's figures go into the round's row."""
+        algorithm = self.privacy.algorithm
         shapes = {k: tuple(p.shape) for k, p in self.model.named_parameters() if p.requires_grad}
-        return self.privacy.algorithm.decode_sum(total, shapes, server_round)
+        total = algorithm.decode_sum(total, shapes, server_round)
+        total, self.release_figures, self.round_config = algorithm.release(
+            total, server_round, self.round_config
+        )
+        return total
 
     def admit(self, result: AggregateResult, server_round: int) -> None:
         """Refuse (RoundFailed) a sum the run cannot account, before anything is released.
@@ -182,7 +192,7 @@ class Job:
         ``contributors``: clients whose noise is in the released sum, when fewer than all
         (dropouts); the round is then accounted with the algorithm's degraded events.
         """
-        self.privacy.record_round(contributors)
+        self.privacy.record_round(contributors, server_round)
         dropped = max(self.cohort_size - contributors, 0) if contributors is not None else 0
         self.state = state
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
@@ -200,6 +210,7 @@ class Job:
             "clients_dropped": dropped,
             "dropped": dropped_note(self.cohort_size, result) if dropped else "",
             **self.privacy.algorithm.privacy_report(self.privacy.rounds, self.privacy.target_delta),
+            **self.release_figures,
             **(extra or {}),
         }
         self.recorder.update_privacy(

@@ -15,6 +15,8 @@ CONFIG_KEY = "config"
 #: Config field of a worker's train message and reply: the virtual client ids it trains
 #: (message) or that succeeded, in the order of the stacked update rows (reply).
 CLIENTS_KEY = "clients"
+#: Config entry of a train message: the round's public parameters for the clients (JSON).
+ROUND_CONFIG_KEY = "round_config"
 #: ArrayRecord of a train reply: the client's (noisy) update, what the aggregator sums.
 UPDATE_KEY = "update"
 #: MetricRecord of a train reply: diagnostic counters, summed over clients (never weights).

@@ -98,6 +98,17 @@ class AsyncDPFedAvg(DPFedAvg):
             messages += job.messages_for(node_ids, group, history[-1 - tau], server_round)
         return messages, ages
 
+    def check_algorithm(self, algorithm: object) -> None:
+        """Refuse check-ins and client-level DP (each stale update would be its own release,
+        which its round events do not account)."""
+        super().check_algorithm(algorithm)
+        if getattr(algorithm, "privacy_unit", "record") == "client":
+            from fedpriv.errors import ConfigError
+
+            raise ConfigError(
+                "strategy", "async_fedavg", "cannot run client-level DP: use strategy=fedavg"
+            )
+
     def run(self, grid: Grid, job: ServerJob) -> dict[str, np.ndarray]:
         """The server's main loop; returns the final global state."""
         node_ids = wait_for_nodes(grid, job.num_nodes, job.round_timeout)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -74,6 +75,14 @@ def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float) -> list[int]:
         time.sleep(0.05)
 
 
+class ServerOptimizer(StrEnum):
+    """The server's step on the private mean Δ̄ (post-processing of the release)."""
+
+    FEDAVG = "fedavg"  # w ← w + η Δ̄
+    FEDAVGM = "fedavgm"  # v ← β₁ v + Δ̄; w ← w + η v
+    FEDADAM = "fedadam"  # m ← β₁ m + (1−β₁) Δ̄; v ← β₂ v + (1−β₂) Δ̄²; w ← w + η m / (√v + τ)
+
+
 @dataclass
 class DPFedAvg:
     """Synchronous DP FedAvg over a secure aggregator.
@@ -81,23 +90,51 @@ class DPFedAvg:
     Parameters
     ----------
     server_lr : float
-        Server step size η_s: ``w ← w + η_s · (Σ_i Δ_i) / num_clients``.
+        Server step size η_s: ``w ← w + η_s · (Σ_i Δ_i) / num_clients`` (FedAvg).
     pull_interval : float
         Seconds between the in-memory grid's reply polls (Flower's default 0.1 s adds up to
         0.1 s to every round), in (0, 1].
+    server_optimizer : {"fedavg", "fedavgm", "fedadam"}
+        The server's step on the mean (Hsu, Qi, Brown 2019, "Measuring the Effects of
+        Non-Identical Data Distribution for Federated Visual Classification",
+        arXiv:1909.06335, FedAvgM; Reddi et al. 2021, "Adaptive Federated Optimization",
+        arXiv:2003.00295, Alg. 2, FedAdam).
+    server_momentum : float
+        β₁ in [0, 1) (FedAvgM, FedAdam).
+    server_beta2 : float
+        β₂ in [0, 1) (FedAdam).
+    server_tau : float
+        τ > 0, FedAdam's adaptivity (Reddi et al. use 1e-3).
+
+    Raises
+    ------
+    ConfigError
+        For a value out of range (one line naming ``strategy.<field>``).
     """
 
     server_lr: float = 1.0
     pull_interval: float = 0.01
+    server_optimizer: str = "fedavg"
+    server_momentum: float = 0.9
+    server_beta2: float = 0.99
+    server_tau: float = 1e-3
     #: Sends worker messages (many virtual clients per Flower node, sampled cohorts).
     virtual_clients: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if not self.server_lr > 0:
-            from fedpriv.errors import ConfigError
+        from fedpriv.accounting.spec import parse_enum
+        from fedpriv.errors import check
 
-            raise ConfigError("strategy.server_lr", self.server_lr, "must be > 0")
+        check(self.server_lr > 0, "strategy.server_lr", self.server_lr, "must be > 0")
         check_pull_interval(self.pull_interval)
+        self.server_optimizer = parse_enum(
+            ServerOptimizer, "strategy.server_optimizer", self.server_optimizer
+        )
+        for name in ("server_momentum", "server_beta2"):
+            v = getattr(self, name)
+            check(0 <= v < 1, f"strategy.{name}", v, "must be in [0, 1)")
+        check(self.server_tau > 0, "strategy.server_tau", self.server_tau, "must be > 0")
+        self._moments: dict[str, dict[str, np.ndarray]] = {}
 
     def check_algorithm(self, algorithm: object) -> None:
         """Refuse, before training, a client algorithm that needs its own server (check-ins)."""
@@ -149,5 +186,20 @@ class DPFedAvg:
         """
         new = dict(state)
         for key, total in result.total.items():
-            new[key] = (state[key] + self.server_lr * total / divisor).astype(state[key].dtype)
+            step = self._step(key, np.asarray(total, dtype=np.float64) / divisor)
+            new[key] = (state[key] + self.server_lr * step).astype(state[key].dtype)
         return new
+
+    def _step(self, key: str, mean: np.ndarray) -> np.ndarray:
+        """The server optimizer's direction for parameter ``key`` from the mean delta."""
+        kind, b1 = self.server_optimizer, self.server_momentum
+        if kind is ServerOptimizer.FEDAVG:
+            return mean
+        m = self._moments.setdefault("m", {})
+        if kind is ServerOptimizer.FEDAVGM:
+            m[key] = b1 * m.get(key, 0.0) + mean
+            return m[key]
+        v = self._moments.setdefault("v", {})
+        m[key] = b1 * m.get(key, 0.0) + (1 - b1) * mean
+        v[key] = self.server_beta2 * v.get(key, 0.0) + (1 - self.server_beta2) * mean**2
+        return m[key] / (np.sqrt(v[key]) + self.server_tau)

@@ -33,8 +33,11 @@ Composition rules (checked in :meth:`PrivacyLedger.record`, before anything is s
 1. only dp-accounting events: PLD (default) or RDP accountant of dp-accounting;
 2. dp-accounting events with RDP-composable fedpriv events: ``accountant="rdp"`` only, over
    integer orders; the RDP curves add up;
-3. an event without ``rdp`` (``composes_by_rdp = False``) must be the ledger's only run; its
-   ``epsilon``/``delta`` answer directly. Recording anything else next to it raises
+3. a fedpriv event with ``pld()`` (``composes_by_pld = True``: one occurrence's dominating
+   dp-accounting PLD, e.g. random allocation) is the ledger's only run, self-composed by PLD
+   (``accountant="pld"`` only);
+4. any other event without ``rdp`` (``composes_by_rdp = False``) must be the ledger's only
+   run; its ``epsilon``/``delta`` answer directly. Recording anything else next to it raises
    :class:`IncompatibleEventsError`, since no theorem here composes the two.
 
 With the PLD accountant ε is ``min(PLD ε, RDP ε)``: both are valid upper bounds, and PLD
@@ -92,6 +95,7 @@ class FedprivEvent:
     """Base class of fedpriv's own events (frozen dataclasses). See the module docstring."""
 
     composes_by_rdp: ClassVar[bool] = False
+    composes_by_pld: ClassVar[bool] = False
     supported_relations: ClassVar[frozenset[str]] = frozenset({"add_remove"})
 
     def epsilon(self, target_delta: float, count: int = 1) -> float:
@@ -101,6 +105,10 @@ class FedprivEvent:
     def delta(self, target_epsilon: float, count: int = 1) -> float:
         """δ after ``count`` occurrences at ``target_epsilon``."""
         raise NotImplementedError
+
+    def pld(self) -> Any:
+        """Dominating dp-accounting PLD of one occurrence (only if ``composes_by_pld``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no PLD")
 
     def rdp(self, orders: np.ndarray) -> np.ndarray:
         """RDP ε(α) of one occurrence at ``orders`` (only if ``composes_by_rdp``)."""
@@ -242,7 +250,8 @@ class PrivacyLedger:
         self._cache.clear()
 
     def _plan(self, runs: Sequence[tuple[Any, int]]) -> str:
-        """Which computation answers for ``runs``: 'empty', 'single', 'dp' or 'rdp-mixed'."""
+        """Which computation answers for ``runs``: 'empty', 'single', 'pld-own', 'dp' or
+        'rdp-mixed'."""
         if not runs:
             return "empty"
         own = [e for e, _ in runs if isinstance(e, FedprivEvent)]
@@ -255,6 +264,8 @@ class PrivacyLedger:
                     f"{type(e).__name__} holds only for neighboring_relation in "
                     f"{sorted(e.supported_relations)}, not {self.neighboring_relation!r}"
                 )
+        if any(e.composes_by_pld for e in own):
+            return self._plan_pld(runs)
         standalone = [e for e in own if not e.composes_by_rdp]
         if standalone:
             if len(runs) > 1:
@@ -275,6 +286,21 @@ class PrivacyLedger:
                 )
             return "rdp-mixed"
         return "dp"
+
+    def _plan_pld(self, runs: Sequence[tuple[Any, int]]) -> str:
+        """Plan ``pld-own``: one PLD-composable fedpriv event, self-composed (its PLD's two
+        directions sit on different grids, so it composes with nothing else here)."""
+        if len(runs) > 1:
+            names = ", ".join(sorted({type(e).__name__ for e, _ in runs}))
+            raise IncompatibleEventsError(
+                f"{type(runs[0][0]).__name__} composes only with itself (ledger would hold: "
+                f"{names}); keep it in a ledger of its own"
+            )
+        if self.accountant != "pld":
+            raise IncompatibleEventsError(
+                f"{type(runs[0][0]).__name__} is accounted by its PLD only; use accountant='pld'"
+            )
+        return "pld-own"
 
     def _check_dp_supported(self, event: dp_event.DpEvent) -> None:
         relation = RELATIONS[self.neighboring_relation]
@@ -299,7 +325,8 @@ class PrivacyLedger:
         if "rdp_ok" not in self._cache:
             acc = rdp_privacy_accountant.RdpAccountant([2.0], RELATIONS[self.neighboring_relation])
             self._cache["rdp_ok"] = all(
-                isinstance(e, FedprivEvent) or acc.supports(e) for e, _ in self._runs
+                (e.composes_by_rdp if isinstance(e, FedprivEvent) else acc.supports(e))
+                for e, _ in self._runs
             )
         return bool(self._cache["rdp_ok"])
 
@@ -332,9 +359,13 @@ class PrivacyLedger:
                 return grid
         return PLD_GRIDS[-1]
 
-    def _pld(self) -> pld_privacy_accountant.PLDAccountant:
-        """Composed dp-accounting PLD accountant of all runs (cached)."""
+    def _pld(self) -> Any:
+        """Composed PLD of all runs (cached): ``get_epsilon`` / ``get_delta`` answer."""
         if "pld" not in self._cache:
+            event, count = self._runs[0]
+            if isinstance(event, FedprivEvent):  # plan pld-own: its PLD self-composed
+                self._cache["pld"] = _OwnPld(event.pld().self_compose(count))  # type: ignore[attr-defined]
+                return self._cache["pld"]
             acc = pld_privacy_accountant.PLDAccountant(
                 RELATIONS[self.neighboring_relation], self.pld_interval
             )
@@ -359,7 +390,7 @@ class PrivacyLedger:
             return "none"
         if plan == "single":
             return f"{type(self._runs[0][0]).__name__} (own analysis)"
-        if plan == "dp" and self.accountant == "pld":
+        if plan == "pld-own" or (plan == "dp" and self.accountant == "pld"):
             return "pld"
         return f"rdp ({self.conversion})"
 
@@ -379,6 +410,8 @@ class PrivacyLedger:
             event, count = self._runs[0]
             return _checked(float(event.epsilon(target_delta, count)), "epsilon")
         eps = math.inf
+        if plan == "pld-own":
+            return _checked(max(float(self._pld().get_epsilon(target_delta)), 0.0), "epsilon")
         if plan == "dp" and self.accountant == "pld" and self._pld_feasible():
             eps = float(self._pld().get_epsilon(target_delta))
         if self._rdp_supported():
@@ -402,6 +435,10 @@ class PrivacyLedger:
             event, count = self._runs[0]
             return _checked(float(event.delta(target_epsilon, count)), "delta")
         delta = 1.0
+        if plan == "pld-own":
+            return _checked(
+                min(max(float(self._pld().get_delta(target_epsilon)), 0.0), 1.0), "delta"
+            )
         if plan == "dp" and self.accountant == "pld" and self._pld_feasible():
             delta = float(self._pld().get_delta(target_epsilon))
         if self._rdp_supported():
@@ -452,6 +489,19 @@ class PrivacyLedger:
             f"PrivacyLedger(accountant={self.accountant!r}, conversion={self.conversion!r}, "
             f"runs=[{runs}])"
         )
+
+
+class _OwnPld:
+    """A composed dp-accounting PLD with the accountant's ``get_epsilon`` / ``get_delta``."""
+
+    def __init__(self, pld: Any) -> None:
+        self.pld = pld
+
+    def get_epsilon(self, target_delta: float) -> float:
+        return float(self.pld.get_epsilon_for_delta(target_delta))
+
+    def get_delta(self, target_epsilon: float) -> float:
+        return float(self.pld.get_delta_for_epsilon(target_epsilon))
 
 
 def _dp_event_rdp(
