@@ -91,3 +91,13 @@ def test_with_replacement_pair_and_lower_bound():
     low = compare.with_replacement_epsilon_lower(N, M, SIGMA, 500, DELTA)
     assert low > compare.poisson_epsilon_pld(M / N, SIGMA, 500, DELTA) + 1.0
     assert low > compare.poisson_epsilon_rdp(M / N, SIGMA, 500, DELTA) + 0.5
+
+
+def test_wor_lower_bound_is_dp_accountings_replace_one_pair_rounded_down():
+    # The one-pair lower bound for fixed-size WOR evaluates dp-accounting's own Poisson
+    # REPLACE_ONE pair; rounding down vs its pessimistic rounding up: below it, within 2%.
+    steps = 200
+    lower = compare.wor_epsilon_lower(N, M, SIGMA, steps, DELTA)
+    upper = compare.poisson_replace_one_epsilon_pld(M / N, SIGMA, steps, DELTA)
+    assert lower <= upper + 1e-3
+    assert lower == pytest.approx(upper, rel=2e-2)

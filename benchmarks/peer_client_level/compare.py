@@ -81,6 +81,19 @@ def poisson_epsilon_rdp(q: float, sigma: float, steps: int, delta: float) -> flo
     return float(acc.compose(event, steps).get_epsilon(delta))
 
 
+def poisson_replace_one_epsilon_pld(q: float, sigma: float, steps: int, delta: float) -> float:
+    """ε of Poisson-subsampled Gaussian sums under replace-one neighbours, PLD (reference row).
+
+    dp-accounting's REPLACE_ONE PLD moves the sampled client's contribution from +C to -C (a 2C
+    shift), so the event keeps noise multiplier ``sigma``; its pair
+    (1-q)N(0,1) + qN(1/σ,1) vs (1-q)N(0,1) + qN(-1/σ,1) is the one :func:`wor_epsilon_lower`
+    evaluates (rounding down instead of up).
+    """
+    acc = dp_accounting.pld.PLDAccountant(NeighborRel.REPLACE_ONE)
+    event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
+    return float(acc.compose(event, steps).get_epsilon(delta))
+
+
 def wor_replace_one_epsilon_rdp(n: int, m: int, sigma: float, steps: int, delta: float) -> float:
     """ε of ``steps`` sums over a uniform ``m``-subset of ``n`` clients, replace-one, RDP.
 
@@ -287,6 +300,7 @@ def epsilon_table(rounds: int = ROUNDS) -> dict[str, float]:
     return {
         "poisson_pld": poisson_epsilon_pld(q, s, rounds, d),
         "poisson_rdp": poisson_epsilon_rdp(q, s, rounds, d),
+        "poisson_replace_one_pld": poisson_replace_one_epsilon_pld(q, s, rounds, d),
         "wor_replace_one_rdp": wor_replace_one_epsilon_rdp(n, m, s, rounds, d),
         "wor_replace_one_lower": wor_epsilon_lower(n, m, s, rounds, d),
         "with_replacement_lower": with_replacement_epsilon_lower(n, m, s, rounds, d),
@@ -374,6 +388,8 @@ def main() -> int:
          f"{eps['poisson_pld']:.3f}"),
         ("Poisson q = 0.02 (fedpriv's sampler), add/remove, dp-accounting RDP",
          f"{eps['poisson_rdp']:.3f}"),
+        ("Poisson q = 0.02, replace-one (for reference), dp-accounting PLD",
+         f"{eps['poisson_replace_one_pld']:.3f}"),
         ("fixed size 120 WITHOUT replacement, replace-one (noise mult. σ/2), RDP upper bound",
          f"{eps['wor_replace_one_rdp']:.3f}"),
         ("fixed size 120 WITHOUT replacement, replace-one, lower bound (one neighbouring pair)",
