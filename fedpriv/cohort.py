@@ -210,5 +210,9 @@ def _allocation(seed: int, num_clients: int, t: int, k: int, epoch: int) -> np.n
     """``(num_clients, k)``: the rounds (0..t-1 within ``epoch``) each client chose, uniformly
     without replacement, from a stream of ``(seed, epoch)`` (row ``i``: client ``i``'s)."""
     seq = np.random.SeedSequence([int(seed), epoch], spawn_key=(_ALLOCATION_STREAM,))
-    keys = np.random.default_rng(seq).random((num_clients, t))
-    return np.argsort(keys, axis=1)[:, :k]  # a uniform k-subset per row
+    rng = np.random.default_rng(seq)
+    if k == 1:
+        return rng.integers(0, t, size=(num_clients, 1))
+    if num_clients * t <= 1 << 24:  # the k smallest of t uniform keys: a uniform k-subset
+        return np.argsort(rng.random((num_clients, t)), axis=1)[:, :k]
+    return np.stack([rng.choice(t, size=k, replace=False) for _ in range(num_clients)])

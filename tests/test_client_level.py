@@ -468,3 +468,20 @@ def test_skellam_client_level_refuses_sampling_and_adaptive_clipping() -> None:
                 ]
             )
         )
+
+
+@pytest.mark.parametrize(("n", "t", "k"), [(50, 4, 1), (50, 4, 3), (3000, 6000, 2)])
+def test_random_allocation_cohorts_hold_every_client_k_times_per_epoch(
+    n: int, t: int, k: int
+) -> None:
+    """Over the t rounds of an epoch each client is drawn exactly k times (every code path:
+    k = 1, the argsort of small tables, per-client draws for N·t > 2^24), and the next epoch
+    draws afresh."""
+    c = CohortSampler(
+        n, ClientSampling.RANDOM_ALLOCATION, allocation_window=t, rounds_per_client=k, seed=3
+    )
+    counts = np.zeros(n, dtype=int)
+    for r in range(1, t + 1):
+        counts[c.draw(r)] += 1
+    assert (counts == k).all()
+    assert any(not np.array_equal(c.draw(r), c.draw(r + t)) for r in range(1, t + 1))
