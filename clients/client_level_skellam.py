@@ -83,7 +83,6 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
             self.target_unclipped_quantile,
             "must be null: the Skellam scale is fixed by the clip norm (no adaptive clipping)",
         )
-        super().__post_init__()
         if self.cohort is not None:
             kind = self.cohort.client_sampling
             check(
@@ -92,6 +91,7 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
                 kind.value,
                 "must be all for client=client_level_skellam (SecAgg+ trains every client)",
             )
+        super().__post_init__()
         if self.num_params and self.skellam.noise_multiplier > 0:
             self.mechanism  # noqa: B018 - validates bits now, before training
 

@@ -327,7 +327,8 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
             "aggregator",
             agg_cls.__name__,
             "needs a client algorithm that sends integers "
-            f"({type(algorithm).__name__} sends floats): use client=skellam_dpsgd",
+            f"({type(algorithm).__name__} sends floats): use client="
+            + ("client_level_skellam" if algorithm.privacy_unit == "client" else "skellam_dpsgd"),
         )
         check(
             run_cfg["aggregator"].get("bits") == algorithm.bits,
@@ -410,6 +411,11 @@ def clients_phrase(run_cfg: dict[str, Any], layout: Layout | None = None) -> str
         text += f" (poisson cohort, rate {cohort.client_sample_rate:g})"
     elif cohort is not None and cohort.client_sampling.value == "fixed_size":
         text += f" (fixed_size cohort of {cohort.num_sampled_clients})"
+    elif cohort is not None and cohort.client_sampling.value == "random_allocation":
+        text += (
+            f" (random allocation, {cohort.rounds_per_client} of every "
+            f"{cohort.allocation_window} rounds)"
+        )
     if layout is not None and not layout.one_node_per_client:
         text += f" on {layout.num_workers} worker{'s' if layout.num_workers > 1 else ''}"
     return text

@@ -458,6 +458,10 @@ def test_skellam_sum_decodes_to_the_clipped_deltas_plus_sigma_c_noise() -> None:
 def test_skellam_client_level_refuses_sampling_and_adaptive_clipping() -> None:
     with pytest.raises(ConfigError, match="client_sampling='fixed_size' must be all"):
         prepare(_compose([*SKELLAM, "client_sampling=fixed_size", "num_sampled_clients=3"]))
+    with pytest.raises(ConfigError, match="client_sampling='poisson' must be all"):
+        prepare(_compose([*SKELLAM, "client_sampling=poisson", "client_sample_rate=0.5"]))
+    with pytest.raises(ConfigError, match="sends floats\\): use client=client_level_skellam"):
+        prepare(_compose([*BASE, "aggregator=secaggplus"]))
     with pytest.raises(ConfigError, match="client.target_unclipped_quantile=0.5 must be null"):
         prepare(
             _compose(

@@ -111,14 +111,14 @@ class ClientLevelSpec:
             "privacy.accountant",
             acc.value,
             "cannot account client_sampling=fixed_size (sampling without replacement has an "
-            "RDP analysis only): use privacy.accountant=rdp",
+            "RDP analysis only): use privacy.accountant=rdp (fedpriv-account: accountant=rdp)",
         )
         check(
             not (kind is ClientSampling.RANDOM_ALLOCATION and acc is Accountant.RDP and z > 0),
             "privacy.accountant",
             acc.value,
             "cannot account client_sampling=random_allocation (its analysis is a PLD): use "
-            "privacy.accountant=pld",
+            "privacy.accountant=pld (fedpriv-account: accountant=pld)",
         )
 
     # ---- the mechanism --------------------------------------------------------------
@@ -230,6 +230,8 @@ class ClientLevelSpec:
             "clipping_norm": float(self.clipping_norm),
             "client_sampling": c.client_sampling.value,
             "neighboring_relation": self.neighboring_relation.value,
+            "client_sample_rate": c.client_sample_rate,
+            "num_sampled_clients": c.num_sampled_clients,
             "allocation_window": c.allocation_window,
             "rounds_per_client": c.rounds_per_client,
         }
@@ -255,7 +257,7 @@ KEYS = (
 
 def spec_from_params(p: Params, noise_multiplier: float = 0.0) -> ClientLevelSpec:
     """The :class:`ClientLevelSpec` of ``fedpriv-account client-level``'s keys (z apart)."""
-    kind = p.choice("client_sampling", tuple(ClientSampling), "poisson")
+    kind = p.choice("client_sampling", tuple(ClientSampling), "all")  # a run's default
     cohort = CohortSampler(
         num_clients=p.int("num_clients", ge=1),
         client_sampling=ClientSampling(kind),
