@@ -86,7 +86,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     """Markdown: one line per sampler, accuracy (σ, final ε) per target."""
     head = "| sampler | " + " | ".join(f"ε ≈ {t:g}" for t in TARGETS) + " |"
     lines = [head, "|---" * (len(TARGETS) + 1) + "|"]
-    for sampler in SAMPLERS:
+    for sampler in [x for x in SAMPLERS if any(r["sampler"] == x for r in rows)]:
         cells = []
         for t in TARGETS:
             r = next(
