@@ -24,9 +24,9 @@ import math
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any
 
-from fedpriv.accounting.ledger import FedprivEvent
+from fedpriv.accounting.ledger import PldEvent
 from fedpriv.errors import check
 
 #: Loss discretization of the allocation PLD (pld-accounting's ``loss_discretization``). The
@@ -36,7 +36,7 @@ ALLOCATION_DISCRETIZATION = 5e-3
 
 
 @dataclass(frozen=True)
-class RandomAllocationEvent(FedprivEvent):
+class RandomAllocationEvent(PldEvent):
     """One epoch of random allocation: each client in ``num_selected`` of ``num_steps`` rounds.
 
     Parameters
@@ -53,8 +53,6 @@ class RandomAllocationEvent(FedprivEvent):
     ConfigError
         For σ <= 0 or non-finite, ``t`` < 1, or ``k`` outside ``1..t``.
     """
-
-    composes_by_pld: ClassVar[bool] = True
 
     noise_multiplier: float
     num_steps: int
@@ -79,12 +77,6 @@ class RandomAllocationEvent(FedprivEvent):
     def pld(self) -> Any:
         """The dominating PLD of ONE epoch (dp-accounting object, cached per event)."""
         return _allocation_pld(float(self.noise_multiplier), self.num_steps, self.num_selected)
-
-    def epsilon(self, target_delta: float, count: int = 1) -> float:
-        return float(self.pld().self_compose(count).get_epsilon_for_delta(target_delta))
-
-    def delta(self, target_epsilon: float, count: int = 1) -> float:
-        return float(self.pld().self_compose(count).get_delta_for_epsilon(target_epsilon))
 
 
 @lru_cache(maxsize=64)

@@ -55,12 +55,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from fedpriv.accounting.allocation import RandomAllocationEvent
-from fedpriv.accounting.ledger import FedprivEvent
+from fedpriv.accounting.ledger import PldEvent
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.spec import (
     Accountant,
@@ -109,7 +109,7 @@ THEOREM_NOT_APPLICABLE = (
 
 
 @dataclass(frozen=True)
-class CheckinGaussianEvent(FedprivEvent):
+class CheckinGaussianEvent(PldEvent):
     """One pass of fixed-window check-ins (``R_j = [m]``) with central Gaussian slot sums.
 
     Parameters
@@ -131,8 +131,6 @@ class CheckinGaussianEvent(FedprivEvent):
     ``count`` in :meth:`epsilon` / :meth:`delta` is the number of passes (fresh check-ins);
     the PLD (add/remove, dominating) of one pass is in :meth:`pld` (module docstring).
     """
-
-    composes_by_pld: ClassVar[bool] = True
 
     noise_multiplier: float
     num_slots: int
@@ -166,16 +164,6 @@ class CheckinGaussianEvent(FedprivEvent):
         return _checkin_pld(
             float(self.noise_multiplier), int(self.num_slots), float(self.checkin_probability)
         )
-
-    def epsilon(self, target_delta: float, count: int = 1) -> float:
-        if count == 0:
-            return 0.0
-        return float(self.pld().self_compose(count).get_epsilon_for_delta(target_delta))
-
-    def delta(self, target_epsilon: float, count: int = 1) -> float:
-        if count == 0:
-            return 0.0
-        return float(self.pld().self_compose(count).get_delta_for_epsilon(target_epsilon))
 
 
 @lru_cache(maxsize=64)

@@ -124,6 +124,23 @@ class FedprivEvent:
         return cls(**{k: _tuples(v) for k, v in d.items()})
 
 
+class PldEvent(FedprivEvent):
+    """A fedpriv event known by the dominating PLD of one occurrence (subclasses implement
+    :meth:`pld`); ``count`` occurrences are its PLD self-composed."""
+
+    composes_by_pld: ClassVar[bool] = True
+
+    def epsilon(self, target_delta: float, count: int = 1) -> float:
+        if count == 0:
+            return 0.0
+        return float(self.pld().self_compose(count).get_epsilon_for_delta(target_delta))
+
+    def delta(self, target_epsilon: float, count: int = 1) -> float:
+        if count == 0:
+            return 0.0
+        return float(self.pld().self_compose(count).get_delta_for_epsilon(target_epsilon))
+
+
 def rdp_to_epsilon(
     orders: np.ndarray, rdp: np.ndarray, target_delta: float, conversion: str
 ) -> float:
