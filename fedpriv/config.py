@@ -40,6 +40,8 @@ FINITE_RULES = {
     "partition.alpha": "must be a finite number > 0",
     "client.lr": "must be a finite number > 0",
     "strategy.server_lr": "must be a finite number > 0",
+    "ray_connect_timeout_s": "must be a finite number > 0 (seconds)",
+    "audit_confidence": "must be a finite number in (0, 1)",
 }
 
 
@@ -118,6 +120,11 @@ class RunConfig:
     plot: bool = True
     client_resources: ClientResources = field(default_factory=ClientResources)
     ray_init_args: dict[str, Any] = field(default_factory=dict)
+    ray_connect_timeout_s: float = 10.0
+    round_failure: str = "drop"  # drop | stop (RoundFailure)
+    resume: Optional[str] = None  # a run directory to continue in place
+    audit: Optional[str] = None  # null | canaries (AuditKind)
+    audit_confidence: float = 0.95
     dataset: DatasetConfig = field(default_factory=DatasetConfig)
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
