@@ -19,25 +19,33 @@ from fedpriv.errors import ConfigError
 
 
 def _main(cfg: DictConfig) -> float | None:
-    from fedpriv.runner import run_experiment
+    from fedpriv.runner import RunAborted, run_experiment
 
     try:
         summary = run_experiment(cfg, Path(HydraConfig.get().runtime.output_dir))
     except ConfigError as exc:
         print(f"fedpriv: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except RunAborted as exc:  # saved as "failed"; Flower's threads are not waited for
+        print(f"fedpriv: run failed: {exc}; results.json says failed", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
     except Exception as exc:  # the run dir keeps what was written, marked "failed"
         print(f"fedpriv: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(1)
     ok = [r for r in summary["rounds"] if r.get("status") == "ok"]
+    accuracy = None
     if ok:
         last = ok[-1]
         print(
             f"final: accuracy={last['accuracy']:.4f} epsilon={last['epsilon']:.3f} "
             f"(delta={summary['privacy']['delta']:g}) wall_time={summary['wall_time_s']:.1f}s"
         )
-        return float(last["accuracy"])
-    return None
+        accuracy = float(last["accuracy"])
+    if summary["exit_code"]:
+        print(f"fedpriv: run {summary['status']}: {summary['message']}", file=sys.stderr)
+        sys.exit(summary["exit_code"])
+    return accuracy
 
 
 def _one_line(exc: BaseException) -> str:

@@ -35,6 +35,7 @@ from fedpriv.evaluate import evaluate
 from fedpriv.layout import Layout, plan_layout
 from fedpriv.notices import quiet_known_notices
 from fedpriv.privacy import RunPrivacy
+from fedpriv.ray_session import start_ray
 from fedpriv.results import RunRecorder
 from fedpriv.setup import (
     build_algorithm,
@@ -81,6 +82,7 @@ class Job:
         self.release_figures: dict[str, float] = {}
         self.stop_reason = ""
         self.interrupted = ""  # set by SIGINT/SIGTERM: finish the round in progress, then stop
+        self.stop_signal = 0  # the number of that signal (the exit code is 128 + it)
 
     def initial_state(self) -> dict[str, np.ndarray]:
         return dict(self.state)
@@ -280,6 +282,7 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     run_dataset(run_cfg)
     partitions(run_cfg)
     resolve_device(run_cfg)
+    build_model_for(run_cfg)  # a bad model is refused before any output is written
     algorithm = build_algorithm(run_cfg)
     p = run_cfg["privacy"]
     if p.get("target_epsilon") is not None:
@@ -466,6 +469,13 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         strategy.check_algorithm(algorithm)
     p = run_cfg["privacy"]
     analysis = RunPrivacy(algorithm, p).check().analysis
+    backend = {
+        "client_resources": dict(run_cfg["client_resources"]),
+        "init_args": ray_init_args(run_cfg.get("ray_init_args")),
+    }
+    start_ray(
+        backend["init_args"], backend["client_resources"], float(run_cfg["ray_connect_timeout_s"])
+    )
     shared = share_run_dataset(run_cfg)  # one mapped copy of a large training set
     facts = noise_facts(algorithm, p)
     if facts["non_private"]:
@@ -508,10 +518,6 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     def main(grid: Grid, context: Context) -> None:
         job.state = strategy.run(grid, job)
 
-    backend = {
-        "client_resources": dict(run_cfg["client_resources"]),
-        "init_args": ray_init_args(run_cfg.get("ray_init_args")),
-    }
     t0 = time.monotonic()
     status, message = "failed", ""
     try:
@@ -524,6 +530,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         message = f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        _stop_ray()
         unshare(shared)
         recorder.extra["wall_time_s"] = time.monotonic() - t0
         recorder.finish(
@@ -534,10 +541,23 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         )
     return {
         "status": status,
+        "exit_code": exit_code(status, job.stop_signal),
+        "message": message,
         "rounds": recorder.rounds,
         "privacy": recorder.privacy,
         "wall_time_s": recorder.extra["wall_time_s"],
     }
+
+
+def exit_code(status: str, stop_signal: int = 0) -> int:
+    """The process exit code of a run that ended with ``status``: 0 only for ``complete``;
+    a ``stopped`` run exits 128 + the signal that stopped it, or 3 (stopped by
+    ``privacy.stop_at_epsilon``); ``failed`` exits 1 (a refused config exits 2)."""
+    if status == "complete":
+        return 0
+    if status == "stopped":
+        return 128 + stop_signal if stop_signal else 3
+    return 1
 
 
 # ray.init arguments that configure a NEW local instance (an existing cluster rejects them)
@@ -571,16 +591,18 @@ def ray_init_args(given: dict[str, Any] | None) -> dict[str, Any]:
 @contextlib.contextmanager
 def _graceful_stop(job: Job) -> Iterator[None]:
     """First SIGINT/SIGTERM: finish the round in progress, save everything, stop (status
-    ``stopped``). A second one interrupts at once (the run is then saved as ``failed``)."""
+    ``stopped``, exit code 128 + the signal's number). A second one aborts at once
+    (:class:`RunAborted`; the run is saved as ``failed``)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
         if job.interrupted:
-            raise KeyboardInterrupt
-        job.interrupted = signal.Signals(signum).name
-        job.display.note(f"{job.interrupted}: stopping after this round (again to abort now)")
+            raise RunAborted(f"aborted by a second signal ({name}) during the run")
+        job.interrupted, job.stop_signal = name, int(signum)
+        job.display.note(f"{name}: stopping after this round (send it again to abort now)")
 
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -588,6 +610,18 @@ def _graceful_stop(job: Job) -> Iterator[None]:
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+
+
+class RunAborted(KeyboardInterrupt):
+    """A second SIGINT/SIGTERM: the run stops at once, saved with status ``failed``."""
+
+
+def _stop_ray() -> None:
+    """Shut the run's Ray instance down (its processes end with the run)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def _run_simulation(

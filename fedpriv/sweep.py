@@ -131,20 +131,17 @@ def check_reachable(address: str, timeout: float) -> None:
     """
     if address == "auto":
         return
-    hostport = address.split("://", 1)[-1]
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConnectionError(
-            f"Ray address {address!r} is not of the form HOST:PORT or ray://HOST:PORT"
-        )
+    from fedpriv.ray_session import unreachable_reason
+
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
-    except OSError as exc:
+        reason = unreachable_reason(address, timeout)
+    except ValueError as exc:
+        raise ConnectionError(str(exc)) from None
+    if reason:
         raise ConnectionError(
-            f"cannot reach the Ray cluster at {address}: {exc}. Is it running "
+            f"cannot reach the Ray cluster at {address}: {reason}. Is it running "
             "(`ray status --address=...`)? Start one with `ray start --head --port=PORT`"
-        ) from None
+        )
 
 
 def connect(address: str, timeout: float) -> None:
@@ -241,15 +238,15 @@ def _last_error_line(log: Path) -> str:
 
 
 def job_status(job_dir: Path, returncode: int) -> str:
-    """``complete``/``stopped`` from the job's ``results.json`` when it exited 0, else
+    """``stopped`` or ``complete`` (exit 0 only) from the job's ``results.json``, else
     ``failed``."""
-    if returncode != 0:
-        return "failed"
     try:
         status = json.loads((job_dir / "results.json").read_text()).get("status", "failed")
     except (OSError, ValueError):
         return "failed"
-    return status if status in ("complete", "stopped") else "failed"
+    if status == "stopped":  # a stopped run exits non-zero (0 is for complete runs only)
+        return status
+    return status if returncode == 0 and status == "complete" else "failed"
 
 
 def write_manifest(sweep_dir: Path, jobs: list[JobRecord]) -> None:
