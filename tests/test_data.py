@@ -73,7 +73,7 @@ def test_idx_reader_rejects_bad_files(tmp_path: Path) -> None:
     bad = tmp_path / "bad.gz"
     with gzip.open(bad, "wb") as fh:
         fh.write(b"\x01\x02\x08\x01\x00\x00\x00\x02ab")
-    with pytest.raises(ConfigError, match="bad magic"):
+    with pytest.raises(ConfigError, match="not an IDX file .magic number 0x01020801"):
         read_idx(bad)
     short = tmp_path / "short.gz"
     with gzip.open(short, "wb") as fh:

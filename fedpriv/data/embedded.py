@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fedpriv.data.arrays import ArrayDataset
+from fedpriv.data.files import reading
 from fedpriv.data.images import FASHION_MNIST_MEAN, FASHION_MNIST_STD, image_dataset
 from fedpriv.errors import ConfigError, check
 
@@ -79,7 +80,7 @@ def read_embedded_arrays(path: str | Path = EMBEDDED_FILE) -> dict[str, np.ndarr
             "fashion_mnist_embedded",
             f"needs the package file {path} (reinstall fedpriv or run `make data`)",
         )
-    with np.load(path) as data:
+    with reading(path), np.load(path) as data:
         return {key: data[key] for key in EMBEDDED_KEYS}
 
 

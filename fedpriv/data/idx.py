@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedpriv.data.files import reading
 from fedpriv.errors import ConfigError
 
 # IDX type byte -> numpy big-endian dtype (LeCun et al., "THE MNIST DATABASE", file formats).
@@ -20,13 +21,16 @@ _IDX_DTYPES: dict[int, str] = {
 }
 
 
-def read_idx(path: str | Path) -> np.ndarray:
+def read_idx(path: str | Path, ndim: int | None = None) -> np.ndarray:
     """Read one IDX file into a numpy array.
 
     Parameters
     ----------
     path : str or Path
         An IDX file, gzip-compressed when its name ends in ``.gz``.
+    ndim : int or None
+        The number of dimensions the file must hold (3 for images, 1 for labels); ``None``:
+        read from the name (``idx3`` / ``idx1``) when it says, else any.
 
     Returns
     -------
@@ -37,7 +41,8 @@ def read_idx(path: str | Path) -> np.ndarray:
     Raises
     ------
     ConfigError
-        If the file is missing, its magic number is not IDX, or its size disagrees with its header.
+        If the file is missing, truncated or not gzip (named), its magic number is not IDX or
+        not of ``ndim`` dimensions, or its size disagrees with its header.
 
     References
     ----------
@@ -47,10 +52,20 @@ def read_idx(path: str | Path) -> np.ndarray:
     if not path.is_file():
         raise ConfigError("data_dir", str(path.parent), f"must contain the IDX file {path.name}")
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
+    with reading(path), opener(path, "rb") as fh:
         raw = fh.read()
+    if ndim is None:
+        ndim = next((d for d in (1, 2, 3, 4) if f"idx{d}" in path.name), None)
+    magic = raw[:4].hex()
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
-        raise ConfigError("idx_file", str(path), "is not an IDX file (bad magic number)")
+        raise ConfigError("idx_file", str(path), f"is not an IDX file (magic number 0x{magic})")
+    if ndim is not None and raw[3] != ndim:
+        raise ConfigError(
+            "idx_file",
+            str(path),
+            f"has magic number 0x{magic} ({raw[3]} dimensions); its name says {ndim} "
+            f"(0x0000{raw[2]:02x}{ndim:02x})",
+        )
     ndim = raw[3]
     header = 4 + 4 * ndim
     shape = tuple(int(d) for d in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))

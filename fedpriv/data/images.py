@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fedpriv.data.arrays import ArrayDataset
+from fedpriv.data.files import reading
 from fedpriv.data.idx import read_idx
 from fedpriv.errors import ConfigError, check
 
@@ -100,7 +101,16 @@ def read_idx_dir(data_dir: str | Path, expected: str) -> dict[str, np.ndarray]:
     for fname in IDX_FILES.values():
         if not (path / fname).is_file():
             raise ConfigError("dataset.data_dir", str(path), f"lacks {fname}; expected {expected}")
-    return {key: read_idx(path / fname) for key, fname in IDX_FILES.items()}
+    arrays = {key: read_idx(path / fname) for key, fname in IDX_FILES.items()}
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        check(
+            len(y) == len(x),
+            "idx_file",
+            str(path / IDX_FILES[f"y_{split}"]),
+            f"holds {len(y)} labels for the {len(x)} images of {IDX_FILES[f'x_{split}']}",
+        )
+    return arrays
 
 
 def load_fashion_mnist(
@@ -171,7 +181,7 @@ def _mnist_from_npz(path: Path, expected: str) -> dict[str, np.ndarray]:
             raise ConfigError("dataset.data_dir", str(path), f"lacks {fname}; expected {expected}")
     if not npz.is_file():
         raise ConfigError("dataset.data_dir", str(path), f"lacks {npz.name}; expected {expected}")
-    with np.load(npz) as data:
+    with reading(npz), np.load(npz) as data:
         x_train, y_train = data["images"], data["labels"]
     labels_idx = path / IDX_FILES["y_train"]
     if labels_idx.is_file():

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from fedpriv.data.arrays import ArrayDataset
+from fedpriv.data.files import check_rows, reading
 from fedpriv.errors import ConfigError, check
 
 # ----------------------------------------------------------------------------- UCI Adult
@@ -127,11 +128,25 @@ def _require_file(path: Path, expected: str) -> Path:
 
 
 # ----------------------------------------------------------------------------- Adult
+#: Rows of the published UCI files (Kohavi 1996; adult.names: 32561 train, 16281 test).
+ADULT_ROWS = {"adult.data": 32561, "adult.test": 16281}
+
+
 def _read_adult_rows(path: Path) -> list[list[str]]:
-    """Rows of 15 fields; skips blank lines and adult.test's '|1x3 Cross validator' header."""
-    with open(path, newline="") as fh:
+    """Rows of 15 fields; skips blank lines and adult.test's '|1x3 Cross validator' header.
+
+    Raises
+    ------
+    ConfigError
+        If the file cannot be read, or holds another number of rows than the published file
+        (:data:`ADULT_ROWS`: a truncated download is refused, naming the file).
+    """
+    with reading(path), open(path, newline="") as fh:
         reader = csv.reader(fh, skipinitialspace=True)
-        return [row for row in reader if len(row) == len(ADULT_COLUMNS)]
+        rows = [row for row in reader if len(row) == len(ADULT_COLUMNS)]
+    if path.name in ADULT_ROWS:
+        check_rows(path, len(rows), ADULT_ROWS[path.name])
+    return rows
 
 
 def encode_adult(rows: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -215,7 +230,7 @@ def read_acs_state(path: Path) -> tuple[np.ndarray, np.ndarray]:
     ConfigError
         If a needed column is missing or a value is not numeric.
     """
-    with gzip.open(path, "rb") as fh:
+    with reading(path), gzip.open(path, "rb") as fh:
         raw = fh.read()
     header, _, body = raw.partition(b"\n")
     names = [h.strip() for h in header.decode().split(",")]
