@@ -17,6 +17,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,6 +28,14 @@ from fedpriv.engine import ClientRows, client_rows, clients_in
 from fedpriv.wire import METRICS_KEY, UPDATE_KEY
 
 
+class RoundFailure(StrEnum):
+    """What a run does with a client that raises, times out or sends non-finite values
+    (top-level ``round_failure``)."""
+
+    DROP = "drop"  # a dropout: the round is accounted with the survivors' noise
+    STOP = "stop"  # the run ends, status failed, with the client's error
+
+
 class RoundFailed(RuntimeError):
     """A round could not be aggregated (missing or failed replies beyond tolerance).
 
@@ -34,9 +43,10 @@ class RoundFailed(RuntimeError):
     ``num_ok`` is how many clients did reply successfully (0 suggests a bug, not dropouts).
     """
 
-    def __init__(self, message: str, num_ok: int = 0) -> None:
+    def __init__(self, message: str, num_ok: int = 0, errors: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.num_ok = num_ok
+        self.errors = list(errors)  # one line per client that raised (its id and error)
 
 
 def error_reason(reply: Message) -> str:
@@ -62,12 +72,15 @@ class AggregateResult:
     dropped : dict[str, int]
         Clients left out of the sum by the aggregator, by reason (e.g.
         ``{"non-finite update": 1}``); the round is then accounted with the survivors' noise.
+    errors : list[str]
+        One line per client that raised (``"client 3: ValueError: ..."``).
     """
 
     total: dict[str, np.ndarray]
     num_clients: int
     metrics: dict[str, float] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
 
 
 class Aggregator(ABC):
@@ -98,6 +111,7 @@ class Aggregator(ABC):
 
 
 NON_FINITE = "non-finite update"
+CLIENT_ERROR = "client error"
 
 
 def is_finite_reply(reply: Message) -> bool:
@@ -159,20 +173,26 @@ class IdealAggregator(Aggregator):
         if replied < need:
             raise RoundFailed(
                 f"round {server_round}: {replied}/{expected} clients replied "
-                f"(need {need}); errors: {errors[:2]}",
+                f"(need {need}); errors: {[e.splitlines()[0] for e in errors[:2]]}",
                 num_ok=replied,
+                errors=errors,
             )
         result = sum_rows(rows)
+        result.errors = errors
+        if errors:
+            result.dropped[CLIENT_ERROR] = len(errors)
         if result.num_clients == 0:
             raise RoundFailed(
                 f"round {server_round}: every update of the {replied} replies is non-finite",
                 num_ok=0,
+                errors=errors,
             )
         if self.min_replies is not None and result.num_clients < self.min_replies:
             raise RoundFailed(
                 f"round {server_round}: {result.num_clients}/{expected} finite updates "
                 f"(need {self.min_replies})",
                 num_ok=result.num_clients,
+                errors=errors,
             )
         return result
 

@@ -21,8 +21,16 @@ from fedpriv.errors import ConfigError
 def _main(cfg: DictConfig) -> float | None:
     from fedpriv.runner import RunAborted, run_experiment
 
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    if (out_dir / "results.json").exists() and not cfg.get("resume"):
+        print(
+            f"fedpriv: error: hydra.run.dir={out_dir} already holds a run (results.json): "
+            "choose another directory, or continue that run with resume=" + str(out_dir),
+            file=sys.stderr,
+        )
+        sys.exit(2)
     try:
-        summary = run_experiment(cfg, Path(HydraConfig.get().runtime.output_dir))
+        summary = run_experiment(cfg, out_dir)
     except ConfigError as exc:
         print(f"fedpriv: error: {exc}", file=sys.stderr)
         sys.exit(2)

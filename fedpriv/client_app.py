@@ -12,6 +12,7 @@ Engine glue, so it lives in the core.
 from __future__ import annotations
 
 import json
+import traceback
 import warnings
 from functools import lru_cache
 from typing import Any
@@ -175,11 +176,19 @@ def worker_train_handler(cfg: dict[str, Any], cfg_json: str, msg: Message) -> Me
             data = _client_data(cfg_json, pid)
             update, m = train_client(cfg, algorithm, model, data, server_round, rc)
         except Exception as exc:  # one client's failure is its own, not the worker's
-            failed[pid] = f"client {pid}: {type(exc).__name__}: {exc}"[:300]
+            failed[pid] = client_error(pid, exc)
             continue
         blocks += row_blocks([pid], [update], [m])
     release_pages(_store(cfg_json)[0].x_train)  # rows copied out: unmap the shared set
     return stacked_reply(msg, blocks, failed)
+
+
+def client_error(pid: int, exc: BaseException) -> str:
+    """``"client 3: ValueError: boom"`` (first line, at most 300 characters), then a newline
+    and the traceback (at most 4000 characters): the run prints the first line, its
+    ``errors.log`` keeps the rest."""
+    line = " ".join(f"client {pid}: {type(exc).__name__}: {exc}".split())[:300]
+    return line + "\n" + traceback.format_exc()[-4000:]
 
 
 #: Clients trained together: their ids, their updates stacked ``(k, ...)``, their metrics.

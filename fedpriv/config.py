@@ -9,6 +9,7 @@ the field, the value and what is allowed. Client algorithms and strategies are p
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -135,8 +136,12 @@ class RunConfig:
 
 
 def register_schema() -> None:
-    """Register :class:`RunConfig` as ``fedpriv_schema`` in Hydra's ConfigStore."""
+    """Register :class:`RunConfig` as ``fedpriv_schema`` in Hydra's ConfigStore, and the
+    ``${fedpriv_pid:}`` resolver (this process's id: part of the default run directory, so
+    that two runs started in the same second never share one)."""
     ConfigStore.instance().store(name="fedpriv_schema", node=RunConfig)
+    if not OmegaConf.has_resolver("fedpriv_pid"):
+        OmegaConf.register_new_resolver("fedpriv_pid", lambda: str(os.getpid()))
 
 
 def conf_dir() -> Path:

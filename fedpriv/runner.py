@@ -22,8 +22,8 @@ from flwr.serverapp import Grid, ServerApp
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from fedpriv.accounting.spec import NoiseSource
-from fedpriv.aggregation import AggregateResult, RoundFailed, aggregator_class
+from fedpriv.accounting.spec import NoiseSource, parse_enum
+from fedpriv.aggregation import AggregateResult, RoundFailed, RoundFailure, aggregator_class
 from fedpriv.client_app import make_client_app
 from fedpriv.cohort import CohortSampler
 from fedpriv.config import to_container, validate
@@ -68,6 +68,7 @@ class Job:
         self.cohort_size = 0 if layout.cohort.varies else layout.cohort.nominal_size
         self.num_rounds = int(cfg["num_rounds"])
         self.round_timeout = float(cfg["round_timeout"])
+        self.round_failure = RoundFailure(cfg.get("round_failure", "drop"))
         self.aggregator = aggregator
         self.recorder = recorder
         self.display = display
@@ -169,6 +170,9 @@ class Job:
         RoundFailed
             If the degraded round cannot be accounted.
         """
+        self.client_errors(server_round, result.errors)
+        if self.round_failure is RoundFailure.STOP and self.cohort_size > result.num_clients:
+            raise RunFailed(self.stop_line(server_round, result.errors, result))
         if result.num_clients >= self.privacy.algorithm.num_clients:
             return
         try:
@@ -238,7 +242,11 @@ class Job:
         self.display.row(row)
 
     def round_failed(self, server_round: int, error: RoundFailed, seconds: float) -> None:
-        """Record a failed round (model unchanged, no release); abort if no client succeeded."""
+        """Record a failed round (model unchanged, no release); abort if no client succeeded
+        or ``round_failure=stop``."""
+        self.client_errors(server_round, error.errors)
+        if self.round_failure is RoundFailure.STOP:
+            raise RunFailed(self.stop_line(server_round, error.errors, None, str(error)))
         row = {
             "server_round": server_round,
             "status": "failed",
@@ -252,6 +260,38 @@ class Job:
             raise RuntimeError(
                 f"every client failed in round {server_round}; stopping the run: {error}"
             )
+
+    def client_errors(self, server_round: int, errors: list[str]) -> None:
+        """One line per failed client above the table (at most 10, then a count); every
+        error with its traceback appended to the run's ``errors.log``."""
+        if not errors:
+            return
+        for line in errors[:10]:
+            self.display.note(f"  round {server_round}: {line.splitlines()[0]}")
+        if len(errors) > 10:
+            self.display.note(f"  round {server_round}: {len(errors) - 10} more in errors.log")
+        with (self.recorder.out_dir / "errors.log").open("a") as log:
+            log.writelines(f"round {server_round}: {e.rstrip()}\n" for e in errors)
+
+    def stop_line(
+        self,
+        server_round: int,
+        errors: list[str],
+        result: AggregateResult | None,
+        reason: str = "",
+    ) -> str:
+        """The one line ending a run under ``round_failure=stop``."""
+        first = errors[0].splitlines()[0] if errors else ""
+        if not first and result is not None:
+            first = dropped_note(self.cohort_size, result)
+        return (
+            f"round {server_round}: {first or reason}; round_failure=stop ends the run "
+            "(round_failure=drop accounts the round with the survivors' noise)"
+        )
+
+
+class RunFailed(RuntimeError):
+    """The run ends with status ``failed`` (e.g. a client failed under ``round_failure=stop``)."""
 
 
 def dropped_note(num_clients: int, result: AggregateResult) -> str:
@@ -283,6 +323,7 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     partitions(run_cfg)
     resolve_device(run_cfg)
     build_model_for(run_cfg)  # a bad model is refused before any output is written
+    parse_enum(RoundFailure, "round_failure", run_cfg.get("round_failure", "drop"))
     algorithm = build_algorithm(run_cfg)
     p = run_cfg["privacy"]
     if p.get("target_epsilon") is not None:
@@ -464,6 +505,11 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """
     run_cfg, algorithm = prepare(cfg)
     aggregator = _instantiate(cfg.aggregator, "aggregator")
+    if (
+        run_cfg["round_failure"] == RoundFailure.DROP
+        and getattr(aggregator, "min_replies", 0) is None
+    ):
+        aggregator.min_replies = 1  # the survivors are summed; Job.admit accounts them
     strategy = _instantiate(cfg.strategy, "strategy")
     if hasattr(strategy, "check_algorithm"):
         strategy.check_algorithm(algorithm)

@@ -1,0 +1,210 @@
+"""Issue 14, items 2, 3 and 5: client faults, an unreachable Ray address, signals, SIGKILL.
+
+End-to-end runs are tiny (4 clients, logistic model): what is measured is the run's reaction,
+read back from its files (results.json, metrics.csv, errors.log) and the process's exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from hydra import compose, initialize_config_dir
+
+from fedpriv.config import conf_dir, register_schema
+from fedpriv.errors import ConfigError
+from fedpriv.privacy import RunPrivacy
+from fedpriv.runner import RunFailed, prepare, run_experiment
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["num_clients=4", "model=logistic", "progress=false", "client.steps=2", "plot=false"]
+FAULTY = ["client._target_=examples.faulty_client.FaultyDPSGD", "+client.fail_round=2"]
+
+
+def _cfg(overrides: list[str]) -> Any:
+    register_schema()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _results(out: Path) -> dict[str, Any]:
+    return json.loads((out / "results.json").read_text())
+
+
+def _expected_epsilon(overrides: list[str], contributors: list[int | None]) -> float:
+    """ε of the same algorithm with the rounds recorded independently of the run."""
+    run_cfg, algorithm = prepare(_cfg(overrides))
+    privacy = RunPrivacy(algorithm, run_cfg["privacy"])
+    for r, c in enumerate(contributors, start=1):
+        privacy.record_round(c, r)
+    return privacy.epsilon()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("mode", "reason"), [("raise", "client error"), ("non_finite", "non-finite")]
+)
+def test_failing_client_is_a_dropout_under_drop(tmp_path: Path, mode: str, reason: str) -> None:
+    """round_failure=drop: client 0 fails in round 2; the round is released from the 3
+    survivors and accounted with their noise (degraded events), the row says so, the error
+    is one line on the console and its traceback is in errors.log."""
+    overrides = [*TINY, "num_rounds=3", *FAULTY, f"+client.fail_mode={mode}"]
+    summary = run_experiment(_cfg(overrides), tmp_path)
+    rows = summary["rounds"]
+    assert summary["status"] == "complete" and summary["exit_code"] == 0
+    assert [r["status"] for r in rows] == ["ok", "ok", "ok"]
+    assert [r["clients_dropped"] for r in rows] == [0, 1, 0]
+    assert reason in rows[1]["dropped"]
+    want = _expected_epsilon(overrides, [None, 3, None])
+    assert rows[-1]["epsilon"] == pytest.approx(want, rel=1e-9)
+    assert rows[-1]["epsilon"] > _expected_epsilon(overrides, [None, None, None])
+    if mode == "raise":
+        log = (tmp_path / "errors.log").read_text()
+        assert "round 2: client 0: ValueError: injected failure of client 0" in log
+        assert "Traceback (most recent call last)" in log
+
+
+@pytest.mark.slow
+def test_failing_client_ends_the_run_under_stop(tmp_path: Path) -> None:
+    """round_failure=stop: the run ends in round 2 with the client's error in one line,
+    status failed, and the ledger holds round 1 only (nothing of round 2 was released)."""
+    overrides = [*TINY, "num_rounds=3", *FAULTY, "round_failure=stop"]
+    with pytest.raises(RunFailed) as info:
+        run_experiment(_cfg(overrides), tmp_path)
+    line = str(info.value)
+    assert "\n" not in line
+    assert line.startswith("round 2: client 0: ValueError: injected failure of client 0;")
+    doc = _results(tmp_path)
+    assert doc["status"] == "failed" and doc["privacy"]["rounds_released"] == 1
+    assert doc["privacy"]["epsilon"] == pytest.approx(_expected_epsilon(overrides, [None]))
+
+
+def test_unknown_round_failure_is_refused() -> None:
+    with pytest.raises(ConfigError, match="round_failure='retry' must be one of"):
+        prepare(_cfg([*TINY, "round_failure=retry"]))
+
+
+def _cli(args: list[str], out: Path, **kw: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedpriv.cli", *args, f"hydra.run.dir={out}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_unreachable_ray_address_is_one_line_within_the_timeout(tmp_path: Path) -> None:
+    """Port 1 of the loopback address: nothing listens there."""
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = _cli(["ray_init_args.address=127.0.0.1:1", "num_rounds=1"], out)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "ray_init_args.address='127.0.0.1:1' must name a running" in err
+    assert time.monotonic() - t0 < 60  # interpreter and imports included; the probe is < 10 s
+    assert not (out / "results.json").exists()
+
+
+def test_existing_run_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text("{}")
+    proc = _cli(["num_rounds=1"], tmp_path)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "already holds a run (results.json)" in err
+
+
+def test_default_run_directories_differ_between_processes() -> None:
+    """Two runs started in the same second: the run directory ends with the process id."""
+    code = (
+        "from hydra import compose, initialize_config_dir;"
+        "from omegaconf import OmegaConf;"
+        "from fedpriv.config import conf_dir, register_schema;register_schema();"
+        "from hydra.core.utils import setup_globals;setup_globals();"
+        "ctx=initialize_config_dir(config_dir=str(conf_dir()), version_base='1.3');ctx.__enter__();"
+        "c=compose(config_name='config', return_hydra_config=True);print(c.hydra.run.dir)"
+    )
+    dirs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+        for _ in range(2)
+    ]
+    names = [d.stdout.strip() for d in dirs]
+    assert all(n.startswith("outputs/") for n in names), [d.stderr[-300:] for d in dirs]
+    assert names[0] != names[1]
+
+
+def _long_run(out: Path) -> tuple[subprocess.Popen[str], list[psutil.Process]]:
+    """A run of many fast rounds, started in its own session; returns once 2 rounds are
+    written, with the processes of its tree (Ray's among them)."""
+    proc = _cli([*TINY, "num_rounds=5000"], out, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        csv = out / "metrics.csv"
+        if csv.exists() and len(csv.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    assert any("raylet" in _cmdline(p) for p in tree)
+    return proc, tree
+
+
+def _cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def _all_gone(tree: list[psutil.Process], within: float = 20.0) -> list[str]:
+    _, alive = psutil.wait_procs(tree, timeout=within)
+    return [f"{p.pid} {p.name()}" for p in alive if p.is_running()]
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_the_round_and_saves_stopped(tmp_path: Path) -> None:
+    proc, tree = _long_run(tmp_path)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    doc = _results(tmp_path)
+    assert doc["status"] == "stopped" and "SIGTERM" in doc["message"]
+    assert (tmp_path / "model.npz").exists()
+    assert doc["privacy"]["rounds_released"] == len(doc["rounds"])
+    assert _all_gone(tree) == []
+
+
+@pytest.mark.slow
+def test_second_sigint_to_the_process_group_aborts_at_once(tmp_path: Path) -> None:
+    """Ctrl-C twice in a terminal: SIGINT to the whole process group (Ray's processes too)."""
+    proc, tree = _long_run(tmp_path)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert proc.returncode == 1, err[-2000:]
+    assert "aborted by a second signal (SIGINT)" in err
+    assert "Traceback" not in err
+    assert _results(tmp_path)["status"] == "failed"
+    assert _all_gone(tree) == []
+
+
+@pytest.mark.slow
+def test_sigkill_leaves_no_ray_process(tmp_path: Path) -> None:
+    """kill -9: nothing of the run can clean up; the reaper kills the run's Ray tree."""
+    proc, tree = _long_run(tmp_path)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert _all_gone(tree) == []  # the reaper itself ends once it has reaped
+    assert _results(tmp_path)["status"] == "running"  # killed: never looks finished
