@@ -291,3 +291,16 @@ def test_one_target_with_the_noise_still_answers(capsys):
 
     out = run_json(capsys, ["gaussian", "noise_multiplier=1", "target_delta=1e-5"])
     assert out["epsilon"] == pytest.approx(gdp_epsilon(1e-5, 1.0), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["client-level", "poisson-gaussian", "gdp", "checkin"])
+def test_analysis_help_lists_its_keys(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fedpriv-account ANALYSIS --help`` prints the analysis's documentation (exit 0)."""
+    from fedpriv.accounting.cli import main
+
+    assert main([name, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: fedpriv-account {name} key=value")
+    assert "target_delta" in out or "target_epsilon" in out or "local_epsilon" in out
+    if name == "client-level":
+        assert "keys: accountant, allocation_window, client_sample_rate" in out

@@ -20,7 +20,13 @@ from flwr.common.serde import recorddict_to_proto
 from flwr.serverapp import Grid, ServerApp
 
 from clients.secagg import make_probe_client_app, probe_update
-from fedpriv.aggregation import NON_FINITE, AggregateResult, IdealAggregator, RoundFailed
+from fedpriv.aggregation import (
+    CLIENT_ERROR,
+    NON_FINITE,
+    AggregateResult,
+    IdealAggregator,
+    RoundFailed,
+)
 from fedpriv.engine import named_clients, node_messages, worker_messages
 from fedpriv.secagg import flatten_update
 from fedpriv.wire import CLIENTS_KEY, CONFIG_KEY, METRICS_KEY, UPDATE_KEY
@@ -177,7 +183,8 @@ class TestIdealAggregator(_Contract):
         res = IdealAggregator(min_replies=4).sum_updates(
             _FakeGrid(stacked), msgs, server_round=1, timeout=1.0
         )
-        assert res.num_clients == 4 and res.dropped == {NON_FINITE: 1}
+        assert res.num_clients == 4 and res.dropped == {NON_FINITE: 1, CLIENT_ERROR: 2}
+        assert res.errors == ["boom", "boom"]  # client 5 of each worker raised
         single = [_float_reply(ups[c]) for c in (0, 1, 2, 3)]
         one = IdealAggregator().sum_updates(
             _FakeGrid(single),

@@ -22,6 +22,7 @@ Examples
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import math
 import sys
@@ -44,7 +45,7 @@ ANALYSES: dict[str, str] = {
 }
 
 USAGE = (
-    "usage: fedpriv-account ANALYSIS key=value ... [--json]\n"
+    "usage: fedpriv-account ANALYSIS key=value ... [--json]   (ANALYSIS --help: its keys)\n"
     "analyses: " + ", ".join(ANALYSES) + "\n"
     "Give target_epsilon instead of the noise parameter to calibrate it."
 )
@@ -73,6 +74,23 @@ def load_analysis(name: str) -> Callable[[dict[str, str]], dict[str, Any]]:
     if func is None:
         raise ConfigError("analysis", name, f"is not available ({module_name}.{func_name} missing)")
     return func  # type: ignore[no-any-return]
+
+
+def analysis_help(name: str) -> str:
+    """``fedpriv-account ANALYSIS --help``: the analysis's documentation and its keys.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown analysis.
+    """
+    func = load_analysis(name)
+    doc = inspect.cleandoc(func.__doc__ or "").split("\nRaises\n", 1)[0].rstrip()
+    keys = getattr(sys.modules[func.__module__], "KEYS", None)
+    text = f"usage: fedpriv-account {name} key=value ... [--json]\n\n{doc}"
+    if keys:
+        text += "\n\nkeys: " + ", ".join(sorted(keys))
+    return text
 
 
 def run(name: str, params: dict[str, str]) -> dict[str, Any]:
@@ -125,6 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
+    if any(a in ("-h", "--help") for a in args[1:]):
+        try:
+            print(analysis_help(args[0]))
+        except ConfigError as err:
+            print(f"fedpriv-account: error: {err}", file=sys.stderr)
+            return 2
+        return 0
     as_json = "--json" in args
     args = [a for a in args if a != "--json"]
     if not args:
