@@ -40,6 +40,7 @@ from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.spec import AccountingSpec, check_finite, parse_enum
 from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
 from fedpriv.cohort import CohortSampler
+from fedpriv.discrete_gaussian import add_lattice_gaussian, lattice_step
 from fedpriv.errors import check
 from fedpriv.noise import add_gaussian_noise, server_generator
 
@@ -129,6 +130,13 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         placement = parse_enum(NoisePlacement, "client.noise_placement", self.noise_placement)
         set_(self, "noise_placement", placement)
         self._check_adaptive()
+        check(
+            not (self.privacy.get("secure_mode") and placement is NoisePlacement.CLIENTS),
+            "client.noise_placement",
+            placement.value,
+            "with privacy.secure_mode=true must be server (the trusted aggregator draws discrete "
+            "Gaussian noise); for noise drawn on the clients use client=client_level_skellam",
+        )
         if self.cohort is not None:
             check(
                 placement is NoisePlacement.SERVER or not self.cohort.varies,
@@ -179,7 +187,19 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
             cohort=self.cohort,  # type: ignore[arg-type]
             count_noise_multiplier=p.get("count_noise_multiplier"),
             accounting=AccountingSpec.from_privacy(p),
+            discrete=self.lattice_noise,
         )
+
+    @property
+    def lattice_noise(self) -> bool:
+        """``privacy.secure_mode``: the trusted aggregator's noise is lattice discrete Gaussian
+        (:mod:`fedpriv.discrete_gaussian`), safe against floating-point attacks."""
+        secure = bool(self.privacy.get("secure_mode"))
+        return secure and not self.shares and not self.integer_updates
+
+    @property
+    def hardened_noise(self) -> bool:  # type: ignore[override]
+        return self.lattice_noise
 
     @property
     def adaptive(self) -> bool:
@@ -254,14 +274,22 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         deltas = {k: v for k, v in total.items() if k != UNCLIPPED_KEY}
         count = total.get(UNCLIPPED_KEY)
         gen = server_generator(self.seed, server_round, bool(self.privacy.get("secure_mode")))
-        if not self.shares:
-            deltas = _noisy(deltas, self.spec.update_noise_multiplier * c, gen)
+        sd = self.spec.update_noise_multiplier * c
+        rng = np.random.default_rng()  # OS entropy: used in secure_mode (lattice noise) only
+        if self.lattice_noise and sd > 0:
+            dim = sum(int(np.size(v)) for v in deltas.values())
+            deltas = add_lattice_gaussian(deltas, sd, lattice_step(c, dim), rng)
+        elif not self.shares:
+            deltas = _noisy(deltas, sd, gen)
         if not self.adaptive:
             return deltas, {}, dict(round_config)
         figures: dict[str, float] = {"clipping_norm": c}
         centred = float(np.sum(count)) if count is not None else 0.0
-        if not self.shares:
-            sb = float(self.spec.count_noise_multiplier or 0.0)
+        sb = float(self.spec.count_noise_multiplier or 0.0)
+        if self.lattice_noise and sb > 0:
+            noisy = add_lattice_gaussian({"b": np.array(centred)}, sb, lattice_step(0.5, 1), rng)
+            centred = float(noisy["b"])
+        elif not self.shares:
             centred += float(torch.randn((), generator=gen, dtype=torch.float64)) * sb
         fraction = centred / self.normalizer + 0.5
         gamma = float(self.target_unclipped_quantile)  # type: ignore[arg-type]

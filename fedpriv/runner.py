@@ -335,6 +335,7 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
             **dict(algorithm.privacy),
             "calibrated_from_target_epsilon": p["target_epsilon"],
         }
+    check_secure_mode(algorithm, run_cfg["privacy"])
     privacy = RunPrivacy(algorithm, run_cfg["privacy"])
     try:
         privacy.check()
@@ -381,6 +382,28 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
             f"must equal client.bits={algorithm.bits}",
         )
     return run_cfg, algorithm
+
+
+def check_secure_mode(algorithm: Any, privacy: dict[str, Any]) -> None:
+    """Refuse ``privacy.secure_mode=true`` for an algorithm whose noise is not hardened
+    against floating-point attacks (a non-private run, σ = 0, draws none and passes).
+
+    Raises
+    ------
+    ConfigError
+        Naming the algorithm and the clients whose noise is hardened.
+    """
+    sigma = privacy.get("noise_multiplier")
+    if not privacy.get("secure_mode") or (sigma is not None and float(sigma) == 0):
+        return
+    check(
+        bool(getattr(algorithm, "hardened_noise", False)),
+        "privacy.secure_mode",
+        True,
+        f"needs noise safe against floating-point attacks, and {type(algorithm).__name__} "
+        "draws float noise: use client=client_level (the trusted aggregator's lattice discrete "
+        "Gaussian), client=skellam_dpsgd or client=client_level_skellam (integer Skellam noise)",
+    )
 
 
 def run_layout(run_cfg: dict[str, Any]) -> Layout:

@@ -42,6 +42,7 @@ from typing import Any
 from dp_accounting import dp_event
 
 from fedpriv.accounting.allocation import RandomAllocationEvent
+from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.params import Params, noise_or_target
 from fedpriv.accounting.spec import (
     Accountant,
@@ -52,6 +53,7 @@ from fedpriv.accounting.spec import (
     check_positive,
 )
 from fedpriv.cohort import ClientSampling, CohortSampler
+from fedpriv.discrete_gaussian import lattice_noise_multiplier
 from fedpriv.errors import check
 
 
@@ -73,6 +75,10 @@ class ClientLevelSpec:
         σ_b of the noisy unclipped count (adaptive clipping); ``2 σ_b > z`` is required.
     accounting : AccountingSpec
         Accountant, conversion, δ; its relation is replaced by the participation's.
+    discrete : bool
+        The trusted aggregator draws lattice discrete Gaussian noise (``privacy.secure_mode``,
+        :mod:`fedpriv.discrete_gaussian`): events :class:`DiscreteGaussianEvent` with the
+        rounding-inflated sensitivity; RDP accountant, client_sampling all or poisson.
 
     Raises
     ------
@@ -86,6 +92,7 @@ class ClientLevelSpec:
     cohort: CohortSampler
     count_noise_multiplier: float | None = None
     accounting: AccountingSpec = field(default_factory=AccountingSpec)
+    discrete: bool = False
 
     def __post_init__(self) -> None:
         z = check_finite("privacy.noise_multiplier", self.noise_multiplier, "must be >= 0")
@@ -106,6 +113,8 @@ class ClientLevelSpec:
             self, "accounting", dataclasses.replace(self.accounting, neighboring_relation=relation)
         )
         kind, acc = self.cohort.client_sampling, self.accounting.accountant
+        if self.discrete and z > 0:
+            self._check_discrete()
         check(
             not (kind is ClientSampling.FIXED_SIZE and acc is Accountant.PLD and z > 0),
             "privacy.accountant",
@@ -119,6 +128,25 @@ class ClientLevelSpec:
             acc.value,
             "cannot account client_sampling=random_allocation (its analysis is a PLD): use "
             "privacy.accountant=pld (fedpriv-account: accountant=pld)",
+        )
+
+    def _check_discrete(self) -> None:
+        """secure_mode's discrete Gaussian: accounted by RDP, for all or Poisson cohorts."""
+        kind = self.cohort.client_sampling
+        check(
+            kind in (ClientSampling.ALL, ClientSampling.POISSON),
+            "client_sampling",
+            kind.value,
+            "with privacy.secure_mode=true (discrete Gaussian noise) must be all or poisson: "
+            "no analysis here covers the discrete Gaussian under fixed_size or random "
+            "allocation",
+        )
+        check(
+            self.accounting.accountant is Accountant.RDP,
+            "privacy.accountant",
+            self.accounting.accountant.value,
+            "cannot account privacy.secure_mode=true's discrete Gaussian noise (its analysis "
+            "is RDP: Canonne, Kamath, Steinke 2020, Thm 15): use privacy.accountant=rdp",
         )
 
     # ---- the mechanism --------------------------------------------------------------
@@ -145,6 +173,9 @@ class ClientLevelSpec:
         if z == 0:
             return [(dp_event.NonPrivateDpEvent(), 1)]
         kind = c.client_sampling
+        if self.discrete:
+            q = 1.0 if kind is ClientSampling.ALL else float(c.client_sample_rate)  # type: ignore[arg-type]
+            return [(DiscreteGaussianEvent(lattice_noise_multiplier(z), q), 1)]
         if kind is ClientSampling.ALL:
             return [(dp_event.GaussianDpEvent(z), 1)]
         if kind is ClientSampling.POISSON:
