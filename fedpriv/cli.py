@@ -91,6 +91,26 @@ def precheck(argv: list[str]) -> None:
         sys.exit(2)
 
 
+def print_help(argv: list[str]) -> None:
+    """``fedpriv [GROUP=OPTION ...] --help``: the config groups, then the commented
+    ``conf/config.yaml`` and the files of the groups named on the command line (their
+    comments describe every field)."""
+    conf = conf_dir()
+    print("usage: fedpriv [GROUP=OPTION ...] [KEY=VALUE ...] [-m for a sweep] [--help]\n")
+    print("Config groups (GROUP=OPTION):")
+    for group in sorted(p for p in conf.iterdir() if p.is_dir()):
+        options = ", ".join(sorted(f.stem for f in group.glob("*.yaml")))
+        print(f"  {group.name}: {options}")
+    files = [conf / "config.yaml"]
+    for arg in argv:
+        group, _, option = arg.lstrip("+").partition("=")
+        if option and (conf / group / f"{option}.yaml").is_file():
+            files.append(conf / group / f"{option}.yaml")
+    for f in files:
+        print(f"\n== {f.relative_to(conf.parent)} ==\n{f.read_text().rstrip()}")
+    print("\nName a group's option before --help to see its fields (fedpriv client=dpsgd --help).")
+
+
 def main() -> None:
     """Console-script entry point (a Hydra app over the repository's ``conf/`` tree).
 
@@ -99,6 +119,13 @@ def main() -> None:
     """
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        try:
+            print_help(sys.argv[1:])
+            sys.stdout.flush()
+        except BrokenPipeError:  # `fedpriv --help | head`: the reader has gone
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
     register_schema()
     precheck(sys.argv[1:])
     hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(_main)()

@@ -208,3 +208,51 @@ def test_sigkill_leaves_no_ray_process(tmp_path: Path) -> None:
     proc.communicate(timeout=60)
     assert _all_gone(tree) == []  # the reaper itself ends once it has reaped
     assert _results(tmp_path)["status"] == "running"  # killed: never looks finished
+
+
+def test_help_describes_the_fields_of_the_named_groups() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedpriv.cli", "client=client_level", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "client: batch_clipping, checkin," in proc.stdout
+    assert "round_failure: drop     # a client that raises" in proc.stdout  # conf/config.yaml
+    assert "noise_placement: server         # server (trusted aggregator)" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("wanted", "message"),
+    [
+        (
+            {"num_cpus": 1, "num_gpus": 1},
+            "client_resources.num_gpus=1 must be at most the Ray "
+            "instance's 0 GPUs (no client actor could start): set client_resources.num_gpus=0",
+        ),
+        (
+            {"num_cpus": 100, "num_gpus": 0},
+            "client_resources.num_cpus=100 must be at most the Ray instance's 16 CPUs",
+        ),
+    ],
+)
+def test_client_resources_beyond_the_ray_instance_are_named(
+    wanted: dict[str, float], message: str
+) -> None:
+    from fedpriv.ray_session import check_fits
+
+    with pytest.raises(ConfigError) as info:
+        check_fits({"CPU": 16.0, "memory": 1e9}, wanted)
+    assert str(info.value).startswith(message)
+    check_fits({"CPU": 16.0, "GPU": 1.0}, {"num_cpus": 16, "num_gpus": 1})  # fits exactly
+
+
+def test_ray_address_forms() -> None:
+    from fedpriv.ray_session import probe_address
+
+    with pytest.raises(ConfigError, match="must be local, auto, HOST:PORT or ray://HOST:PORT"):
+        probe_address("127.0.0.1", 1.0)
+    with pytest.raises(ConfigError, match=r"ray://127.0.0.1:1' must name a running Ray cluster"):
+        probe_address("ray://127.0.0.1:1", 1.0)

@@ -1,0 +1,85 @@
+"""README figures are recomputed here, so a stale figure fails the suite (issue 14, item 5).
+
+Each test reads a figure out of README.md (a regular expression around the sentence that
+states it) and recomputes it with the command the README names: accounting figures with the
+``fedpriv-account`` engine (exact, compared at the README's printed precision), the default
+run's headline figures with the default configuration itself.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from fedpriv.accounting.cli import run as account
+from fedpriv.privacy import RunPrivacy
+from fedpriv.runner import prepare, run_experiment
+from tests.test_faults import _cfg
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def _figure(pattern: str) -> float:
+    match = re.search(pattern, README, flags=re.S)
+    assert match, f"README no longer states {pattern!r}"
+    return float(match.group(1))
+
+
+def _checkin(variant: str, local_epsilon: float, **extra: str) -> dict:
+    params = {
+        "variant": variant,
+        "num_clients": "1000",
+        "num_slots": "1000",
+        "local_epsilon": str(local_epsilon),
+        "target_delta": "1e-6",
+        **extra,
+    }
+    return account("checkin", params)
+
+
+def test_sliding_window_figures() -> None:
+    """`fedpriv +experiment=checkin_sliding_window` (m = 100, ε0 = 2, δ = 1e-6)."""
+    res = _checkin("sliding-window", 2.0, num_slots="100")
+    assert res["epsilon"] == _figure(r"Sliding\s+window on Fashion-MNIST.*?central ε (\d+\.\d)")
+    theorem = float(re.search(r"gives (\d+\.\d+)", res["bound_reason"]).group(1))  # type: ignore[union-attr]
+    assert round(theorem, 1) == _figure(r"Theorem 4.3's bound, (\d+\.\d)")
+    expected = res["expected_dummy_updates"]["expected"]
+    assert round(expected, 1) == _figure(r"(\d+\.\d) expected, central ε")
+
+
+@pytest.mark.parametrize(
+    ("row", "variant", "eps0"),
+    [
+        (r"\| fixed window \(Alg. 1, Thm 3.2\) \| 1 \| [\d.]+ \| ([\d.]+) ", "fixed", 1),
+        (r"\| averaged \(Alg. 2, Thm 4.1\) \| 1 \| [\d.]+ \| [\d.]+ \(([\d.]+)\)", "averaged", 1),
+        (r"\| fixed window \| 2 \| [\d.]+ \| [\d.]+ \(([\d.]+)\)", "fixed", 2),
+    ],
+)
+def test_checkin_table_epsilons(row: str, variant: str, eps0: float) -> None:
+    """The check-in table's central ε column (theorem's bound in brackets)."""
+    res = _checkin(variant, eps0)
+    stated = _figure(row)
+    reason = res.get("bound_reason", "")
+    bound = float(m.group(1)) if (m := re.search(r"gives (\d+\.?\d*)", reason)) else res["epsilon"]
+    digits = len(str(stated).split(".")[1]) if "." in str(stated) else 0
+    assert round(bound, digits) == pytest.approx(stated, abs=10.0**-digits)
+
+
+def test_default_run_epsilon() -> None:
+    """`make run`: ε after 20 rounds (δ = 1e-5), from the run's own accountant."""
+    run_cfg, algorithm = prepare(_cfg([]))
+    privacy = RunPrivacy(algorithm, run_cfg["privacy"])
+    for r in range(1, int(run_cfg["num_rounds"]) + 1):
+        privacy.record_round(None, r)
+    assert round(privacy.epsilon(), 2) == _figure(r"\| 20 \| \*\*[\d.]+\*\* \| \*\*([\d.]+)\*\*")
+
+
+@pytest.mark.slow
+def test_default_run_accuracy(tmp_path: Path) -> None:
+    """`make run`'s final accuracy (the default config, seed 0); 0.01 tolerance for other
+    CPUs' float rounding."""
+    summary = run_experiment(_cfg(["progress=false", "plot=false"]), tmp_path)
+    stated = _figure(r"\| 20 \| \*\*([\d.]+)\*\* \|")
+    assert summary["rounds"][-1]["accuracy"] == pytest.approx(stated, abs=0.01)
