@@ -98,9 +98,9 @@ def print_help(argv: list[str]) -> None:
     conf = conf_dir()
     print("usage: fedpriv [GROUP=OPTION ...] [KEY=VALUE ...] [-m for a sweep] [--help]\n")
     print("Config groups (GROUP=OPTION):")
-    for group in sorted(p for p in conf.iterdir() if p.is_dir()):
-        options = ", ".join(sorted(f.stem for f in group.glob("*.yaml")))
-        print(f"  {group.name}: {options}")
+    for folder in sorted(p for p in conf.iterdir() if p.is_dir()):
+        options = ", ".join(sorted(f.stem for f in folder.glob("*.yaml")))
+        print(f"  {folder.name}: {options}")
     files = [conf / "config.yaml"]
     for arg in argv:
         group, _, option = arg.lstrip("+").partition("=")
