@@ -335,7 +335,6 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
             **dict(algorithm.privacy),
             "calibrated_from_target_epsilon": p["target_epsilon"],
         }
-    check_secure_mode(algorithm, run_cfg["privacy"])
     privacy = RunPrivacy(algorithm, run_cfg["privacy"])
     try:
         privacy.check()
@@ -384,25 +383,20 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     return run_cfg, algorithm
 
 
-def check_secure_mode(algorithm: Any, privacy: dict[str, Any]) -> None:
-    """Refuse ``privacy.secure_mode=true`` for an algorithm whose noise is not hardened
-    against floating-point attacks (a non-private run, σ = 0, draws none and passes).
-
-    Raises
-    ------
-    ConfigError
-        Naming the algorithm and the clients whose noise is hardened.
-    """
+def secure_mode_warning(algorithm: Any, privacy: dict[str, Any]) -> str:
+    """The warning for ``privacy.secure_mode=true`` with noise not hardened against
+    floating-point attacks (``""`` when hardened, not in secure mode, or σ = 0: no noise).
+    secure_mode still draws all randomness (check-ins, sampling, noise) from OS entropy."""
     sigma = privacy.get("noise_multiplier")
     if not privacy.get("secure_mode") or (sigma is not None and float(sigma) == 0):
-        return
-    check(
-        bool(getattr(algorithm, "hardened_noise", False)),
-        "privacy.secure_mode",
-        True,
-        f"needs noise safe against floating-point attacks, and {type(algorithm).__name__} "
-        "draws float noise: use client=client_level (the trusted aggregator's lattice discrete "
-        "Gaussian), client=skellam_dpsgd or client=client_level_skellam (integer Skellam noise)",
+        return ""
+    if getattr(algorithm, "hardened_noise", False):
+        return ""
+    return (
+        f"fedpriv: warning: privacy.secure_mode=true: {type(algorithm).__name__} draws float "
+        "noise, not hardened against floating-point attacks (float_noise_hardened=false); "
+        "hardened: client=client_level (the trusted aggregator's lattice discrete Gaussian), "
+        "client=skellam_dpsgd, client=client_level_skellam (integer Skellam noise)"
     )
 
 
@@ -547,6 +541,8 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     )
     shared = share_run_dataset(run_cfg)  # one mapped copy of a large training set
     facts = noise_facts(algorithm, p)
+    if warning := secure_mode_warning(algorithm, p):
+        print(warning, file=sys.stderr)
     if facts["non_private"]:
         print(
             "fedpriv: warning: privacy.noise_multiplier=0 adds no noise: this run is NON-PRIVATE",

@@ -143,8 +143,16 @@ def test_secure_client_level_refuses_what_no_analysis_covers(
         prepare(_cfg([*SECURE, *extra]))
 
 
-def test_secure_mode_refuses_float_noise_clients() -> None:
-    with pytest.raises(ConfigError, match="privacy.secure_mode=True needs noise safe"):
-        prepare(_cfg(["model=logistic", "privacy.secure_mode=true"]))
-    # σ = 0 draws no noise: a (non-private) run with OS entropy is allowed
-    prepare(_cfg(["model=logistic", "privacy.secure_mode=true", "privacy.noise_multiplier=0"]))
+def test_secure_mode_warns_for_float_noise_clients() -> None:
+    from fedpriv.runner import secure_mode_warning
+
+    run_cfg, algorithm = prepare(_cfg(["model=logistic", "privacy.secure_mode=true"]))
+    line = secure_mode_warning(algorithm, run_cfg["privacy"])
+    assert line.startswith("fedpriv: warning: privacy.secure_mode=true: LocalDPSGD draws float")
+    run_cfg, algorithm = prepare(_cfg(SECURE))
+    assert secure_mode_warning(algorithm, run_cfg["privacy"]) == ""
+    # σ = 0 draws no noise: nothing to harden
+    run_cfg, algorithm = prepare(
+        _cfg(["model=logistic", "privacy.secure_mode=true", "privacy.noise_multiplier=0"])
+    )
+    assert secure_mode_warning(algorithm, run_cfg["privacy"]) == ""
