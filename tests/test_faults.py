@@ -90,6 +90,8 @@ def test_failing_client_ends_the_run_under_stop(tmp_path: Path) -> None:
 def test_unknown_round_failure_is_refused() -> None:
     with pytest.raises(ConfigError, match="round_failure='retry' must be one of"):
         prepare(_cfg([*TINY, "round_failure=retry"]))
+    with pytest.raises(ConfigError, match="ray_connect_timeout_s=0.0 must be > 0"):
+        prepare(_cfg([*TINY, "ray_connect_timeout_s=0"]))
 
 
 def _cli(args: list[str], out: Path, **kw: Any) -> subprocess.Popen[str]:
