@@ -13,23 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
 
 import numpy as np
 
-from fedpriv.accounting.ledger import (
-    INTEGER_ORDERS,
-    MIRONOV_ORDERS,
-    FedprivEvent,
-    rdp_to_delta,
-    rdp_to_epsilon,
-)
+from fedpriv.accounting.ledger import IntegerRdpEvent
 from fedpriv.accounting.skellam import poisson_subsampled_rdp
 from fedpriv.errors import check
 
 
 @dataclasses.dataclass(frozen=True)
-class DiscreteGaussianEvent(FedprivEvent):
+class DiscreteGaussianEvent(IntegerRdpEvent):
     """One discrete Gaussian release of noise multiplier ``noise_multiplier`` (noise std per
     unit of lattice sensitivity, rounding included: :func:`fedpriv.discrete_gaussian.
     lattice_noise_multiplier`), on a Poisson subsample of rate ``sample_rate`` (1: none).
@@ -43,8 +36,6 @@ class DiscreteGaussianEvent(FedprivEvent):
     noise_multiplier: float
     sample_rate: float = 1.0
 
-    composes_by_rdp: ClassVar[bool] = True
-
     def __post_init__(self) -> None:
         z = self.noise_multiplier
         check(math.isfinite(z) and z > 0, "noise_multiplier", z, "must be a finite number > 0")
@@ -57,13 +48,3 @@ class DiscreteGaussianEvent(FedprivEvent):
             return np.asarray(a, dtype=float) / (2 * self.noise_multiplier**2)
 
         return poisson_subsampled_rdp(orders, self.sample_rate, base)
-
-    def epsilon(self, target_delta: float, count: int = 1, conversion: str = "default") -> float:
-        """ε of ``count`` releases at ``target_delta`` (integer orders)."""
-        orders = MIRONOV_ORDERS if conversion == "mironov" else INTEGER_ORDERS
-        return max(0.0, rdp_to_epsilon(orders, count * self.rdp(orders), target_delta, conversion))
-
-    def delta(self, target_epsilon: float, count: int = 1, conversion: str = "default") -> float:
-        """δ of ``count`` releases at ``target_epsilon`` (integer orders)."""
-        orders = MIRONOV_ORDERS if conversion == "mironov" else INTEGER_ORDERS
-        return rdp_to_delta(orders, count * self.rdp(orders), target_epsilon, conversion)

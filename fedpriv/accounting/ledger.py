@@ -141,6 +141,24 @@ class PldEvent(FedprivEvent):
         return float(self.pld().self_compose(count).get_delta_for_epsilon(target_epsilon))
 
 
+class IntegerRdpEvent(FedprivEvent):
+    """A fedpriv event known by its RDP curve at integer orders (subclasses implement
+    :meth:`rdp`); ``count`` occurrences are the curve times ``count``, converted at
+    :data:`INTEGER_ORDERS` (:data:`MIRONOV_ORDERS` for Mironov's conversion)."""
+
+    composes_by_rdp: ClassVar[bool] = True
+
+    def epsilon(self, target_delta: float, count: int = 1, conversion: str = "default") -> float:
+        """ε of ``count`` occurrences at ``target_delta`` (integer orders)."""
+        orders = MIRONOV_ORDERS if conversion == "mironov" else INTEGER_ORDERS
+        return max(0.0, rdp_to_epsilon(orders, count * self.rdp(orders), target_delta, conversion))
+
+    def delta(self, target_epsilon: float, count: int = 1, conversion: str = "default") -> float:
+        """δ of ``count`` occurrences at ``target_epsilon`` (integer orders)."""
+        orders = MIRONOV_ORDERS if conversion == "mironov" else INTEGER_ORDERS
+        return rdp_to_delta(orders, count * self.rdp(orders), target_epsilon, conversion)
+
+
 def rdp_to_epsilon(
     orders: np.ndarray, rdp: np.ndarray, target_delta: float, conversion: str
 ) -> float:

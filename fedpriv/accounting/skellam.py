@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -30,11 +30,7 @@ from scipy import special
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.ledger import (
     CONVERSIONS,
-    INTEGER_ORDERS,
-    MIRONOV_ORDERS,
-    FedprivEvent,
-    rdp_to_delta,
-    rdp_to_epsilon,
+    IntegerRdpEvent,
 )
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.spec import (
@@ -198,7 +194,7 @@ def rounded_sensitivities(
 
 
 @dataclasses.dataclass(frozen=True)
-class SkellamEvent(FedprivEvent):
+class SkellamEvent(IntegerRdpEvent):
     """One (optionally Poisson-subsampled) Skellam release, in scaled integer units.
 
     Parameters
@@ -216,8 +212,6 @@ class SkellamEvent(FedprivEvent):
     l2_sensitivity: float
     sample_rate: float = 1.0
 
-    composes_by_rdp: ClassVar[bool] = True
-
     def __post_init__(self) -> None:
         check(
             math.isfinite(self.mu) and self.mu >= 0, "mu", self.mu, "must be a finite number >= 0"
@@ -233,16 +227,6 @@ class SkellamEvent(FedprivEvent):
             return skellam_rdp(a, self.mu, self.l1_sensitivity, self.l2_sensitivity)
 
         return poisson_subsampled_rdp(orders, self.sample_rate, base)
-
-    def epsilon(self, target_delta: float, count: int = 1, conversion: str = "default") -> float:
-        """ε of ``count`` releases at ``target_delta`` (integer orders)."""
-        orders = MIRONOV_ORDERS if conversion == "mironov" else INTEGER_ORDERS
-        return max(0.0, rdp_to_epsilon(orders, count * self.rdp(orders), target_delta, conversion))
-
-    def delta(self, target_epsilon: float, count: int = 1, conversion: str = "default") -> float:
-        """δ of ``count`` releases at ``target_epsilon`` (integer orders)."""
-        orders = MIRONOV_ORDERS if conversion == "mironov" else INTEGER_ORDERS
-        return rdp_to_delta(orders, count * self.rdp(orders), target_epsilon, conversion)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
