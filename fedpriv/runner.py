@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedpriv.accounting.spec import NoiseSource
 from fedpriv.aggregation import AggregateResult, RoundFailed, aggregator_class
+from fedpriv.audit import RunAudit, check_audit
 from fedpriv.client_app import make_client_app
 from fedpriv.cohort import CohortSampler
 from fedpriv.config import to_container, validate
@@ -78,6 +79,7 @@ class Job:
             k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()
         }
         self.round_config: dict[str, float] = dict(algorithm.initial_round_config())
+        self.audit = RunAudit.for_run(cfg, algorithm, self.model)  # audit=canaries, else None
         self.release_figures: dict[str, float] = {}
         self.stop_reason = ""
         self.interrupted = ""  # set by SIGINT/SIGTERM: finish the round in progress, then stop
@@ -148,6 +150,8 @@ class Job:
         algorithm = self.privacy.algorithm
         shapes = {k: tuple(p.shape) for k, p in self.model.named_parameters() if p.requires_grad}
         total = algorithm.decode_sum(total, shapes, server_round)
+        if self.audit is not None:  # canary clients, covered by the release's noise
+            total = self.audit.before_release(total, server_round, self.round_config)
         total, self.release_figures, self.round_config = algorithm.release(
             total, server_round, self.round_config
         )
@@ -213,6 +217,9 @@ class Job:
             **self.release_figures,
             **(extra or {}),
         }
+        if self.audit is not None:
+            row.update(self.audit.round_figures(self.model, state))
+            self.recorder.update_privacy(**self.audit.summary)
         self.recorder.update_privacy(
             epsilon=row["epsilon"],
             local_epsilon=row["local_epsilon"],
@@ -281,6 +288,7 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     partitions(run_cfg)
     resolve_device(run_cfg)
     algorithm = build_algorithm(run_cfg)
+    check_audit(run_cfg, algorithm)
     p = run_cfg["privacy"]
     if p.get("target_epsilon") is not None:
         algorithm = algorithm.calibrated(
@@ -501,6 +509,8 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
     layout = run_layout(run_cfg)
     job = Job(run_cfg, algorithm, aggregator, recorder, display, layout)
+    if job.audit is not None:
+        recorder.update_privacy(**job.audit.summary)
     display.note(header_line(run_cfg, facts, analysis, out_dir, layout))
     server_app = ServerApp()
 
