@@ -1,8 +1,11 @@
 """A BROKEN mechanism for the audit to catch (``tests/test_audit.py``, README "Auditing").
 
 :class:`BroadcastNoiseDPSGD` is local DP-SGD whose noise is the noise of the first paper's
-public code: ONE N(0, (σC)²/m) scalar per parameter tensor per step, broadcast over the
-tensor, instead of one draw per coordinate. It claims (and is accounted at) the ε of
+public code (van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping",
+arXiv:2212.05796; github.com/MisaNguyen/DPSGD, ``DPSGD_optimizer.py``:
+``torch.normal(mean=torch.Tensor([0.0]), std=sigma * C)``): ONE N(0, (σC)²/m) scalar per
+parameter tensor per step (m clients: the sum holds N(0, (σC)²)), broadcast over the tensor,
+instead of one draw per coordinate. It claims (and is accounted at) the ε of
 :class:`clients.dpsgd.LocalDPSGD` with the same σ, but a shift shared by every coordinate of a
 tensor hides almost nothing (for a softmax layer it cancels exactly), so ``audit=canaries``
 finds an ε lower bound above the claimed ε::

@@ -365,9 +365,25 @@ class ClientCanaries:
         return int(sum(math.prod(s) for s in self.shapes.values()))
 
     def direction(self, j: int) -> np.ndarray:
-        """Canary ``j``'s unit vector, shape ``(dim,)`` float64 (regenerated from its seed)."""
+        """Canary ``j``'s unit vector, shape ``(dim,)`` float64 (from its own seed)."""
+        table = self._table()
+        if table is not None:
+            return table[j]
         u = _rng(self.seed, 2, j).standard_normal(self.dim)
         return u / np.linalg.norm(u)
+
+    def _table(self) -> np.ndarray | None:
+        """Every direction, ``(m, dim)``, built once when it fits in 64 MiB (else ``None``:
+        each is regenerated from its seed when needed)."""
+        if self.m * self.dim * 8 > 64 * 2**20:
+            return None
+        cached = self.__dict__.get("_directions")
+        if cached is None:
+            rows = [_rng(self.seed, 2, j).standard_normal(self.dim) for j in range(self.m)]
+            cached = np.stack(rows)
+            cached /= np.linalg.norm(cached, axis=1, keepdims=True)
+            object.__setattr__(self, "_directions", cached)
+        return cached
 
     def sampled(self, server_round: int) -> np.ndarray:
         """Included canaries taking part in ``server_round`` (indices)."""
@@ -378,8 +394,12 @@ class ClientCanaries:
 
     def round_sum(self, server_round: int, clip_norm: float) -> np.ndarray:
         """``Σ_j C u_j`` over the round's sampled canaries, shape ``(dim,)``."""
+        ids = self.sampled(server_round)
+        table = self._table()
+        if table is not None:
+            return clip_norm * table[ids].sum(axis=0)
         total = np.zeros(self.dim)
-        for j in self.sampled(server_round):
+        for j in ids:
             total += clip_norm * self.direction(int(j))
         return total
 
@@ -388,6 +408,9 @@ class ClientCanaries:
         norm = float(np.linalg.norm(delta))
         if norm == 0:
             return np.zeros(self.m)
+        table = self._table()
+        if table is not None:
+            return (table @ delta) / norm
         return np.array([self.direction(j) @ delta for j in range(self.m)]) / norm
 
     def flat(self, state: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -509,6 +532,15 @@ class RunAudit:
             ),
         }
         return audit
+
+    def header(self) -> str:
+        """The line printed under the run's header."""
+        what = "canary records" if self.records is not None else "canary clients"
+        return (
+            f"audit=canaries: {len(self.included)} {what}, {int(self.included.sum())} included "
+            f"(the model trains on them; ε is accounted without them); ε lower bound at "
+            f"{self.confidence:g} confidence from {2 * self.guesses_per_side} guesses per round"
+        )
 
     @property
     def included(self) -> np.ndarray:

@@ -512,6 +512,8 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     if job.audit is not None:
         recorder.update_privacy(**job.audit.summary)
     display.note(header_line(run_cfg, facts, analysis, out_dir, layout))
+    if job.audit is not None:
+        display.note(job.audit.header())
     server_app = ServerApp()
 
     @server_app.main()
