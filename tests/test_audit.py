@@ -127,6 +127,16 @@ def test_inclusion_is_seeded_and_fair() -> None:
     assert 0.45 < a.mean() < 0.55  # 1000 fair coins: 0.5 ± 3.2 standard deviations
 
 
+def test_inclusion_is_its_own_stream() -> None:
+    """The inclusion draw is not the stream a client's noise seeds from ``(seed, round, id)``
+    (``fedpriv.client_app.client_context``) for any small round and id."""
+    a = inclusion(0, 1000)
+    for r in range(3):
+        for pid in range(10):
+            assert not np.array_equal(a, np.random.default_rng([0, r, pid]).random(1000) < 0.5)
+    assert not np.array_equal(a, np.random.default_rng([0, 0]).random(1000) < 0.5)
+
+
 def test_record_canaries_are_spread_over_clients_and_off_the_data() -> None:
     cfg = _cfg(["audit=canaries", "model=logistic"])
     canaries = record_canaries(cfg)
