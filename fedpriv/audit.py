@@ -436,9 +436,10 @@ def check_audit(cfg: Mapping[str, Any], algorithm: Any) -> None:
     Raises
     ------
     ConfigError
-        ``audit`` not null/canaries; a record-level algorithm not accounted as Poisson-
-        sampled local DP-SGD; a client-level run with adaptive clipping, integer updates or a
-        cohort sampling other than ``all``/``poisson``; a check-in strategy.
+        ``audit`` not null/canaries; ``audit_confidence`` outside (0, 1); a record-level
+        algorithm not accounted as Poisson-sampled local DP-SGD; a client-level run with
+        adaptive clipping, integer updates or a cohort sampling other than
+        ``all``/``poisson``; a check-in strategy.
     """
     kind = cfg.get("audit")
     if kind is None:
@@ -446,6 +447,13 @@ def check_audit(cfg: Mapping[str, Any], algorithm: Any) -> None:
     allowed = tuple(k.value for k in AuditKind)
     if kind not in allowed:
         raise ConfigError("audit", kind, f"must be null or one of {allowed}")
+    conf = cfg.get("audit_confidence", 0.95)
+    check(
+        isinstance(conf, (int, float)) and 0 < float(conf) < 1,
+        "audit_confidence",
+        conf,
+        "must be in (0, 1), e.g. 0.95",
+    )
     supported = (
         "is supported for client=dpsgd (record level) and client=client_level with fixed "
         "clipping, float updates and client_sampling=all|poisson"

@@ -176,9 +176,12 @@ def test_unsupported_combinations_are_refused_in_one_line(overrides: list[str]) 
     assert "\n" not in str(info.value)
 
 
-def test_unknown_audit_kind_is_refused() -> None:
+def test_unknown_audit_kind_and_bad_confidence_are_refused() -> None:
     with pytest.raises(ConfigError, match="audit"):
         _cfg(["audit=shadow_models", "model=logistic"])
+    with pytest.raises(ConfigError) as info:
+        _cfg(["audit=canaries", "audit_confidence=1.5", "model=logistic"])
+    assert info.value.field == "audit_confidence"
     assert AuditKind("canaries") is AuditKind.CANARIES
 
 
