@@ -32,6 +32,8 @@ from fedpriv.audit import (
 from fedpriv.errors import ConfigError
 from tests.test_client_level import _compose
 
+CLIENT_LEVEL = ["client=client_level", "privacy=client_level", "num_clients=40"]
+
 # ---------------------------------------------------------------------------------------
 # The bound
 # ---------------------------------------------------------------------------------------
@@ -159,6 +161,30 @@ def test_record_canaries_are_spread_over_clients_and_off_the_data() -> None:
     assert len(xp) == len(x)
 
 
+def test_canary_clients_enter_the_sum_before_release() -> None:
+    """Client level, all sampling: a zero sum becomes C Σ_{j included} u_j (to 1e-5: float32
+    sums); the included canaries' cosines with it are the larger ones (every guess right)."""
+    from fedpriv.audit import RunAudit
+    from fedpriv.runner import prepare
+    from fedpriv.setup import build_model_for
+
+    cfg, algorithm = prepare(
+        _compose(["audit=canaries", "model=logistic", *CLIENT_LEVEL, "privacy.clipping_norm=2"])
+    )
+    model = build_model_for(cfg)
+    audit = RunAudit.for_run(cfg, algorithm, model)
+    assert audit is not None and audit.clients is not None
+    canaries = audit.clients
+    zero = {k: np.zeros(s, np.float32) for k, s in canaries.shapes.items()}
+    total = audit.before_release(zero, 1, {})
+    expected = 2.0 * sum(canaries.direction(j) for j in np.flatnonzero(canaries.included))
+    assert np.allclose(canaries.flat(total), expected, atol=1e-5)  # float32 sums
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    moved = {k: state[k] + total[k] for k in state}
+    assert audit.round_figures(model, moved)["audit_correct"] == 200
+    assert audit.summary["audit_num_canaries"] == 1000
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -199,7 +225,6 @@ RUN = [
     "save_model=false",
     "ray_init_args.num_cpus=1",
 ]
-CLIENT_LEVEL = ["client=client_level", "privacy=client_level", "num_clients=40"]
 BROADCAST = "client._target_=examples.broadcast_noise.BroadcastNoiseDPSGD"
 #: The README's "Auditing" figures are checked to this (about two guesses of 200), so a stale
 #: figure fails here; ``scripts/audit_table.py`` reprints the table.
