@@ -24,6 +24,7 @@ from flwr.clientapp import ClientApp
 
 from fedpriv.aggregation import aggregator_class
 from fedpriv.algorithm import ClientData, TrainContext
+from fedpriv.audit import with_canaries
 from fedpriv.data.shared import release_pages
 from fedpriv.engine import named_clients, round_config_of, row_blocks, stacked_reply
 from fedpriv.noise import make_generator
@@ -47,9 +48,9 @@ def _client_data(cfg_json: str, partition_id: int) -> ClientData:
     dataset and the partition are built once per process, never per client or round)."""
     ds, parts = _store(cfg_json)
     idx = parts[partition_id]
-    return ClientData(
-        torch.from_numpy(ds.x_train[idx]), torch.from_numpy(ds.y_train[idx]), partition_id
-    )
+    x, y = torch.from_numpy(ds.x_train[idx]), torch.from_numpy(ds.y_train[idx])
+    x, y = with_canaries(json.loads(cfg_json), partition_id, x, y)  # audit=canaries only
+    return ClientData(x, y, partition_id)
 
 
 @lru_cache(maxsize=4)

@@ -8,8 +8,9 @@ from typing import Any
 
 
 def plot_curves(rounds: Sequence[dict[str, Any]], path: Path) -> None:
-    """Test accuracy and ε (central, and local if present) per server round; a third panel
-    with the clip norm when the run adapts it (``clipping_norm`` in the rows)."""
+    """Test accuracy and ε (central, local if present, and the audit's empirical lower bound
+    ``audit_epsilon_lb`` if the run is audited) per server round; a third panel with the clip
+    norm when the run adapts it (``clipping_norm`` in the rows)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,6 +30,9 @@ def plot_curves(rounds: Sequence[dict[str, Any]], path: Path) -> None:
     if any(r.get("local_epsilon") not in (None, "") for r in ok):
         ax2.plot(x, [r.get("local_epsilon") for r in ok], marker="s", label="local ε (one client)")
         ax2.set_yscale("log")
+    audit = [r.get("audit_epsilon_lb") for r in ok]
+    if any(a not in (None, "") for a in audit):  # audit=canaries: the empirical lower bound
+        ax2.plot(x, audit, marker="^", linestyle="--", label="audited ε lower bound")
     ax2.set(xlabel="server round", ylabel="ε", title="Privacy spent")
     ax2.legend()
     ax2.grid(alpha=0.3)

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedpriv.accounting.spec import NoiseSource, parse_enum
 from fedpriv.aggregation import AggregateResult, RoundFailed, RoundFailure, aggregator_class
+from fedpriv.audit import RunAudit, check_audit
 from fedpriv.client_app import make_client_app
 from fedpriv.cohort import CohortSampler
 from fedpriv.config import to_container, validate
@@ -80,6 +81,7 @@ class Job:
             k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()
         }
         self.round_config: dict[str, float] = dict(algorithm.initial_round_config())
+        self.audit = RunAudit.for_run(cfg, algorithm, self.model)  # audit=canaries, else None
         self.release_figures: dict[str, float] = {}
         self.stop_reason = ""
         self.interrupted = ""  # set by SIGINT/SIGTERM: finish the round in progress, then stop
@@ -151,6 +153,8 @@ class Job:
         algorithm = self.privacy.algorithm
         shapes = {k: tuple(p.shape) for k, p in self.model.named_parameters() if p.requires_grad}
         total = algorithm.decode_sum(total, shapes, server_round)
+        if self.audit is not None:  # canary clients, covered by the release's noise
+            total = self.audit.before_release(total, server_round, self.round_config)
         total, self.release_figures, self.round_config = algorithm.release(
             total, server_round, self.round_config
         )
@@ -219,6 +223,9 @@ class Job:
             **self.release_figures,
             **(extra or {}),
         }
+        if self.audit is not None:
+            row.update(self.audit.round_figures(self.model, state))
+            self.recorder.update_privacy(**self.audit.summary)
         self.recorder.update_privacy(
             epsilon=row["epsilon"],
             local_epsilon=row["local_epsilon"],
@@ -325,6 +332,7 @@ def prepare(cfg: DictConfig) -> tuple[dict[str, Any], Any]:
     build_model_for(run_cfg)  # a bad model is refused before any output is written
     parse_enum(RoundFailure, "round_failure", run_cfg.get("round_failure", "drop"))
     algorithm = build_algorithm(run_cfg)
+    check_audit(run_cfg, algorithm)
     p = run_cfg["privacy"]
     if p.get("target_epsilon") is not None:
         algorithm = algorithm.calibrated(
@@ -576,7 +584,11 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
     layout = run_layout(run_cfg)
     job = Job(run_cfg, algorithm, aggregator, recorder, display, layout)
+    if job.audit is not None:
+        recorder.update_privacy(**job.audit.summary)
     display.note(header_line(run_cfg, facts, analysis, out_dir, layout))
+    if job.audit is not None:
+        display.note(job.audit.header())
     server_app = ServerApp()
 
     @server_app.main()
