@@ -22,7 +22,13 @@ def _main(cfg: DictConfig) -> float | None:
     from fedpriv.runner import run_experiment
 
     try:
-        summary = run_experiment(cfg, Path(HydraConfig.get().runtime.output_dir))
+        out_dir = Path(HydraConfig.get().runtime.output_dir)
+        if cfg.get("resume"):  # continue RUN_DIR in place with its own resolved config
+            from fedpriv.checkpoint import resume_config
+
+            cfg = resume_config(Path(cfg.resume), list(HydraConfig.get().overrides.task))
+            out_dir = Path(cfg.resume)
+        summary = run_experiment(cfg, out_dir)
     except ConfigError as exc:
         print(f"fedpriv: error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -75,6 +81,25 @@ def precheck(argv: list[str]) -> None:
         sys.exit(2)
 
 
+def resume_argv(argv: list[str]) -> list[str]:
+    """``resume=RUN_DIR``: refuse (one line, exit 2) a directory that cannot continue, and
+    point Hydra at it (``hydra.run.dir=RUN_DIR``, no new ``.hydra/``), so that the run's
+    outputs and log stay in RUN_DIR; other arguments are returned unchanged."""
+    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("resume=")]
+    if not given or not given[-1] or given[-1] == "null":
+        return argv
+    from fedpriv.checkpoint import resume_config
+
+    run_dir = os.path.abspath(given[-1])
+    try:
+        resume_config(Path(run_dir), argv)  # every refusal before Hydra creates anything
+    except ConfigError as exc:
+        print(f"fedpriv: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    rest = [a for a in argv if not a.lstrip("+").startswith("resume=")]
+    return [*rest, f"resume={run_dir}", f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+
+
 def main() -> None:
     """Console-script entry point (a Hydra app over the repository's ``conf/`` tree).
 
@@ -84,6 +109,7 @@ def main() -> None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     register_schema()
+    sys.argv[1:] = resume_argv(sys.argv[1:])
     precheck(sys.argv[1:])
     hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(_main)()
 
