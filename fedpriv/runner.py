@@ -627,6 +627,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         lost = checkpoint.lost_round(out_dir, ckpt) if job.secure else None
         if lost is not None:
             job.account_lost_round(lost)
+        display.progress.update(display.task, completed=ckpt.round)  # the bar continues
     server_app = ServerApp()
 
     @server_app.main()
