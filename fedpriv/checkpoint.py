@@ -231,6 +231,32 @@ def parse_overrides(overrides: list[str]) -> dict[str, str]:
     return out
 
 
+#: The shipped strategies that write checkpoints (for the refusal's message).
+RESUMABLE_STRATEGIES = ("strategy=fedavg", "strategy=async_fedavg")
+
+
+def _strategy_target(run_dir: Path) -> str:
+    from omegaconf import OmegaConf
+
+    try:
+        saved = OmegaConf.load(Path(run_dir) / "config_resolved.yaml")
+        return str(OmegaConf.select(saved, "strategy._target_", default="") or "")
+    except Exception:
+        return ""
+
+
+def strategy_resumable(target: str) -> bool:
+    """Whether the strategy class named ``target`` declares ``resumable = True`` (an unknown
+    or unimportable target counts as resumable here: building it reports the real error)."""
+    from hydra.utils import get_class
+
+    try:
+        cls = get_class(target)
+    except Exception:
+        return True
+    return bool(getattr(cls, "resumable", False))
+
+
 def check_resumable(run_dir: Path, overrides: list[str]) -> None:
     """Refuse (one line) a ``resume=RUN_DIR`` that cannot continue.
 
@@ -247,6 +273,14 @@ def check_resumable(run_dir: Path, overrides: list[str]) -> None:
         "resume",
         str(run_dir),
         "has no config_resolved.yaml: not a fedpriv run directory",
+    )
+    target = _strategy_target(run_dir)
+    check(
+        strategy_resumable(target),
+        "resume",
+        str(run_dir),
+        f"cannot be continued: strategy {target} writes no checkpoint "
+        f"(resume supports {', '.join(RESUMABLE_STRATEGIES)})",
     )
     ckpt = load(run_dir)
     if run_status(run_dir) == "complete":

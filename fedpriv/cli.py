@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from fedpriv.config import conf_dir, register_schema
-from fedpriv.errors import ConfigError
+from fedpriv.errors import ConfigError, check
 
 
 def _main(cfg: DictConfig) -> float | None:
@@ -92,6 +92,12 @@ def resume_argv(argv: list[str]) -> list[str]:
 
     run_dir = os.path.abspath(given[-1])
     try:
+        check(
+            not any(a in ("-m", "--multirun") or "," in a for a in argv),
+            "resume",
+            given[-1],
+            "continues one run: give no sweep (-m, comma lists) with it",
+        )
         resume_config(Path(run_dir), argv)  # every refusal before Hydra creates anything
     except ConfigError as exc:
         print(f"fedpriv: error: {exc}", file=sys.stderr)

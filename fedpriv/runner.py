@@ -561,7 +561,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             "resume",
             str(out_dir),
             f"cannot be continued: strategy {type(strategy).__name__} writes no checkpoint "
-            "(resume supports strategy=fedavg)",
+            f"(resume supports {', '.join(checkpoint.RESUMABLE_STRATEGIES)})",
         )
         ckpt = checkpoint.load(out_dir)
     p = run_cfg["privacy"]

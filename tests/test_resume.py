@@ -270,6 +270,16 @@ def test_strategy_without_checkpoints_is_refused_naming_it(
     cfg.resume = str(run_dir)
     with pytest.raises(ConfigError, match="strategy NotResumable writes no checkpoint"):
         run_experiment(cfg, run_dir)
+    with pytest.raises(ConfigError) as err:  # what `fedpriv resume=RUN_DIR` says
+        checkpoint.resume_config(run_dir, [])
+    assert str(err.value) == (
+        f"resume={str(run_dir)!r} cannot be continued: strategy "
+        "tests.test_resume.NotResumable writes no checkpoint "
+        "(resume supports strategy=fedavg, strategy=async_fedavg)"
+    )
+    assert checkpoint.strategy_resumable("strategies.fedavg.DPFedAvg")
+    assert checkpoint.strategy_resumable("strategies.async_fedavg.AsyncDPFedAvg")
+    assert not checkpoint.strategy_resumable("strategies.checkin.CheckinStrategy")
 
 
 def test_async_fedavg_resumes_identically(
