@@ -52,7 +52,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -90,6 +90,40 @@ class Checkpoint:
     model: dict[str, np.ndarray]
     strategy: dict[str, np.ndarray] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+LOCK_NAME = "run.lock"
+
+
+def lock_run(run_dir: Path) -> IO[str]:
+    """Hold an exclusive lock on ``run_dir`` (``run.lock``, ``flock``) while a run writes
+    there; the OS releases it when the process ends, killed or not. Close the returned file
+    to release it earlier.
+
+    Raises
+    ------
+    ConfigError
+        If another process holds it (a run, or a resume, of the same directory).
+    """
+    import fcntl
+
+    f = (Path(run_dir) / LOCK_NAME).open("a+")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise ConfigError(
+            "resume",
+            str(run_dir),
+            f"is in use: another fedpriv process (pid {holder}) is running in it",
+        ) from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
 
 
 def _fsync_dir(path: Path) -> None:

@@ -575,6 +575,9 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from fedpriv.checkpoint import lock_run
+
+    lock = lock_run(out_dir)  # one process at a time writes a run directory
     (out_dir / "config_resolved.yaml").write_text(
         OmegaConf.to_yaml(OmegaConf.create({**run_cfg, "resume": None}))
     )
@@ -658,6 +661,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             weights=job.state if run_cfg.get("save_model", True) else None,
             plot=bool(run_cfg.get("plot", True)),
         )
+        lock.close()
     return {
         "status": status,
         "rounds": recorder.rounds,

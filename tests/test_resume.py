@@ -246,8 +246,32 @@ def test_resume_refusals_are_one_line(
     (no_ckpt / "config_resolved.yaml").write_text((ref / "config_resolved.yaml").read_text())
     with pytest.raises(ConfigError, match="has no checkpoint.npz"):
         checkpoint.resume_config(no_ckpt, [])
+    # a directory another process runs in is refused (the lock dies with its holder)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(ref)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(
+            ConfigError, match=rf"is in use: another fedpriv process \(pid {holder.pid}\)"
+        ):
+            checkpoint.lock_run(ref)
+    finally:
+        holder.kill()
+        holder.wait()
+    checkpoint.lock_run(ref).close()
     # an override equal to the saved value changes nothing: allowed
     assert checkpoint.resume_config(ref, ["num_rounds=12", "seed=0"]).num_rounds == 12
+
+
+LOCK_HOLDER = """
+import sys, time
+from pathlib import Path
+from fedpriv.checkpoint import lock_run
+lock = lock_run(Path(sys.argv[1]))
+print("locked", flush=True)
+time.sleep(60)
+"""
 
 
 class NotResumable(DPFedAvg):
