@@ -95,7 +95,7 @@ class Checkpoint:
 LOCK_NAME = "run.lock"
 
 
-def lock_run(run_dir: Path) -> IO[str]:
+def lock_run(run_dir: Path, field: str = "resume") -> IO[str]:
     """Hold an exclusive lock on ``run_dir`` (``run.lock``, ``flock``) while a run writes
     there; the OS releases it when the process ends, killed or not. Close the returned file
     to release it earlier.
@@ -103,7 +103,8 @@ def lock_run(run_dir: Path) -> IO[str]:
     Raises
     ------
     ConfigError
-        If another process holds it (a run, or a resume, of the same directory).
+        If another process holds it (a run, or a resume, of the same directory), naming
+        ``field`` (``resume``, or ``hydra.run.dir`` for a new run).
     """
     import fcntl
 
@@ -115,7 +116,7 @@ def lock_run(run_dir: Path) -> IO[str]:
         holder = f.read().strip() or "?"
         f.close()
         raise ConfigError(
-            "resume",
+            field,
             str(run_dir),
             f"is in use: another fedpriv process (pid {holder}) is running in it",
         ) from None

@@ -577,7 +577,8 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     from fedpriv.checkpoint import lock_run
 
-    lock = lock_run(out_dir)  # one process at a time writes a run directory
+    # one process at a time writes a run directory
+    lock = lock_run(out_dir, "resume" if ckpt is not None else "hydra.run.dir")
     (out_dir / "config_resolved.yaml").write_text(
         OmegaConf.to_yaml(OmegaConf.create({**run_cfg, "resume": None}))
     )
