@@ -362,6 +362,9 @@ def test_secure_mode_counts_a_round_lost_after_its_release(
     for _ in range(ROUNDS + 2):  # 10 released rounds and 2 lost attempts
         expected.record_round()
     assert res["privacy"]["rounds_released"] == ROUNDS + 2
+    from fedpriv.display import format_row
+
+    assert format_row(res["rounds"][2]).startswith("    3  round lost: round 3 was started")
     assert res["privacy"]["epsilon"] == pytest.approx(expected.epsilon(), rel=1e-12)
 
 
