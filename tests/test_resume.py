@@ -451,6 +451,7 @@ def test_cli_kill_9_then_resume_on_ray(in_process: None, tmp_path: Path) -> None
     assert _run(ref, ["num_rounds=4"])["status"] == "complete"
     proc = subprocess.Popen(
         [exe, *args, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -470,18 +471,31 @@ def test_cli_kill_9_then_resume_on_ray(in_process: None, tmp_path: Path) -> None
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert checkpoint.run_status(run_dir) == "running"
+    hydra_files = {p.name: p.read_text() for p in (run_dir / ".hydra").iterdir()}
     resumed = subprocess.run(
-        [exe, f"resume={run_dir}"], env=env, capture_output=True, text=True, timeout=300
+        [exe, f"resume={run_dir}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert not (run_dir / ".hydra").exists() or (run_dir / ".hydra" / "config.yaml").exists()
+    # outputs stay in RUN_DIR: no new Hydra directory, the run's own .hydra/ unchanged
+    assert not (tmp_path / "outputs").exists()
+    assert {p.name: p.read_text() for p in (run_dir / ".hydra").iterdir()} == hydra_files
+    assert "resuming after round" in resumed.stdout + resumed.stderr
     model, res, rows = _outcome(run_dir)
     ref_model, ref_res, ref_rows = _outcome(ref)
     assert res["status"] == "complete" and rows == ref_rows
     assert all(np.array_equal(model[k], ref_model[k]) for k in ref_model)
     assert res["privacy"]["epsilon"] == ref_res["privacy"]["epsilon"]
     missing = subprocess.run(
-        [exe, f"resume={tmp_path / 'missing'}"], env=env, capture_output=True, text=True
+        [exe, f"resume={tmp_path / 'missing'}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert missing.returncode == 2
     assert missing.stderr.strip().count("\n") == 0 and "is not a directory" in missing.stderr
