@@ -94,12 +94,20 @@ class RunRecorder:
         self._write_json()
 
     def _rewrite_csv(self, rows: list[dict[str, Any]]) -> None:
-        """Resume mode: ``metrics.csv`` holds exactly ``rows`` (written to a temp file, renamed)."""
+        """Resume mode: ``metrics.csv`` holds exactly ``rows`` under its existing header
+        (written to a temp file, renamed)."""
         self.rounds = [dict(r) for r in rows]
         if not rows:
             self._csv.unlink(missing_ok=True)
             return
         self._fields = _fields_of(rows[0])
+        try:  # the run's own header (the first row's figures as they were, before JSON)
+            with self._csv.open(newline="") as f:
+                header = next(csv.reader(f), [])
+            if header[: len(ROUND_FIELDS)] == list(ROUND_FIELDS):
+                self._fields = header
+        except OSError:
+            pass
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=self._fields, extrasaction="ignore")
         writer.writeheader()
