@@ -368,6 +368,35 @@ def test_secure_mode_counts_a_round_lost_after_its_release(
     assert res["privacy"]["epsilon"] == pytest.approx(expected.epsilon(), rel=1e-12)
 
 
+def test_random_allocation_epoch_is_counted_once_across_a_resume(
+    in_process: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random allocation accounts each epoch once (its first round); a death in the middle of
+    an epoch must not count the epoch again after the resume (the checkpoint keeps the
+    recorded epochs): ε equals the uninterrupted run's."""
+    extra = [
+        "num_rounds=4",
+        "client_sampling=random_allocation",
+        "allocation_window=2",
+        "rounds_per_client=1",
+        "privacy.accountant=pld",
+    ]
+    ref, run_dir = tmp_path / "ref", tmp_path / "run"
+    _run(ref, extra)
+    monkeypatch.setattr(checkpoint, "save", _dies_at(3))  # round 2's: mid epoch 0
+    with pytest.raises(_Killed):
+        _run(run_dir, extra)
+    monkeypatch.setattr(checkpoint, "save", REAL_SAVE)
+    ckpt = checkpoint.load(run_dir)
+    assert ckpt.round == 1 and ckpt.meta["privacy"]["epochs"] == [0]
+    _resume(run_dir)
+    model, res, rows = _outcome(run_dir)
+    ref_model, ref_res, ref_rows = _outcome(ref)
+    assert ref_res["privacy"]["ledger"] == res["privacy"]["ledger"]
+    assert res["privacy"]["epsilon"] == ref_res["privacy"]["epsilon"] and rows == ref_rows
+    assert all(np.array_equal(model[k], ref_model[k]) for k in ref_model)
+
+
 # ---- kill -9 at random moments ------------------------------------------------------------
 KILLS = 20
 
