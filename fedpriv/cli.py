@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from fedpriv.config import conf_dir, register_schema
-from fedpriv.errors import ConfigError
+from fedpriv.errors import ConfigError, check
 
 
 def _main(cfg: DictConfig) -> float | None:
@@ -30,6 +30,11 @@ def _main(cfg: DictConfig) -> float | None:
         )
         sys.exit(2)
     try:
+        if cfg.get("resume"):  # continue RUN_DIR in place with its own resolved config
+            from fedpriv.checkpoint import resume_config
+
+            cfg = resume_config(Path(cfg.resume), list(HydraConfig.get().overrides.task))
+            out_dir = Path(cfg.resume)
         summary = run_experiment(cfg, out_dir)
     except ConfigError as exc:
         print(f"fedpriv: error: {exc}", file=sys.stderr)
@@ -111,6 +116,31 @@ def print_help(argv: list[str]) -> None:
     print("\nName a group's option before --help to see its fields (fedpriv client=dpsgd --help).")
 
 
+def resume_argv(argv: list[str]) -> list[str]:
+    """``resume=RUN_DIR``: refuse (one line, exit 2) a directory that cannot continue, and
+    point Hydra at it (``hydra.run.dir=RUN_DIR``, no new ``.hydra/``), so that the run's
+    outputs and log stay in RUN_DIR; other arguments are returned unchanged."""
+    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("resume=")]
+    if not given or not given[-1] or given[-1] == "null":
+        return argv
+    from fedpriv.checkpoint import resume_config
+
+    run_dir = os.path.abspath(given[-1])
+    try:
+        check(
+            not any(a in ("-m", "--multirun") or "," in a for a in argv),
+            "resume",
+            given[-1],
+            "continues one run: give no sweep (-m, comma lists) with it",
+        )
+        resume_config(Path(run_dir), argv)  # every refusal before Hydra creates anything
+    except ConfigError as exc:
+        print(f"fedpriv: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    rest = [a for a in argv if not a.lstrip("+").startswith("resume=")]
+    return [*rest, f"resume={run_dir}", f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+
+
 def main() -> None:
     """Console-script entry point (a Hydra app over the repository's ``conf/`` tree).
 
@@ -127,6 +157,7 @@ def main() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     register_schema()
+    sys.argv[1:] = resume_argv(sys.argv[1:])
     precheck(sys.argv[1:])
     hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(_main)()
 

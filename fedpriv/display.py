@@ -54,7 +54,8 @@ def group_epsilons(row: dict[str, Any]) -> str:
 def format_row(row: dict[str, Any]) -> str:
     """One aligned line of the per-round table (group ε condensed, other extras as key=value)."""
     if row.get("status", "ok") != "ok":
-        return f"{row['server_round']:>5}  round failed: {row.get('message', '')}"
+        what = "lost" if row.get("status") == "lost" else "failed"  # lost: fedpriv.checkpoint
+        return f"{row['server_round']:>5}  round {what}: {row.get('message', '')}"
     local = row.get("local_epsilon")
     local_s = fixed(local, 9, 3) if isinstance(local, float) else f"{'-':>9}"
     extra = [

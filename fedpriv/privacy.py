@@ -73,6 +73,23 @@ class RunPrivacy:
                 self.local.record(event, count)
         self.rounds += 1
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps (JSON): both ledgers, the rounds counted, the epochs."""
+        return {
+            "central": self.central.to_dict(),
+            "local": None if self.local is None else self.local.to_dict(),
+            "rounds": self.rounds,
+            "epochs": sorted(self.epochs),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (ε is then identical to the saved run's)."""
+        self.central = PrivacyLedger.from_dict(state["central"])
+        local = state.get("local")
+        self.local = None if local is None else PrivacyLedger.from_dict(local)
+        self.rounds = int(state["rounds"])
+        self.epochs = {int(e) for e in state.get("epochs", [])}
+
     def _epoch(self, server_round: int) -> int | None:
         epoch_of = getattr(self.algorithm, "accounting_epoch", None)
         return epoch_of(server_round) if server_round and epoch_of is not None else None

@@ -9,6 +9,7 @@ and never looks finished.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -46,6 +47,12 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def _fields_of(first: dict[str, Any]) -> list[str]:
+    """``metrics.csv`` columns: :data:`ROUND_FIELDS`, then the first row's other scalars."""
+    extra = [k for k, v in first.items() if k not in ROUND_FIELDS and isinstance(v, (int, float))]
+    return [*ROUND_FIELDS, *extra]
+
+
 class RunRecorder:
     """Writes a run's outputs into ``out_dir`` as the run progresses.
 
@@ -57,10 +64,19 @@ class RunRecorder:
         The ``privacy`` block of ``results.json`` (epsilon, delta, accountant, ...).
     extra : dict
         Other top-level keys for ``results.json`` (e.g. the experiment summary).
+    resume_rounds : list of dict, optional
+        Resume mode (``fedpriv resume=RUN_DIR``): the rows of the rounds already done (from the
+        checkpoint). ``metrics.csv`` is rewritten from them atomically (dropping any row
+        written after the checkpoint) and the next rounds are appended; ``None`` (a new run)
+        starts a new ``metrics.csv``.
     """
 
     def __init__(
-        self, out_dir: Path, privacy: dict[str, Any], extra: dict[str, Any] | None = None
+        self,
+        out_dir: Path,
+        privacy: dict[str, Any],
+        extra: dict[str, Any] | None = None,
+        resume_rounds: list[dict[str, Any]] | None = None,
     ) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -71,18 +87,40 @@ class RunRecorder:
         self.message = ""
         self._csv = self.out_dir / "metrics.csv"
         self._fields: list[str] = list(ROUND_FIELDS)
-        self._csv.unlink(missing_ok=True)
+        if resume_rounds is None:
+            self._csv.unlink(missing_ok=True)
+        else:
+            self._rewrite_csv(resume_rounds)
         self._write_json()
+
+    def _rewrite_csv(self, rows: list[dict[str, Any]]) -> None:
+        """Resume mode: ``metrics.csv`` holds exactly ``rows`` under its existing header
+        (written to a temp file, renamed)."""
+        self.rounds = [dict(r) for r in rows]
+        if not rows:
+            self._csv.unlink(missing_ok=True)
+            return
+        self._fields = _fields_of(rows[0])
+        try:  # the run's own header (the first row's figures as they were, before JSON)
+            with self._csv.open(newline="") as f:
+                header = next(csv.reader(f), [])
+            if header[: len(ROUND_FIELDS)] == list(ROUND_FIELDS):
+                self._fields = header
+        except OSError:
+            pass
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=self._fields, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k, "") for k in self._fields})
+        _atomic_write_text(self._csv, buf.getvalue())
 
     def log_round(self, row: dict[str, Any]) -> None:
         """Append one round (keys of :data:`ROUND_FIELDS`, extra keys kept in JSON only)."""
         self.rounds.append(dict(row))
         new = not self._csv.exists()
         if new:  # the header: standard fields, then the first row's extra scalar figures
-            extra = [
-                k for k, v in row.items() if k not in ROUND_FIELDS and isinstance(v, (int, float))
-            ]
-            self._fields = [*ROUND_FIELDS, *extra]
+            self._fields = _fields_of(row)
         with self._csv.open("a", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=self._fields, extrasaction="ignore")
             if new:

@@ -86,6 +86,86 @@ class Job:
         self.stop_reason = ""
         self.interrupted = ""  # set by SIGINT/SIGTERM: finish the round in progress, then stop
         self.stop_signal = 0  # the number of that signal (the exit code is 128 + it)
+        # checkpoints (fedpriv.checkpoint): set by run_experiment for a resumable strategy
+        self.first_round = 1
+        self.checkpoint_dir: Path | None = None
+        self.strategy: Any = None
+        self.secure = bool(cfg["privacy"].get("secure_mode"))
+        self.lost_markers: list[str] = []
+        self.wall_before = 0.0  # seconds run before the last resume
+        self._t0 = time.monotonic()
+        self._marker: tuple[int, str] = (0, "")  # (round, id) of round_started.json
+
+    def save_checkpoint(self, server_round: int) -> None:
+        """Write the checkpoint after ``server_round`` (0: before the first round): model,
+        strategy state, ledgers and rows in one atomic file (:mod:`fedpriv.checkpoint`)."""
+        if self.checkpoint_dir is None:
+            return
+        from fedpriv import checkpoint
+        from fedpriv.results import _json_safe
+
+        meta = {
+            "privacy": self.privacy.state_dict(),
+            "round_config": dict(self.round_config),
+            "rows": self.recorder.rounds,
+            "recorder_privacy": self.recorder.privacy,
+            "lost_markers": self.lost_markers,
+            "wall_time_s": self.wall_before + time.monotonic() - self._t0,
+            "resumed": self.recorder.extra.get("resumed", []),
+        }
+        strategy_state = self.strategy.checkpoint_state() if self.strategy is not None else {}
+        checkpoint.save(
+            self.checkpoint_dir, server_round, self.state, strategy_state, _json_safe(meta)
+        )
+
+    def restore(self, ckpt: Any) -> None:
+        """Continue from a loaded :class:`fedpriv.checkpoint.Checkpoint` (round, model,
+        ledgers, round config, strategy state); the recorder was built with its rows."""
+        meta = ckpt.meta
+        self.first_round = ckpt.round + 1
+        self.state = {k: np.array(v) for k, v in ckpt.model.items()}
+        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in self.state.items()})
+        self.privacy.load_state_dict(meta["privacy"])
+        self.round_config = {k: float(v) for k, v in meta.get("round_config", {}).items()}
+        self.lost_markers = list(meta.get("lost_markers", []))
+        self.wall_before = float(meta.get("wall_time_s", 0.0))
+        if self.strategy is not None:
+            self.strategy.restore_checkpoint_state(ckpt.strategy)
+
+    def account_lost_round(self, marker: dict[str, Any]) -> None:
+        """Secure mode: count a round started after the last checkpoint as released (its redo
+        draws new noise: a second release); whole-epoch events are composed again."""
+        contributors = marker.get("contributors")
+        self.privacy.record_round(None if contributors is None else int(contributors), 0)
+        self.lost_markers.append(marker["id"])
+        row = {
+            "server_round": marker["round"],
+            "status": "lost",
+            "message": (
+                f"round {marker['round']} was started and not saved (process killed); "
+                "accounted as released: in secure_mode its redo is a new release"
+            ),
+            "round_time_s": 0.0,
+            "epsilon": self.privacy.epsilon(),
+        }
+        self.recorder.update_privacy(
+            epsilon=row["epsilon"],
+            local_epsilon=self.privacy.local_epsilon(),
+            rounds_released=self.privacy.rounds,
+            ledger=self.privacy.central.to_dict(),
+        )
+        self.recorder.log_round(row)
+        self.display.row(row)
+        self.save_checkpoint(self.first_round - 1)
+
+    def _mark_started(self, server_round: int, contributors: int | None = None) -> None:
+        if not self.secure or self.checkpoint_dir is None:
+            return
+        from fedpriv import checkpoint
+
+        if self._marker[0] != server_round:  # a new attempt: a new id
+            self._marker = (server_round, checkpoint.new_marker_id())
+        checkpoint.mark_started(self.checkpoint_dir, server_round, self._marker[1], contributors)
 
     def initial_state(self) -> dict[str, np.ndarray]:
         return dict(self.state)
@@ -116,6 +196,7 @@ class Job:
     ) -> list[Message]:
         """Train messages asking ``clients`` to train from ``state`` (worker or node layout)."""
         rc = self.round_config
+        self._mark_started(server_round)  # before anything is sent (secure mode)
         if self.layout.one_node_per_client:
             return node_messages([node_ids[c] for c in clients], state, server_round, rc)
         return worker_messages(node_ids, clients, state, server_round, rc)
@@ -178,6 +259,7 @@ class Job:
         if self.round_failure is RoundFailure.STOP and self.cohort_size > result.num_clients:
             raise RunFailed(self.stop_line(server_round, result.errors, result))
         if result.num_clients >= self.privacy.algorithm.num_clients:
+            self._mark_started(server_round, result.num_clients)
             return
         try:
             self.privacy.algorithm.degraded_round_events(result.num_clients)
@@ -187,6 +269,7 @@ class Job:
                 f"not released: {exc}",
                 num_ok=result.num_clients,
             ) from None
+        self._mark_started(server_round, result.num_clients)
 
     def round_released(
         self,
@@ -234,6 +317,7 @@ class Job:
         )
         self.recorder.log_round(row)
         self.display.row(row)
+        self.save_checkpoint(server_round)
 
     def round_empty(self, server_round: int) -> None:
         """Record a round whose Poisson cohort is empty: nothing trained, released or accounted."""
@@ -247,6 +331,7 @@ class Job:
         }
         self.recorder.log_round(row)
         self.display.row(row)
+        self.save_checkpoint(server_round)
 
     def round_failed(self, server_round: int, error: RoundFailed, seconds: float) -> None:
         """Record a failed round (model unchanged, no release); abort if no client succeeded
@@ -263,6 +348,7 @@ class Job:
         }
         self.recorder.log_round(row)
         self.display.row(row)
+        self.save_checkpoint(server_round)
         if error.num_ok == 0:
             raise RuntimeError(
                 f"every client failed in round {server_round}; stopping the run: {error}"
@@ -538,15 +624,38 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     strategy = _instantiate(cfg.strategy, "strategy")
     if hasattr(strategy, "check_algorithm"):
         strategy.check_algorithm(algorithm)
+    resumable = bool(getattr(strategy, "resumable", False))
+    ckpt = None
+    if run_cfg.get("resume"):  # fedpriv resume=RUN_DIR: continue in place (fedpriv.checkpoint)
+        from fedpriv import checkpoint
+
+        out_dir = Path(str(run_cfg["resume"]))
+        check(
+            resumable,
+            "resume",
+            str(out_dir),
+            f"cannot be continued: strategy {type(strategy).__name__} writes no checkpoint "
+            f"(resume supports {', '.join(checkpoint.RESUMABLE_STRATEGIES)})",
+        )
+        ckpt = checkpoint.load(out_dir)
     p = run_cfg["privacy"]
     analysis = RunPrivacy(algorithm, p).check().analysis
     backend = {
         "client_resources": dict(run_cfg["client_resources"]),
         "init_args": ray_init_args(run_cfg.get("ray_init_args")),
     }
-    start_ray(
-        backend["init_args"], backend["client_resources"], float(run_cfg["ray_connect_timeout_s"])
-    )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    from fedpriv.checkpoint import lock_run
+
+    # one process at a time writes a run directory
+    lock = lock_run(out_dir, "resume" if ckpt is not None else "hydra.run.dir")
+    try:  # Ray before any output: its faults leave no results.json
+        timeout = float(run_cfg["ray_connect_timeout_s"])
+        start_ray(backend["init_args"], backend["client_resources"], timeout)
+    except BaseException:
+        lock.close()
+        raise
     shared = share_run_dataset(run_cfg)  # one mapped copy of a large training set
     facts = noise_facts(algorithm, p)
     if warning := secure_mode_warning(algorithm, p):
@@ -556,9 +665,10 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             "fedpriv: warning: privacy.noise_multiplier=0 adds no noise: this run is NON-PRIVATE",
             file=sys.stderr,
         )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(run_cfg)))
+    (out_dir / "config_resolved.yaml").write_text(
+        OmegaConf.to_yaml(OmegaConf.create({**run_cfg, "resume": None}))
+    )
+    saved = {} if ckpt is None else ckpt.meta
     recorder = RunRecorder(
         out_dir,
         privacy={
@@ -578,8 +688,15 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
             "num_sampled_clients": run_cfg.get("num_sampled_clients"),
             **algorithm.privacy_summary(),
             **facts,
+            **{
+                k: saved["recorder_privacy"][k]
+                for k in ("epsilon", "local_epsilon", "rounds_released", "ledger")
+                if k in saved.get("recorder_privacy", {})
+            },
         },
-        extra={"config": run_cfg},
+        extra={"config": run_cfg}
+        | ({} if ckpt is None else {"resumed": [*saved.get("resumed", []), ckpt.round]}),
+        resume_rounds=None if ckpt is None else list(saved.get("rows", [])),
     )
     display = RoundDisplay(int(run_cfg["num_rounds"]), enabled=bool(run_cfg.get("progress", True)))
     layout = run_layout(run_cfg)
@@ -589,6 +706,22 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     display.note(header_line(run_cfg, facts, analysis, out_dir, layout))
     if job.audit is not None:
         display.note(job.audit.header())
+    if resumable:
+        job.strategy, job.checkpoint_dir = strategy, out_dir
+    if ckpt is None:
+        job.save_checkpoint(0)
+    else:
+        from fedpriv import checkpoint
+
+        job.restore(ckpt)
+        display.note(
+            f"resuming after round {ckpt.round} of {job.num_rounds} "
+            f"(epsilon so far {job.privacy.epsilon():.4g})"
+        )
+        lost = checkpoint.lost_round(out_dir, ckpt) if job.secure else None
+        if lost is not None:
+            job.account_lost_round(lost)
+        display.progress.update(display.task, completed=ckpt.round)  # the bar continues
     server_app = ServerApp()
 
     @server_app.main()
@@ -609,13 +742,14 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     finally:
         _stop_ray()
         unshare(shared)
-        recorder.extra["wall_time_s"] = time.monotonic() - t0
+        recorder.extra["wall_time_s"] = job.wall_before + time.monotonic() - t0
         recorder.finish(
             status,
             message,
             weights=job.state if run_cfg.get("save_model", True) else None,
             plot=bool(run_cfg.get("plot", True)),
         )
+        lock.close()
     return {
         "status": status,
         "exit_code": exit_code(status, job.stop_signal),

@@ -59,6 +59,7 @@ class AsyncDPFedAvg(DPFedAvg):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._history: list[dict[str, np.ndarray]] = []  # the last max_staleness+1 models
         check(
             isinstance(self.max_staleness, int) and self.max_staleness >= 0,
             "strategy.max_staleness",
@@ -109,13 +110,33 @@ class AsyncDPFedAvg(DPFedAvg):
                 "strategy", "async_fedavg", "cannot run client-level DP: use strategy=fedavg"
             )
 
+    def checkpoint_state(self) -> dict[str, np.ndarray]:
+        """The optimizer's moments and the recent models (``"history/<age>/<param>"``)."""
+        out = super().checkpoint_state()
+        for i, state in enumerate(self._history):
+            out |= {f"history/{i}/{k}": np.asarray(v) for k, v in state.items()}
+        return out
+
+    def restore_checkpoint_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Inverse of :meth:`checkpoint_state`."""
+        super().restore_checkpoint_state(
+            {k: v for k, v in arrays.items() if not k.startswith("history/")}
+        )
+        models: dict[int, dict[str, np.ndarray]] = {}
+        for flat, arr in arrays.items():
+            if flat.startswith("history/"):
+                _, i, key = flat.split("/", 2)
+                models.setdefault(int(i), {})[key] = np.array(arr)
+        self._history = [models[i] for i in sorted(models)]
+
     def run(self, grid: Grid, job: ServerJob) -> dict[str, np.ndarray]:
-        """The server's main loop; returns the final global state."""
+        """The server's main loop from ``job.first_round``; returns the final global state."""
         node_ids = wait_for_nodes(grid, job.num_nodes, job.round_timeout)
         if hasattr(grid, "pull_interval"):
             grid.pull_interval = self.pull_interval
-        history = [job.initial_state()]
-        for server_round in range(1, job.num_rounds + 1):
+        history = self._history or [job.initial_state()]
+        self._history = history
+        for server_round in range(getattr(job, "first_round", 1), job.num_rounds + 1):
             if not job.may_start_round(server_round):
                 break
             t0 = time.monotonic()
@@ -135,6 +156,7 @@ class AsyncDPFedAvg(DPFedAvg):
             result.total = job.decode_sum(result.total, server_round)
             state = self.apply(history[-1], result, job.mean_divisor)
             history = (history + [state])[-(self.max_staleness + 1) :]
+            self._history = history
             job.round_released(
                 server_round,
                 state,

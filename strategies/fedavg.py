@@ -120,6 +120,8 @@ class DPFedAvg:
     server_tau: float = 1e-3
     #: Sends worker messages (many virtual clients per Flower node, sampled cohorts).
     virtual_clients: ClassVar[bool] = True
+    #: Writes checkpoints (:meth:`checkpoint_state`) so that ``fedpriv resume=RUN_DIR`` works.
+    resumable: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         from fedpriv.accounting.spec import parse_enum
@@ -143,13 +145,29 @@ class DPFedAvg:
 
             raise ConfigError("client", type(algorithm).__name__, "needs strategy=checkin")
 
+    def checkpoint_state(self) -> dict[str, np.ndarray]:
+        """The server optimizer's moments as flat arrays (``"m/<param>"``, ``"v/<param>"``)."""
+        return {
+            f"{name}/{key}": np.asarray(arr)
+            for name, moments in self._moments.items()
+            for key, arr in moments.items()
+        }
+
+    def restore_checkpoint_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """Inverse of :meth:`checkpoint_state`."""
+        self._moments = {}
+        for flat, arr in arrays.items():
+            name, _, key = flat.partition("/")
+            self._moments.setdefault(name, {})[key] = np.array(arr)
+
     def run(self, grid: Grid, job: ServerJob) -> dict[str, np.ndarray]:
-        """The server's main loop; returns the final global state."""
+        """The server's main loop from ``job.first_round`` (1, or the round after a resumed
+        checkpoint); returns the final global state."""
         node_ids = wait_for_nodes(grid, job.num_nodes, job.round_timeout)
         if hasattr(grid, "pull_interval"):
             grid.pull_interval = self.pull_interval
         state = job.initial_state()
-        for server_round in range(1, job.num_rounds + 1):
+        for server_round in range(getattr(job, "first_round", 1), job.num_rounds + 1):
             if not job.may_start_round(server_round):
                 break
             t0 = time.monotonic()
