@@ -401,6 +401,14 @@ def test_random_allocation_epoch_is_counted_once_across_a_resume(
 KILLS = 20
 
 
+def _rows(run_dir: Path) -> int:
+    """Rounds written to metrics.csv so far (0 before the header)."""
+    try:
+        return max(len((run_dir / "metrics.csv").read_text().splitlines()) - 1, 0)
+    except OSError:
+        return 0
+
+
 def _child(run_dir: str) -> None:
     """A run in a process of its own (forkserver child), killed by the test."""
     _in_process(setattr)
@@ -443,17 +451,22 @@ def test_kill_9_at_20_random_moments_resumes_identically(
     killed_after: list[int] = []
     for i in range(KILLS):
         run_dir = tmp_path / f"kill{i}"
-        limit = seconds
+        # a moment drawn uniformly over the run: a round drawn uniformly, then a uniform
+        # delay within one round's time after that round's row is written (machine load
+        # changes how long a run takes, not where in it the kill lands)
+        target = int(rng.integers(0, 10))
         for _attempt in range(4):
             proc, started = start(run_dir)
-            time.sleep(rng.uniform(0, limit))
+            while proc.exitcode is None and _rows(run_dir) < target:
+                time.sleep(0.001)
+            time.sleep(rng.uniform(0, seconds / 10))
             finished = proc.exitcode is not None
             if not finished:
                 proc.kill()  # SIGKILL
             proc.join()
             if not finished and checkpoint.run_status(run_dir) != "complete":
                 break
-            limit = 0.8 * (time.monotonic() - started)  # it ended first: kill sooner
+            target = max(target - 1, 0)  # it ended first: kill sooner
             for f in run_dir.iterdir():
                 f.unlink()
         else:
