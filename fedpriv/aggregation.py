@@ -171,9 +171,13 @@ class IdealAggregator(Aggregator):
         replied = sum(len(part.ids) for part in rows)
         need = expected if self.min_replies is None else self.min_replies
         if replied < need:
+            why = (
+                f"errors: {[e.splitlines()[0] for e in errors[:2]]}"
+                if errors
+                else f"the others sent nothing within round_timeout={timeout:g} s"
+            )
             raise RoundFailed(
-                f"round {server_round}: {replied}/{expected} clients replied "
-                f"(need {need}); errors: {[e.splitlines()[0] for e in errors[:2]]}",
+                f"round {server_round}: {replied}/{expected} clients replied (need {need}); {why}",
                 num_ok=replied,
                 errors=errors,
             )

@@ -373,4 +373,11 @@ def resume_config(run_dir: Path, overrides: list[str]) -> Any:
         privacy.target_epsilon = None  # keep the calibrated σ; never calibrate again
     saved.resume = str(run_dir)
     check(int(saved.num_rounds) >= 1, "num_rounds", saved.num_rounds, "must be >= 1")
+    done = load(run_dir).round
+    check(
+        int(saved.num_rounds) >= done,
+        "num_rounds",
+        saved.num_rounds,
+        f"must be >= the {done} rounds {run_dir} has already run",
+    )
     return saved

@@ -121,7 +121,10 @@ def resume_argv(argv: list[str]) -> list[str]:
     point Hydra at it (``hydra.run.dir=RUN_DIR``, no new ``.hydra/``), so that the run's
     outputs and log stay in RUN_DIR; other arguments are returned unchanged."""
     given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("resume=")]
-    if not given or not given[-1] or given[-1] == "null":
+    if given and not given[-1].strip():
+        print("fedpriv: error: resume='' must name a run directory", file=sys.stderr)
+        sys.exit(2)
+    if not given or given[-1] == "null":
         return argv
     from fedpriv.checkpoint import resume_config
 

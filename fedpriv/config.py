@@ -245,6 +245,12 @@ def validate(cfg: DictConfig) -> None:
     check(cfg.device in DEVICES, "device", cfg.device, f"must be one of {DEVICES}")
     check(cfg.round_timeout > 0, "round_timeout", cfg.round_timeout, "must be > 0 (seconds)")
     check(
+        0 < cfg.audit_confidence < 1,
+        "audit_confidence",
+        cfg.audit_confidence,
+        "must be in (0, 1)",
+    )
+    check(
         cfg.ray_connect_timeout_s > 0,
         "ray_connect_timeout_s",
         cfg.ray_connect_timeout_s,

@@ -105,8 +105,9 @@ def probe_address(address: str, timeout: float) -> None:
         raise ConfigError(
             "ray_init_args.address",
             address,
-            f"must name a running Ray cluster: nothing answered within {timeout:g} s "
-            f"({reason}); start one (ray start --head) or leave it null for a local instance",
+            f"must name a running Ray cluster: no answer ({reason}; waited at most "
+            f"{timeout:g} s); start one (ray start --head) or leave it null for a local "
+            "instance",
         )
 
 
@@ -176,6 +177,34 @@ def check_fits(resources: dict[str, float], client_resources: dict[str, Any]) ->
                 f"must be at most the Ray instance's {have:g} {unit} (no client actor could "
                 f"start): {hint}",
             )
+
+
+def release_stuck_clients(simulation_done: threading.Event, grace: float = 5.0) -> None:
+    """Once the server has finished: if the simulation has not ended within ``grace``
+    seconds (a client actor still computing a reply nobody waits for: a timed-out client),
+    kill this process's client actors so that Flower's workers return and the run ends."""
+
+    def release() -> None:
+        if simulation_done.wait(grace):
+            return
+        import logging
+
+        import psutil
+
+        logging.getLogger("flwr").setLevel(logging.CRITICAL)  # the killed actors' errors
+        print(
+            "fedpriv: the server is done; stopping client actors still computing a reply "
+            "nobody waits for (a timed-out client)",
+            file=sys.stderr,
+        )
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if "ClientAppActor" in " ".join(child.cmdline()):
+                    child.kill()
+            except psutil.Error:
+                continue
+
+    threading.Thread(target=release, name="fedpriv-release-clients", daemon=True).start()
 
 
 _REAPER: list[subprocess.Popen[bytes]] = []

@@ -36,7 +36,7 @@ from fedpriv.evaluate import evaluate
 from fedpriv.layout import Layout, plan_layout
 from fedpriv.notices import quiet_known_notices
 from fedpriv.privacy import RunPrivacy
-from fedpriv.ray_session import start_ray
+from fedpriv.ray_session import release_stuck_clients, start_ray
 from fedpriv.results import RunRecorder
 from fedpriv.setup import (
     build_algorithm,
@@ -47,6 +47,9 @@ from fedpriv.setup import (
     share_run_dataset,
 )
 from fedpriv.vmap_clients import dense_chain
+
+#: Extra seconds of the first round's ``round_timeout`` (Ray starts the client actors then).
+STARTUP_ALLOWANCE_S = 120.0
 
 DEFAULT_RAY_INIT = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
 
@@ -68,7 +71,8 @@ class Job:
         self.layout = layout = layout or run_layout(cfg)
         self.cohort_size = 0 if layout.cohort.varies else layout.cohort.nominal_size
         self.num_rounds = int(cfg["num_rounds"])
-        self.round_timeout = float(cfg["round_timeout"])
+        self.base_round_timeout = float(cfg["round_timeout"])
+        self.rounds_ended = 0  # rounds ended (released, failed, empty) in this process
         self.round_failure = RoundFailure(cfg.get("round_failure", "drop"))
         self.aggregator = aggregator
         self.recorder = recorder
@@ -166,6 +170,13 @@ class Job:
         if self._marker[0] != server_round:  # a new attempt: a new id
             self._marker = (server_round, checkpoint.new_marker_id())
         checkpoint.mark_started(self.checkpoint_dir, server_round, self._marker[1], contributors)
+
+    @property
+    def round_timeout(self) -> float:
+        """Seconds a round may wait for its replies: ``round_timeout``, plus
+        :data:`STARTUP_ALLOWANCE_S` until a round has ended in this process (the first round
+        also starts Ray's client actors, which takes 10-60 s on a loaded machine)."""
+        return self.base_round_timeout + (0.0 if self.rounds_ended else STARTUP_ALLOWANCE_S)
 
     def initial_state(self) -> dict[str, np.ndarray]:
         return dict(self.state)
@@ -285,6 +296,7 @@ class Job:
         ``contributors``: clients whose noise is in the released sum, when fewer than all
         (dropouts); the round is then accounted with the algorithm's degraded events.
         """
+        self.rounds_ended += 1
         self.privacy.record_round(contributors, server_round)
         dropped = max(self.cohort_size - contributors, 0) if contributors is not None else 0
         self.state = state
@@ -321,6 +333,7 @@ class Job:
 
     def round_empty(self, server_round: int) -> None:
         """Record a round whose Poisson cohort is empty: nothing trained, released or accounted."""
+        self.rounds_ended += 1
         row = {
             "server_round": server_round,
             "status": "empty",
@@ -336,6 +349,7 @@ class Job:
     def round_failed(self, server_round: int, error: RoundFailed, seconds: float) -> None:
         """Record a failed round (model unchanged, no release); abort if no client succeeded
         or ``round_failure=stop``."""
+        self.rounds_ended += 1
         self.client_errors(server_round, error.errors)
         if self.round_failure is RoundFailure.STOP:
             raise RunFailed(self.stop_line(server_round, error.errors, None, str(error)))
@@ -724,15 +738,21 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         display.progress.update(display.task, completed=ckpt.round)  # the bar continues
     server_app = ServerApp()
 
+    simulation_done = threading.Event()
+
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
-        job.state = strategy.run(grid, job)
+        try:
+            job.state = strategy.run(grid, job)
+        finally:  # a timed-out client must not keep the finished run waiting
+            release_stuck_clients(simulation_done)
 
     t0 = time.monotonic()
     status, message = "failed", ""
     try:
         with display, _graceful_stop(job):
             _run_simulation(server_app, make_client_app(run_cfg), layout.num_workers, backend)
+            simulation_done.set()
         failed = sum(r.get("status") == "failed" for r in recorder.rounds)
         status = "stopped" if job.stop_reason else "complete"
         message = job.stop_reason or (f"{failed} round(s) failed" if failed else "")

@@ -87,6 +87,20 @@ def test_failing_client_ends_the_run_under_stop(tmp_path: Path) -> None:
     assert doc["privacy"]["epsilon"] == pytest.approx(_expected_epsilon(overrides, [None]))
 
 
+@pytest.mark.slow
+def test_timed_out_client_is_a_dropout_and_the_run_ends(tmp_path: Path) -> None:
+    """A client that never answers (sleeps for an hour) in round 2: the round times out,
+    its worker's clients count as dropped (no reply), round 3 runs, and the run ends complete
+    instead of waiting for the sleeping actor."""
+    overrides = [*TINY, "num_rounds=3", *FAULTY, "+client.fail_mode=sleep", "round_timeout=10"]
+    t0 = time.monotonic()
+    summary = run_experiment(_cfg(overrides), tmp_path)
+    assert time.monotonic() - t0 < 600  # not 3600 s
+    rows = summary["rounds"]
+    assert summary["status"] == "complete" and [r["status"] for r in rows] == ["ok"] * 3
+    assert rows[1]["clients_dropped"] >= 1 and "no reply" in rows[1]["dropped"]
+
+
 def test_unknown_round_failure_is_refused() -> None:
     with pytest.raises(ConfigError, match="round_failure='retry' must be one of"):
         prepare(_cfg([*TINY, "round_failure=retry"]))
@@ -258,3 +272,9 @@ def test_ray_address_forms() -> None:
         probe_address("127.0.0.1", 1.0)
     with pytest.raises(ConfigError, match=r"ray://127.0.0.1:1' must name a running Ray cluster"):
         probe_address("ray://127.0.0.1:1", 1.0)
+
+
+def test_empty_resume_is_refused(tmp_path: Path) -> None:
+    proc = _cli(["resume="], tmp_path / "run")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "resume='' must name a run directory" in err

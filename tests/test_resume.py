@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -262,6 +263,13 @@ def test_resume_refusals_are_one_line(
     checkpoint.lock_run(ref).close()
     # an override equal to the saved value changes nothing: allowed
     assert checkpoint.resume_config(ref, ["num_rounds=12", "seed=0"]).num_rounds == 12
+    # a stopped run cannot be "continued" to fewer rounds than it has run
+    stopped = tmp_path / "stopped"
+    shutil.copytree(ref, stopped)
+    doc = json.loads((stopped / "results.json").read_text())
+    (stopped / "results.json").write_text(json.dumps({**doc, "status": "stopped"}))
+    with pytest.raises(ConfigError, match=r"num_rounds=3 must be >= the 10 rounds"):
+        checkpoint.resume_config(stopped, ["num_rounds=3"])
 
 
 LOCK_HOLDER = """

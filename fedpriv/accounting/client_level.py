@@ -270,6 +270,7 @@ class ClientLevelSpec:
 
 #: Keys of ``fedpriv-account client-level``.
 KEYS = (
+    "secure_mode",
     "noise_multiplier",
     "target_epsilon",
     "num_clients",
@@ -308,6 +309,7 @@ def spec_from_params(p: Params, noise_multiplier: float = 0.0) -> ClientLevelSpe
             conversion=Conversion(p.choice("conversion", tuple(Conversion), "default")),
             target_delta=p.delta("target_delta"),
         ),
+        discrete=p.bool("secure_mode", False),
     )
 
 
@@ -317,7 +319,8 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     ``client_sampling`` = all | poisson (``client_sample_rate``) | fixed_size
     (``num_sampled_clients``) | random_allocation (``allocation_window``,
     ``rounds_per_client``), with ``num_clients``, optional ``count_noise_multiplier``
-    (adaptive clipping), ``target_delta``, ``accountant``, ``conversion``. The same
+    (adaptive clipping), ``target_delta``, ``accountant``, ``conversion``, ``secure_mode``
+    (the trusted aggregator's lattice discrete Gaussian: RDP). The same
     :class:`ClientLevelSpec` a run builds, so a run's settings give the run's ε."""
     p = Params(params, "client-level", KEYS)
     spec = spec_from_params(p)
