@@ -179,6 +179,13 @@ class LocalDPSGD(ClientAlgorithm):
             },
         )
 
+    def noise(
+        self, sums: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """One step's clipped gradient sums (parameter shapes) plus this client's noise
+        share, N(0, local_noise_stddev²) per coordinate."""
+        return add_gaussian_noise(sums, self.local_noise_stddev, generator)
+
     def train(
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -195,7 +202,7 @@ class LocalDPSGD(ClientAlgorithm):
             total += int(idx.numel())
             x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
             sums, _ = clipped_grad_sum(model, summed_cross_entropy, x, y, self.max_grad_norm)
-            noisy = add_gaussian_noise(sums, self.local_noise_stddev, ctx.generator)
+            noisy = self.noise(sums, ctx.generator)
             with torch.no_grad():
                 for k, g in noisy.items():
                     velocity[k].mul_(self.momentum).add_(g / normalizer)

@@ -23,11 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from clients.dpsgd import LocalDPSGD, summed_cross_entropy
+from clients.dpsgd import LocalDPSGD
 from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.errors import check
-from fedpriv.persample import clipped_grad_sum
-from fedpriv.samplers import PoissonSampler
 
 
 def broadcast_noise(
@@ -43,27 +40,16 @@ def broadcast_noise(
 
 @dataclass(frozen=True)
 class BroadcastNoiseDPSGD(LocalDPSGD):
-    """:class:`~clients.dpsgd.LocalDPSGD` with one noise scalar per tensor (see the module);
-    plain SGD steps (``momentum`` must be 0)."""
+    """:class:`~clients.dpsgd.LocalDPSGD` with one noise scalar per tensor (see the module)."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check(self.momentum == 0, "client.momentum", self.momentum, "must be 0 here")
+    def noise(
+        self, sums: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        return broadcast_noise(sums, self.local_noise_stddev, generator)
 
     def train(
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        normalizer = self.bound_normalizer
-        sampler = PoissonSampler(self.sample_rate)
-        start = {k: p.detach().clone() for k, p in model.named_parameters()}
-        params = dict(model.named_parameters())
-        for _ in range(self.steps):
-            idx = torch.from_numpy(sampler.sample(len(data), ctx.rng))
-            x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
-            sums, _ = clipped_grad_sum(model, summed_cross_entropy, x, y, self.max_grad_norm)
-            noisy = broadcast_noise(sums, self.local_noise_stddev, ctx.generator)
-            with torch.no_grad():
-                for k, g in noisy.items():
-                    params[k].sub_(self.lr * g / normalizer)
-        update = {k: (p.detach() - start[k]).cpu() for k, p in params.items()}
-        return update, {"steps": float(self.steps), "noise_draws": float(self.steps)}
+        """LocalDPSGD's steps with :meth:`noise`; defined here so that the vectorized cohort
+        path (per-coordinate Gaussian noise) is never used for this class."""
+        return super().train(model, data, ctx)
