@@ -522,14 +522,13 @@ def test_cli_kill_9_then_resume_on_ray(in_process: None, tmp_path: Path) -> None
         proc.wait()
     assert checkpoint.run_status(run_dir) == "running"
     hydra_files = {p.name: p.read_text() for p in (run_dir / ".hydra").iterdir()}
-    resumed = subprocess.run(
-        [exe, f"resume={run_dir}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+
+    def fedpriv(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [exe, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    resumed = fedpriv(f"resume={run_dir}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     # outputs stay in RUN_DIR: no new Hydra directory, the run's own .hydra/ unchanged
     assert not (tmp_path / "outputs").exists()
@@ -540,12 +539,6 @@ def test_cli_kill_9_then_resume_on_ray(in_process: None, tmp_path: Path) -> None
     assert res["status"] == "complete" and rows == ref_rows
     assert all(np.array_equal(model[k], ref_model[k]) for k in ref_model)
     assert res["privacy"]["epsilon"] == ref_res["privacy"]["epsilon"]
-    missing = subprocess.run(
-        [exe, f"resume={tmp_path / 'missing'}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    missing = fedpriv(f"resume={tmp_path / 'missing'}")
     assert missing.returncode == 2
     assert missing.stderr.strip().count("\n") == 0 and "is not a directory" in missing.stderr
