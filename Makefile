@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.fedpriv-installed
 
-.PHONY: install run test lint bench bench-accounting gpu-check data clean
+.PHONY: install run test lint bench bench-accounting gpu-check data mnist-full clean
 
 install: $(STAMP)
 
@@ -47,6 +47,11 @@ gpu-check: $(STAMP)
 # Rebuild the embedded Fashion-MNIST subset from the official IDX files.
 data: $(STAMP)
 	$(PY) scripts/make_embedded_fmnist.py --idx-dir $(or $(IDX_DIR),../shared/data/fashion-mnist)
+
+# The four official MNIST IDX files (60k/10k) in data/mnist-full, offline and checksummed
+# (scripts/get_full_mnist.py): the full-MNIST experiments read them.
+mnist-full: $(STAMP)
+	$(PY) scripts/get_full_mnist.py --out data/mnist-full --from-dir $(or $(MNIST_DIR),../shared/data/mnist)
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -48,12 +48,16 @@ from fedpriv.clipping import clip_tensors
 from fedpriv.errors import ConfigError, check, unknown_key
 from fedpriv.ghost import batch_clipped_grad, refuse_cross_sample
 from fedpriv.noise import add_gaussian_noise
-from fedpriv.persample import clipped_grad_sum
+from fedpriv.persample import clipped_grad_sum, clipped_group_grad_sum
 from fedpriv.samplers import PoissonSampler, SamplerKind, ShuffleSampler, SubsampleSampler
 
 GROUP_UPDATES = ("minibatch", "sequential")
 LR_SCHEDULES = ("constant", "diminishing", "cosine")
 Update = dict[str, torch.Tensor]
+#: From this many groups on, one vmap over the groups beats a loop of mini-batch gradients
+#: (measured on CPU, 1 thread, batch 64: tanh CNN 16.8 vs 12.1 ms a step at m = 4, 17.6 vs
+#: 30.5 ms at m = 16; logistic 2.6 vs 1.6 ms at m = 4, 2.6 vs 5.1 ms at m = 16).
+VMAP_MIN_GROUPS = 8
 
 
 def step_size(schedule: str, lr: float, t: int, tau: float, period: int | None) -> float:
@@ -496,7 +500,9 @@ class GeneralizedDPSGD(ClientAlgorithm):
 
         Fast paths for plain SGD with one mini-batch gradient per group: individual clipping
         (``s = 1``) uses :func:`fedpriv.persample.clipped_grad_sum` (classic DP-SGD), ``m = 1``
-        uses :func:`fedpriv.ghost.batch_clipped_grad`. ``w`` is left unchanged.
+        uses :func:`fedpriv.ghost.batch_clipped_grad`, ``m >= 8`` one ``vmap`` over the groups
+        (:func:`fedpriv.persample.clipped_group_grad_sum`; a loop with BatchNorm). ``w`` is
+        left unchanged.
         """
         m, s = x.shape[0], x.shape[1]
         if self.group_update == "minibatch" and self._plain_sgd:
@@ -504,6 +510,10 @@ class GeneralizedDPSGD(ClientAlgorithm):
                 return clipped_grad_sum(
                     model, summed_cross_entropy, x[:, 0], y[:, 0], clipping_norm
                 )[0]
+            if m >= VMAP_MIN_GROUPS:
+                grouped = clipped_group_grad_sum(model, summed_cross_entropy, x, y, clipping_norm)
+                if grouped is not None:
+                    return grouped
             total: Update = {}
             for h in range(m):
                 a = batch_clipped_grad(model, summed_cross_entropy, x[h], y[h], clipping_norm)

@@ -16,7 +16,7 @@ from torch.func import functional_call, grad, vmap
 
 from fedpriv.clipping import clip_factor
 from fedpriv.errors import check
-from fedpriv.ghost import ghost_clipped_grad_sum, refuse_cross_sample
+from fedpriv.ghost import CROSS_SAMPLE_LAYERS, ghost_clipped_grad_sum, refuse_cross_sample
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -103,3 +103,48 @@ def reference_clipped_grad_sum(
     factor = clip_factor(norms, max_grad_norm)
     sums = {k: torch.einsum("b,b...->...", factor.to(g.dtype), g) for k, g in grads.items()}
     return sums, norms.to(x.dtype if x.is_floating_point() else torch.float32)
+
+
+def clipped_group_grad_sum(
+    model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, clipping_norm: float
+) -> dict[str, torch.Tensor] | None:
+    """``sum_h [ (1/s) sum_{i in group h} grad f(w; xi_i) ]_C`` for ``m`` groups at once.
+
+    Batch clipping with ``m`` groups of ``s`` records (van Dijk et al., "Generalizing DP-SGD
+    with Shuffling and Batch Clipping", arXiv:2212.05796, Algorithm 1 with ``A`` = one gradient
+    at ``w``): one ``torch.func.vmap`` over the groups of the group-mean gradient, so the
+    memory holds ``m`` gradients (not ``m s`` per-sample ones).
+
+    Parameters
+    ----------
+    x, y : torch.Tensor
+        Groups ``(m, s, ...)`` and targets ``(m, s)``.
+    clipping_norm : float
+        C > 0: each group's gradient is clipped to L2 norm C.
+
+    Returns
+    -------
+    dict[str, torch.Tensor] or None
+        The sum per trainable parameter (parameter shapes); ``None`` if the model has a
+        BatchNorm layer (its running statistics cannot be updated under ``vmap``: the caller
+        then loops over the groups).
+
+    Raises
+    ------
+    ConfigError
+        If ``clipping_norm`` is not > 0.
+    """
+    check(clipping_norm > 0, "clipping_norm", clipping_norm, "must be > 0")
+    if any(isinstance(m, CROSS_SAMPLE_LAYERS) for m in model.modules()):
+        return None
+    params = {k: p.detach() for k, p in trainable(model).items()}
+    buffers = {k: b.detach() for k, b in model.named_buffers()}
+    s = x.shape[1]
+
+    def group_loss(p: dict[str, torch.Tensor], xg: torch.Tensor, yg: torch.Tensor) -> torch.Tensor:
+        return loss_fn(functional_call(model, (p, buffers), (xg,)), yg) / s
+
+    grads = vmap(grad(group_loss), in_dims=(None, 0, 0), randomness="different")(params, x, y)
+    sq = sum(g.reshape(g.shape[0], -1).double().pow(2).sum(1) for g in grads.values())
+    factor = clip_factor(torch.as_tensor(sq).sqrt(), clipping_norm)
+    return {k: torch.einsum("m,m...->...", factor.to(g.dtype), g) for k, g in grads.items()}

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from clients import batch_clipping
 from clients.batch_clipping import GeneralizedDPSGD, step_size
 from clients.dpsgd import LocalDPSGD
 from fedpriv.accounting import batch_clipping as bc
@@ -131,6 +132,28 @@ def test_sgd_settings_are_honoured_not_dropped_by_the_fast_path() -> None:
         )
 
 
+@pytest.mark.parametrize("m, s", [(8, 4), (16, 2)])
+def test_vmap_group_path_equals_the_optimizer_loop(m: int, s: int) -> None:
+    # m >= VMAP_MIN_GROUPS takes one vmap over the groups; the general path (maximize=True:
+    # one optimizer step per group from w) gives -U. float32: rtol 1e-5, atol 1e-6.
+    assert m >= batch_clipping.VMAP_MIN_GROUPS
+    model = _mlp(2)
+    torch.manual_seed(4)
+    x, y = torch.randn(m, s, 5) * 3, torch.randint(0, 3, (m, s))
+    privacy = {"noise_multiplier": 1.0}
+    fast = GeneralizedDPSGD(num_groups=m, group_size=s, privacy=privacy)
+    loop = GeneralizedDPSGD(
+        num_groups=m,
+        group_size=s,
+        privacy=privacy,
+        optimizer={"_target_": "torch.optim.SGD", "maximize": True},
+    )
+    u = _flat(fast.clipped_sum(model, x, y, 0.1, 0.5))
+    v = _flat(loop.clipped_sum(model, x, y, 0.1, 0.5))
+    torch.testing.assert_close(v.float(), -u.float(), rtol=1e-5, atol=1e-6)
+    assert float(u.norm()) <= m * 0.5 * (1 + 1e-5)
+
+
 def test_sequential_sgd_group_update_is_sum_of_trajectory_gradients() -> None:
     # A = classical SGD over the group's s records: a_h = (w - w_end)/eta = sum of the gradients
     # along the trajectory (the paper's recursion (2)); C large so nothing is clipped.
@@ -171,7 +194,7 @@ OPTIMIZERS = [
 @settings(max_examples=15, deadline=None)
 @given(
     seed=st.integers(0, 2**30),
-    m=st.integers(1, 3),
+    m=st.integers(1, 10),
     s=st.integers(1, 4),
     opt=st.sampled_from(OPTIMIZERS),
     mode=st.sampled_from(["minibatch", "sequential"]),

@@ -16,7 +16,7 @@ from torch import nn
 from fedpriv.errors import ConfigError
 from fedpriv.ghost import batch_clipped_grad, fast_path_blocker, ghost_clipped_grad_sum
 from fedpriv.models import build_model
-from fedpriv.persample import clipped_grad_sum, reference_clipped_grad_sum
+from fedpriv.persample import clipped_grad_sum, clipped_group_grad_sum, reference_clipped_grad_sum
 
 RTOL = 1e-9  # float64: paths differ only by summation order
 ATOL = 1e-12
@@ -431,3 +431,36 @@ def test_batch_clipped_grad_edge_cases() -> None:
     assert all(float(v.abs().sum()) == 0 for v in got.values())
     with pytest.raises(ConfigError, match="clipping_norm=-1.0 must be > 0"):
         batch_clipped_grad(model, masked_ce, torch.zeros(2, 1024), targets(2, 10, 0), -1.0)
+
+
+@pytest.mark.parametrize("name, shape", [("logistic", (12,)), ("tanh_cnn", (1, 28, 28))])
+@pytest.mark.parametrize("m, s", [(4, 3), (16, 1)])
+def test_group_grad_sum_is_sum_of_batch_clipped_groups(
+    name: str, shape: tuple[int, ...], m: int, s: int
+) -> None:
+    """One vmap over m groups == the loop of batch_clipped_grad over the groups (float64,
+    tolerance RTOL/ATOL), for a clip norm that clips some groups and not others."""
+    torch.manual_seed(3)
+    model = build_model(name, shape, 5).double()
+    x, y = seeded(m * s, *shape, seed=4), targets(m * s, 5, 5)
+    xg, yg = x.reshape(m, s, *shape), y.reshape(m, s, 2)
+    norms = []
+    for h in range(m):
+        g = batch_clipped_grad(model, masked_ce, xg[h], yg[h], 1e9)
+        norms.append(float(torch.sqrt(sum((v**2).sum() for v in g.values()))))
+    c = sorted(norms)[m // 2]  # about half of the groups are clipped
+    loop: dict[str, torch.Tensor] = {}
+    for h in range(m):
+        a = batch_clipped_grad(model, masked_ce, xg[h], yg[h], c)
+        loop = a if not loop else {k: loop[k] + a[k] for k in loop}
+    got = clipped_group_grad_sum(model, masked_ce, xg, yg, c)
+    assert got is not None
+    assert_close(got, loop)
+
+
+def test_group_grad_sum_leaves_batchnorm_to_the_loop_and_refuses_bad_norm() -> None:
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    x, y = torch.zeros(2, 3, 4), targets(6, 2, 0).reshape(2, 3, 2)
+    assert clipped_group_grad_sum(model, masked_ce, x, y, 1.0) is None
+    with pytest.raises(ConfigError, match="clipping_norm=0.0 must be > 0"):
+        clipped_group_grad_sum(build_model("logistic", (4,), 2), masked_ce, x, y, 0.0)

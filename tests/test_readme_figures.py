@@ -83,3 +83,31 @@ def test_default_run_accuracy(tmp_path: Path) -> None:
     summary = run_experiment(_cfg(["progress=false", "plot=false"]), tmp_path)
     stated = _figure(r"\| 20 \| \*\*([\d.]+)\*\* \|")
     assert summary["rounds"][-1]["accuracy"] == pytest.approx(stated, abs=0.01)
+
+
+EQUAL_EPSILON_ROW = re.compile(
+    r"^\| (?:logistic|tanh_cnn) \| (shuffle|subsample), (\d+) × (\d+) \| ([\d.]+) \| ([\d.]+) \|"
+    r".*\| ([\d.]+) \|$",
+    flags=re.M,
+)
+
+
+def test_equal_epsilon_table_sigmas_and_group_epsilons() -> None:
+    """`scripts/batch_clipping_equal_epsilon.py` (full MNIST 60k, E = 10, δ = 1e-5): every
+    row's σ is the engine's calibration for its target ε (3 decimals) and its ε for g = 8 the
+    engine's at that σ (2 decimals)."""
+    rows = EQUAL_EPSILON_ROW.findall(README)
+    assert len(rows) >= 15, "README no longer holds the equal-ε table"
+    params = {"num_samples": "60000", "epochs": "10", "target_delta": "1e-5"}
+    calibrated: dict[tuple[str, ...], dict] = {}
+    for sampler, m, s, eps, sigma, eps_g8 in rows:
+        key = (sampler, m, s, eps)
+        if key not in calibrated:
+            common = {**params, "sampling": sampler, "num_groups": m, "group_size": s}
+            sig = account("batch-clipping", {**common, "target_epsilon": eps})["noise_multiplier"]
+            g8 = account(
+                "batch-clipping", {**common, "noise_multiplier": str(sig), "group_privacy": "8"}
+            )
+            calibrated[key] = {"sigma": sig, "g8": g8["epsilon"]}
+        assert float(sigma) == round(calibrated[key]["sigma"], 3)
+        assert float(eps_g8) == pytest.approx(calibrated[key]["g8"], abs=0.0051)

@@ -1,0 +1,686 @@
+"""Batch clipping vs individual clipping at EQUAL ε: accuracy, σ, cost and group ε per row.
+
+van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (arXiv:2212.05796),
+Algorithm 1 on MNIST: E epochs, a batch of B = 64 records per step split into m groups of
+s = B/m records, each group's mini-batch gradient clipped to C and the sum noised with
+N(0, (2Cσ)²). Rows: batch clipping with shuffling for m in 1, 4, 16, 64 (m = 64 is
+individual clipping) and individual clipping with subsampling (m = 64), for each model and
+target ε. For every row σ is calibrated to the target ε at δ = 1e-5 by the accountant of its
+sampler (the exact f-DP mixture of fedpriv.accounting.batch_clipping, Sec. 5 of the paper).
+
+Protocol: the step size of each row is tuned on a validation split carved from the training
+set (the last ``--val-size`` training images; tuning trains on the rest, seed 0; the grid
+widens by half a decade while its best value is at an edge); the tuned step size then trains
+on the whole training set with ``--seeds`` seeds, and the table gives test accuracy mean ±
+SEM, σ, wall time per epoch, the peak memory of training, and ε for groups of g = 1, 2, 4, 8
+records. The test set is used only for the reported accuracy.
+
+Each run is the fedpriv client (``clients.batch_clipping.GeneralizedDPSGD``, built by
+``fedpriv.runner.prepare`` from the Hydra config, one client) trained in one process without
+Flower: the same ``train_client`` call as a Flower node, its events composed by the run's
+``RunPrivacy`` ledger. Every run is validated (and σ calibrated) before the first trains;
+``runs.jsonl``, ``table.md``, ``table.json`` and ``equal_epsilon.png`` are rewritten after
+each run, and a rerun with the same ``--out`` skips the runs already recorded.
+
+Usage::
+
+    .venv/bin/python scripts/get_full_mnist.py --out data/mnist-full     # once: 60k/10k files
+    .venv/bin/python scripts/batch_clipping_equal_epsilon.py --data-dir data/mnist-full \
+        --out outputs/bc_equal_epsilon [--models logistic tanh_cnn] [--epsilons 1 3 8] \
+        [--variants shuffle:1 shuffle:4 shuffle:16 shuffle:64 subsample:64] [--seeds 0 1 2] \
+        [--jobs 2] [--epochs 10] [--batch 64] [--val-size 5000] [--train-size N]
+    .venv/bin/python scripts/batch_clipping_equal_epsilon.py --render outputs/bc_equal_epsilon
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from fedpriv.errors import ConfigError, check
+
+GROUPS = (1, 2, 4, 8)
+VARIANTS = ("shuffle:1", "shuffle:4", "shuffle:16", "shuffle:64", "subsample:64")
+#: Step size per unit of m / σ at the centre of a row's first grid (the grid widens as needed).
+LR_SCALE = {"logistic": 1e-3, "tanh_cnn": 3e-4}
+#: Steps run before the cost measurement starts (lazy initialisation, first allocations).
+WARMUP_STEPS = 5
+#: At most this many half-decades are added to a row's first grid.
+MAX_WIDEN = 4
+
+
+@dataclass(frozen=True)
+class Row:
+    """One table row: a model, a sampler with ``m`` groups of ``batch / m``, a target ε."""
+
+    model: str
+    sampler: str
+    m: int
+    s: int
+    epsilon: float
+
+    @property
+    def label(self) -> str:
+        kind = "individual" if self.s == 1 else "batch"
+        return f"{self.sampler} m={self.m} ({kind} clipping)"
+
+
+def parse_variant(text: str, batch: int) -> tuple[str, int]:
+    """``"shuffle:4"`` -> ``("shuffle", 4)``; refuse a sampler or an m that does not divide B."""
+    sampler, _, m = text.partition(":")
+    check(
+        sampler in ("shuffle", "subsample") and m.isdigit() and int(m) >= 1,
+        "--variants",
+        text,
+        "must be SAMPLER:M with SAMPLER shuffle|subsample and M an integer >= 1",
+    )
+    check(batch % int(m) == 0, "--variants", text, f"M must divide --batch {batch}")
+    return sampler, int(m)
+
+
+def overrides(args: argparse.Namespace, row: Row, split: str, lr: float, seed: int) -> list[str]:
+    """Hydra overrides of one run; ``split`` is ``tune`` (train minus validation) or ``final``."""
+    n = args.train_size - (args.val_size if split == "tune" else 0)
+    client = "individual_clipping" if row.s == 1 else "batch_clipping"
+    return [
+        "+experiment=batch_clipping_vs_dpsgd",
+        f"client={client}",
+        f"dataset.data_dir={args.data_dir}",
+        f"dataset.options.train_limit={n}",
+        f"model={row.model}",
+        f"client.sampler={row.sampler}",
+        f"client.num_groups={row.m}",
+        f"client.group_size={row.s}",
+        f"client.lr={lr}",
+        "client.epochs=1",
+        f"num_rounds={args.epochs}",
+        f"seed={seed}",
+        f"privacy.target_epsilon={row.epsilon}",
+        "privacy.noise_multiplier=null",
+        "progress=false",
+        *args.overrides,
+    ]
+
+
+def prepared(args: argparse.Namespace, row: Row, split: str, lr: float, seed: int) -> dict:
+    """The resolved run config of one run (validated, σ calibrated) by ``fedpriv.runner``."""
+    from hydra import compose, initialize_config_dir
+
+    from fedpriv.config import conf_dir, register_schema
+    from fedpriv.runner import prepare
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides(args, row, split, lr, seed))
+    return prepare(cfg)[0]
+
+
+def train_size(args: argparse.Namespace) -> int:
+    """Training images available (``--train-size`` checked against the data)."""
+    from fedpriv.data.images import load_mnist
+
+    available = len(load_mnist(args.data_dir).y_train)
+    n = available if args.train_size is None else args.train_size
+    check(1 <= n <= available, "--train-size", n, f"must be in [1, {available}]")
+    check(1 <= args.val_size < n, "--val-size", args.val_size, f"must be in [1, {n - 1}]")
+    return n
+
+
+def plan(args: argparse.Namespace) -> dict[Row, dict[str, dict]]:
+    """Every row's tuning and final config, validated and calibrated before anything trains.
+
+    Raises
+    ------
+    ConfigError
+        On the first bad value, naming its field (a flag or a config key).
+    """
+    check(args.epochs >= 1, "--epochs", args.epochs, "must be >= 1")
+    check(args.jobs >= 1, "--jobs", args.jobs, "must be >= 1")
+    check(args.cost_steps >= 1, "--cost-steps", args.cost_steps, "must be >= 1")
+    check(args.seeds != [], "--seeds", args.seeds, "must name at least one seed")
+    for eps in args.epsilons:
+        check(0 < eps < math.inf, "--epsilons", eps, "must be finite numbers > 0")
+    for model in args.models:
+        check(model in LR_SCALE, "--models", model, f"must be among {sorted(LR_SCALE)}")
+    args.train_size = train_size(args)
+    variants = [parse_variant(v, args.batch) for v in args.variants]
+    b = args.batch
+    rows = [
+        Row(mo, s, m, b // m, e) for mo in args.models for e in args.epsilons for s, m in variants
+    ]
+    return {r: {sp: prepared(args, r, sp, 1.0, 0) for sp in ("tune", "final")} for r in rows}
+
+
+def lr_grid(row: Row, sigma: float, width: int) -> list[float]:
+    """``width`` step sizes half a decade apart around ``LR_SCALE * m / σ``."""
+    k = round(2 * math.log10(LR_SCALE[row.model] * row.m / sigma))
+    return [half_decade(k + i - width // 2) for i in range(width)]
+
+
+def half_decade(k: int) -> float:
+    """``10^(k/2)`` to 3 significant digits (1, 3.16, 10, ...)."""
+    return float(f"{10 ** (k / 2):.3g}")
+
+
+def widen(results: dict[float, float]) -> float | None:
+    """The next step size to try, or ``None`` when the best is inside the grid."""
+    lrs = sorted(results)
+    best = max(lrs, key=lambda lr: results[lr])
+    k = round(2 * math.log10(best))
+    if best == lrs[0]:
+        return half_decade(k - 1)
+    if best == lrs[-1]:
+        return half_decade(k + 1)
+    return None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of a row."""
+
+    row: Row
+    split: str
+    lr: float
+    seed: int
+
+    def key(self) -> str:
+        return json.dumps([asdict(self.row), self.split, self.lr, self.seed])
+
+
+def with_run(cfg: dict, run: Run) -> dict:
+    """The row's prepared config with this run's step size and seed."""
+    return {**cfg, "seed": run.seed, "client": {**cfg["client"], "lr": run.lr}}
+
+
+class Schedule:
+    """Which run comes next: finals of tuned rows first, then tuning, rows in order.
+
+    A row's tuning trains ``width`` step sizes (less those in ``known``, the validation
+    accuracies already recorded, which count too); while the best is at an edge it adds the
+    next half-decade (:func:`widen`); then its finals train the best step size on every seed.
+    """
+
+    def __init__(
+        self,
+        rows: dict[Row, dict[str, dict]],
+        seeds: list[int],
+        width: int,
+        known: dict[Row, dict[float, float]] | None = None,
+    ) -> None:
+        self.rows, self.seeds, self.width = rows, seeds, width
+        self.todo: list[Run] = []
+        self.tuned = {r: dict((known or {}).get(r, {})) for r in rows}
+        self.waiting: dict[Row, int] = {}
+        for r, cfgs in rows.items():
+            grid = lr_grid(r, cfgs["tune"]["privacy"]["noise_multiplier"], width)
+            new = [lr for lr in grid if lr not in self.tuned[r]]
+            self.todo += [Run(r, "tune", lr, 0) for lr in new]
+            self.waiting[r] = len(new)
+            if not new:
+                self._decide(r)
+
+    def next(self) -> Run | None:
+        """The next run to start (finals before tuning), or ``None`` for now."""
+        finals = [i for i, run in enumerate(self.todo) if run.split == "final"]
+        return self.todo.pop(finals[0] if finals else 0) if self.todo else None
+
+    def finish(self, run: Run, result: dict[str, Any]) -> None:
+        """Record a finished run; once a row's step sizes are in, :meth:`_decide`."""
+        if run.split != "tune":
+            return
+        self.tuned[run.row][run.lr] = result["accuracy"]
+        self.waiting[run.row] -= 1
+        if not self.waiting[run.row]:
+            self._decide(run.row)
+
+    def _decide(self, row: Row) -> None:
+        """Schedule a widening step, or the finals at the best step size."""
+        tuned = self.tuned[row]
+        nxt = widen(tuned)
+        if nxt is not None and len(tuned) < self.width + MAX_WIDEN:
+            self.todo.insert(0, Run(row, "tune", nxt, 0))
+            self.waiting[row] = 1
+            return
+        best = max(tuned, key=lambda lr: tuned[lr])
+        self.todo += [Run(row, "final", best, s) for s in self.seeds]
+
+    def config(self, run: Run) -> dict:
+        return with_run(self.rows[run.row][run.split], run)
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _rss_kib(field: str) -> int | None:
+    """``VmRSS`` / ``VmHWM`` of this process in KiB (Linux), else ``None``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak_memory(device: Any) -> int | None:
+    """Start measuring the peak: CUDA's allocator statistics, else the process's peak RSS
+    (``VmHWM``, reset through ``/proc/self/clear_refs`` after ``malloc_trim``); the baseline
+    in bytes."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return int(torch.cuda.memory_allocated(device))
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+    rss = _rss_kib("VmRSS")
+    return None if rss is None else rss * 1024
+
+
+def peak_memory_mib(device: Any, baseline: int | None) -> float | None:
+    """Peak memory above ``baseline`` since :func:`reset_peak_memory`, in MiB."""
+    import torch
+
+    if baseline is None:
+        return None
+    if device.type == "cuda":
+        return (torch.cuda.max_memory_allocated(device) - baseline) / 2**20
+    hwm = _rss_kib("VmHWM")
+    return None if hwm is None else (hwm * 1024 - baseline) / 2**20
+
+
+def eval_split(cfg: dict, split: str, val_size: int) -> tuple[Any, Any]:
+    """Validation images (the ``val_size`` training images after the tuning set) or the
+    official test set, standardized like the training images."""
+    from fedpriv.data.images import load_mnist
+
+    ds = load_mnist(cfg["dataset"]["data_dir"])
+    if split == "final":
+        return ds.x_test, ds.y_test
+    n = int(cfg["dataset"]["options"]["train_limit"])
+    return ds.x_train[n : n + val_size], ds.y_train[n : n + val_size]
+
+
+def train_one(cfg: dict, split: str, val_size: int) -> dict[str, Any]:
+    """Train one run as its Flower client would (one client, ``num_rounds`` server rounds of
+    one epoch); its accuracy on the split's evaluation set, ε from the run's ledger, group ε,
+    wall time per epoch (s) and peak training memory (MiB)."""
+    import time
+
+    import torch
+
+    from fedpriv import client_app
+    from fedpriv.algorithm import ClientData
+    from fedpriv.evaluate import evaluate
+    from fedpriv.privacy import RunPrivacy
+    from fedpriv.setup import build_algorithm, build_model_for, client_partition, resolve_device
+
+    algorithm = build_algorithm(cfg)
+    device = resolve_device(cfg)
+    x, y = client_partition(cfg, 0)
+    data = ClientData(torch.from_numpy(x), torch.from_numpy(y), 0)
+    model = build_model_for(cfg).to(device)
+    privacy = RunPrivacy(algorithm, cfg["privacy"]).check()
+    baseline = reset_peak_memory(device)
+    t0 = time.perf_counter()
+    for server_round in range(1, int(cfg["num_rounds"]) + 1):
+        # One client, FedAvg with server_lr 1: the global model is the client's end model.
+        client_app.train_client(cfg, algorithm, model, data, server_round)
+        privacy.record_round(contributors=1, server_round=server_round)
+    wall = (time.perf_counter() - t0) / int(cfg["num_rounds"])
+    peak = peak_memory_mib(device, baseline)
+    accuracy, _ = evaluate(model, *eval_split(cfg, split, val_size))
+    return {
+        "accuracy": accuracy,
+        "epsilon": privacy.epsilon(),
+        **algorithm.privacy_report(privacy.rounds, privacy.target_delta),
+        "sigma": algorithm.noise_multiplier,
+        "wall_s_per_epoch": wall,
+        "peak_mib": peak,
+        "device": device.type,
+    }
+
+
+def measure_cost(cfg: dict, steps: int) -> dict[str, Any]:
+    """Time ``steps`` local rounds of the row's client alone and its peak memory: seconds
+    per epoch (``N // (m s)`` rounds), milliseconds per step, MiB above the baseline."""
+    import time
+
+    import torch
+
+    from fedpriv import client_app
+    from fedpriv.algorithm import ClientData
+    from fedpriv.setup import build_algorithm, build_model_for, client_partition, resolve_device
+
+    per_epoch = build_algorithm(cfg).rounds_per_epoch
+    device = resolve_device(cfg)
+    x, y = client_partition(cfg, 0)
+    data = ClientData(torch.from_numpy(x), torch.from_numpy(y), 0)
+    model = build_model_for(cfg).to(device)
+    runs = []
+    for n in (WARMUP_STEPS, steps):  # the first steps pay one-time set-up: not measured
+        run_cfg = {**cfg, "client": {**cfg["client"], "epochs": None, "local_rounds": n}}
+        runs.append((run_cfg, build_algorithm(run_cfg)))
+    client_app.train_client(runs[0][0], runs[0][1], model, data, 1)
+    baseline = reset_peak_memory(device)
+    t0 = time.perf_counter()
+    client_app.train_client(runs[1][0], runs[1][1], model, data, 1)
+    step = (time.perf_counter() - t0) / steps
+    return {
+        "s_per_epoch": step * per_epoch,
+        "ms_per_step": 1e3 * step,
+        "peak_mib": peak_memory_mib(device, baseline),
+        "device": device.type,
+    }
+
+
+def measure_costs(args: argparse.Namespace, rows: dict[Row, dict[str, dict]]) -> None:
+    """One :func:`measure_cost` per (model, sampler, m), each alone in a fresh process,
+    appended to ``costs.jsonl`` (already measured ones are kept)."""
+    known = {json.dumps(c["variant"]) for c in load_jsonl(args.out / "costs.jsonl")}
+    todo = {}
+    for row, cfgs in rows.items():
+        variant = {"model": row.model, "sampler": row.sampler, "m": row.m, "s": row.s}
+        if json.dumps(variant) not in known:
+            todo[json.dumps(variant)] = (variant, cfgs["final"])
+    ctx = get_context("spawn")
+    for variant, cfg in todo.values():
+        with ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker) as pool:
+            cost = pool.submit(measure_cost, cfg, args.cost_steps).result()
+        with (args.out / "costs.jsonl").open("a") as f:
+            f.write(json.dumps({"variant": variant, "steps": args.cost_steps, **cost}) + "\n")
+        print(f"cost {variant}: {cost['ms_per_step']:.2f} ms/step", flush=True)
+
+
+def summarize(
+    records: list[dict[str, Any]], costs: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """One entry per row (:func:`row_order`): tuned step size (best validation accuracy),
+    test accuracy mean and SEM over the finals at it, σ, time, memory and group ε."""
+    rows: dict[str, dict[str, Any]] = {}
+    for rec in records:
+        entry = rows.setdefault(
+            json.dumps(rec["row"]), {"row": rec["row"], "tune": {}, "final": []}
+        )
+        if rec["split"] == "tune":
+            entry["tune"][rec["lr"]] = rec["result"]["accuracy"]
+        else:
+            entry["final"].append(rec)
+    out = []
+    for entry in sorted(rows.values(), key=lambda e: row_order(e["row"])):
+        best = max(entry["tune"], key=lambda lr: entry["tune"][lr]) if entry["tune"] else None
+        finals = [r for r in entry["final"] if r["lr"] == best]
+        out.append(
+            {
+                "row": entry["row"],
+                "lr": best,
+                "grid": sorted(entry["tune"]),
+                "val_accuracy": entry["tune"].get(best),
+                **final_stats(finals),
+                "cost": cost_of(entry["row"], costs),
+            }
+        )
+    return out
+
+
+def cost_of(row: dict[str, Any], costs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The cost measurement of the row's (model, sampler, m, s), if made."""
+    keys = ("model", "sampler", "m", "s")
+    found = [c for c in costs if all(c["variant"][k] == row[k] for k in keys)]
+    return found[-1] if found else None
+
+
+def row_order(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Table order: model, ε, shuffling before subsampling, m."""
+    return (row["model"] != "logistic", row["epsilon"], row["sampler"] != "shuffle", row["m"])
+
+
+def final_stats(finals: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean ± SEM of the finals' test accuracy, mean time, max memory, the (seed-free) ε."""
+    if not finals:
+        return {"seeds": 0}
+    acc = [f["result"]["accuracy"] for f in finals]
+    mean = sum(acc) / len(acc)
+    sem = (
+        math.sqrt(sum((a - mean) ** 2 for a in acc) / (len(acc) - 1) / len(acc))
+        if len(acc) > 1
+        else float("nan")
+    )
+    res = finals[0]["result"]
+    peaks = [f["result"]["peak_mib"] for f in finals if f["result"]["peak_mib"] is not None]
+    return {
+        "seeds": len(acc),
+        "accuracy": mean,
+        "sem": sem,
+        "sigma": res["sigma"],
+        "wall_s_per_epoch": sum(f["result"]["wall_s_per_epoch"] for f in finals) / len(finals),
+        "peak_mib": max(peaks) if peaks else None,
+        **{f"epsilon_g{g}": res.get(f"epsilon_g{g}") for g in GROUPS},
+    }
+
+
+def format_table(summary: list[dict[str, Any]]) -> str:
+    """Markdown table of :func:`summarize`'s entries."""
+    head = (
+        "| model | sampler, m groups × s | target ε | σ | tuned η (grid) | val. acc. | test acc. "
+        "(mean ± SEM, seeds) | s / epoch | peak MiB | "
+        + " | ".join(f"ε g={g}" for g in GROUPS)
+        + " |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for e in summary:
+        r = e["row"]
+        cells = [r["model"], f"{r['sampler']}, {r['m']} × {r['s']}", f"{r['epsilon']:g}"]
+        if not e["seeds"]:
+            lines.append("| " + " | ".join(cells) + " | tuning ... |")
+            continue
+        grid = f"{e['lr']:g} ({e['grid'][0]:g}–{e['grid'][-1]:g})"
+        wall, peak = cost_cells(e)
+        cells += [
+            f"{e['sigma']:.3f}",
+            grid,
+            f"{100 * e['val_accuracy']:.1f}%",
+            f"{100 * e['accuracy']:.1f} ± {100 * e['sem']:.1f}% ({e['seeds']})",
+            wall,
+            peak,
+        ]
+        cells += [f"{e[f'epsilon_g{g}']:.2f}" for g in GROUPS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cost_cells(e: dict[str, Any]) -> tuple[str, str]:
+    """Seconds per epoch and peak MiB: the lone-process measurement (:func:`measure_cost`),
+    else the training runs' own (marked †: other runs shared the CPU)."""
+    cost = e.get("cost")
+    if cost:
+        wall, peak, mark = cost["s_per_epoch"], cost["peak_mib"], ""
+    else:
+        wall, peak, mark = e["wall_s_per_epoch"], e["peak_mib"], "†"
+    return f"{wall:.3g}{mark}", ("—" if peak is None else f"{peak:.1f}{mark}")
+
+
+def line_label(row: dict[str, Any]) -> str:
+    """``shuffle m=4`` / ``subsample m=64``."""
+    return f"{row['sampler']} m={row['m']}"
+
+
+def plot(summary: list[dict[str, Any]], path: Path) -> None:
+    """Test accuracy against ε, one line per (sampler, m), one panel per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [e for e in summary if e["seeds"]]
+    models = sorted({e["row"]["model"] for e in done})
+    if not models:
+        return
+    by_m = sorted(done, key=lambda e: (e["row"]["sampler"] != "shuffle", e["row"]["m"]))
+    labels = list(dict.fromkeys(line_label(e["row"]) for e in by_m))
+    colors = {label: f"C{i}" for i, label in enumerate(labels)}  # the same colour in each panel
+    epsilons = sorted({e["row"]["epsilon"] for e in done})
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.8), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        lines: dict[str, list[dict[str, Any]]] = {}
+        for e in done:
+            if e["row"]["model"] == model:
+                lines.setdefault(line_label(e["row"]), []).append(e)
+        for label, pts in lines.items():
+            pts.sort(key=lambda e: e["row"]["epsilon"])
+            ax.errorbar(
+                [p["row"]["epsilon"] for p in pts],
+                [100 * p["accuracy"] for p in pts],
+                yerr=[100 * (0 if math.isnan(p["sem"]) else p["sem"]) for p in pts],
+                marker="o",
+                capsize=3,
+                label=label,
+                color=colors[label],
+            )
+        ax.set(xscale="log", xlabel="ε (δ = 1e-5)", ylabel="test accuracy (%)", title=model)
+        ax.set_xticks(epsilons, [f"{x:g}" for x in epsilons])
+        ax.minorticks_off()
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def load_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (a line cut by a killed run is skipped)."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def save(out: Path) -> str:
+    """Rewrite ``table.md``, ``table.json`` and ``equal_epsilon.png`` from ``runs.jsonl`` and
+    ``costs.jsonl``; return the table."""
+    summary = summarize(load_jsonl(out / "runs.jsonl"), load_jsonl(out / "costs.jsonl"))
+    table = format_table(summary)
+    (out / "table.md").write_text(table + "\n")
+    (out / "table.json").write_text(json.dumps(summary, indent=2))
+    plot(summary, out / "equal_epsilon.png")
+    return table
+
+
+def execute(args: argparse.Namespace, rows: dict[Row, dict[str, dict]]) -> list[dict[str, Any]]:
+    """Train every run (``--jobs`` processes), appending each to ``runs.jsonl`` and rewriting
+    the table as it finishes; runs already in ``runs.jsonl`` are not trained again."""
+    records = load_jsonl(args.out / "runs.jsonl")
+    done = {rec["key"]: rec for rec in records}
+    known: dict[Row, dict[float, float]] = {}
+    for old in records:
+        if old["split"] == "tune":
+            known.setdefault(Row(**old["row"]), {})[old["lr"]] = old["result"]["accuracy"]
+    sched = Schedule(rows, args.seeds, args.grid, known)
+    pending: dict[Future[dict[str, Any]], Run] = {}
+    ctx = get_context("spawn")
+    with ProcessPoolExecutor(args.jobs, mp_context=ctx, initializer=_init_worker) as pool:
+        while True:
+            while len(pending) < args.jobs and (run := sched.next()) is not None:
+                if run.key() in done:  # a final already recorded
+                    continue
+                fut = pool.submit(train_one, sched.config(run), run.split, args.val_size)
+                pending[fut] = run
+            if not pending:
+                return records
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                run, result = pending.pop(fut), fut.result()
+                rec: dict[str, Any] = {
+                    "key": run.key(),
+                    "row": asdict(run.row),
+                    "split": run.split,
+                    "lr": run.lr,
+                    "seed": run.seed,
+                    "result": result,
+                }
+                with (args.out / "runs.jsonl").open("a") as f:
+                    f.write(json.dumps(rec) + "\n")
+                records.append(rec)
+                sched.finish(run, result)
+                save(args.out)
+                print(progress_line(rec), flush=True)
+
+
+def progress_line(rec: dict[str, Any]) -> str:
+    r, res = rec["row"], rec["result"]
+    return (
+        f"{r['model']} {r['sampler']} m={r['m']} ε={r['epsilon']:g} {rec['split']} "
+        f"η={rec['lr']:g} seed={rec['seed']}: acc {100 * res['accuracy']:.1f}% "
+        f"σ={res['sigma']:.3f} ε={res['epsilon']:.3f} {res['wall_s_per_epoch']:.1f} s/epoch"
+    )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--data-dir", default="data/mnist-full", help="the four MNIST IDX files")
+    ap.add_argument("--out", type=Path, default=Path("outputs/bc_equal_epsilon"))
+    ap.add_argument("--models", nargs="+", default=["logistic", "tanh_cnn"])
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 8.0])
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), help="SAMPLER:M")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=64, help="records per step, m × s")
+    ap.add_argument("--val-size", type=int, default=5000)
+    ap.add_argument("--train-size", type=int, help="first N training images (default: all)")
+    ap.add_argument("--grid", type=int, default=3, help="step sizes in a row's first grid")
+    ap.add_argument("--jobs", type=int, default=1, help="training processes")
+    ap.add_argument("--cost-steps", type=int, default=300, help="steps timed per variant")
+    ap.add_argument("--validate-only", action="store_true", help="plan and calibrate, no runs")
+    ap.add_argument("--cost-only", action="store_true", help="measure costs, train nothing")
+    ap.add_argument("--render", type=Path, help="only rewrite the table of a saved --out")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (after --)")
+    return ap.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render:
+        print(save(args.render))
+        return 0
+    try:
+        check(args.grid >= 2, "--grid", args.grid, "must be >= 2")
+        rows = plan(args)
+    except ConfigError as exc:
+        print(f"batch_clipping_equal_epsilon: error: {exc}", file=sys.stderr)
+        return 2
+    for row, cfgs in rows.items():
+        sigma = cfgs["final"]["privacy"]["noise_multiplier"]
+        print(f"{row.model} {row.label} ε={row.epsilon:g}: σ = {sigma:.3f}", flush=True)
+    if args.validate_only:
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not args.cost_only:
+        execute(args, rows)
+    measure_costs(args, rows)
+    print(save(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
