@@ -95,14 +95,23 @@ def reference_clipped_grad_sum(
     if x.shape[0] == 0:
         zeros = {k: torch.zeros_like(p) for k, p in params.items()}
         return zeros, torch.zeros(0, device=next(iter(params.values())).device)
-    grads = per_sample_grads(model, loss_fn, x, y)
-    sq = torch.zeros(x.shape[0], device=x.device, dtype=torch.float64)
+    sums, norms = clip_and_sum(per_sample_grads(model, loss_fn, x, y), max_grad_norm)
+    return sums, norms.to(x.dtype if x.is_floating_point() else torch.float32)
+
+
+def clip_and_sum(
+    grads: dict[str, torch.Tensor], clipping_norm: float
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """``sum_b [g_b]_C`` over the leading axis of stacked gradients ``(B, *param.shape)``;
+    also the unclipped norms ``(B,)`` (float64)."""
+    first = next(iter(grads.values()))
+    sq = torch.zeros(first.shape[0], device=first.device, dtype=torch.float64)
     for g in grads.values():
         sq += g.reshape(g.shape[0], -1).double().pow(2).sum(1)
     norms = sq.sqrt()
-    factor = clip_factor(norms, max_grad_norm)
+    factor = clip_factor(norms, clipping_norm)
     sums = {k: torch.einsum("b,b...->...", factor.to(g.dtype), g) for k, g in grads.items()}
-    return sums, norms.to(x.dtype if x.is_floating_point() else torch.float32)
+    return sums, norms
 
 
 def clipped_group_grad_sum(
@@ -145,6 +154,4 @@ def clipped_group_grad_sum(
         return loss_fn(functional_call(model, (p, buffers), (xg,)), yg) / s
 
     grads = vmap(grad(group_loss), in_dims=(None, 0, 0), randomness="different")(params, x, y)
-    sq = sum(g.reshape(g.shape[0], -1).double().pow(2).sum(1) for g in grads.values())
-    factor = clip_factor(torch.as_tensor(sq).sqrt(), clipping_norm)
-    return {k: torch.einsum("m,m...->...", factor.to(g.dtype), g) for k, g in grads.items()}
+    return clip_and_sum(grads, clipping_norm)[0]
