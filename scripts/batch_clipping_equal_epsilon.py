@@ -317,25 +317,32 @@ def eval_split(cfg: dict, split: str, val_size: int) -> tuple[Any, Any]:
     return ds.x_train[n : n + val_size], ds.y_train[n : n + val_size]
 
 
+def client_setup(cfg: dict) -> tuple[Any, Any, Any]:
+    """The run's device, client 0's data (the whole training set) and the seeded model."""
+    import torch
+
+    from fedpriv.algorithm import ClientData
+    from fedpriv.setup import build_model_for, client_partition, resolve_device
+
+    device = resolve_device(cfg)
+    x, y = client_partition(cfg, 0)
+    data = ClientData(torch.from_numpy(x), torch.from_numpy(y), 0)
+    return device, data, build_model_for(cfg).to(device)
+
+
 def train_one(cfg: dict, split: str, val_size: int) -> dict[str, Any]:
     """Train one run as its Flower client would (one client, ``num_rounds`` server rounds of
     one epoch); its accuracy on the split's evaluation set, ε from the run's ledger, group ε,
     wall time per epoch (s) and peak training memory (MiB)."""
     import time
 
-    import torch
-
     from fedpriv import client_app
-    from fedpriv.algorithm import ClientData
     from fedpriv.evaluate import evaluate
     from fedpriv.privacy import RunPrivacy
-    from fedpriv.setup import build_algorithm, build_model_for, client_partition, resolve_device
+    from fedpriv.setup import build_algorithm
 
     algorithm = build_algorithm(cfg)
-    device = resolve_device(cfg)
-    x, y = client_partition(cfg, 0)
-    data = ClientData(torch.from_numpy(x), torch.from_numpy(y), 0)
-    model = build_model_for(cfg).to(device)
+    device, data, model = client_setup(cfg)
     privacy = RunPrivacy(algorithm, cfg["privacy"]).check()
     baseline = reset_peak_memory(device)
     t0 = time.perf_counter()
@@ -362,17 +369,11 @@ def measure_cost(cfg: dict, steps: int) -> dict[str, Any]:
     per epoch (``N // (m s)`` rounds), milliseconds per step, MiB above the baseline."""
     import time
 
-    import torch
-
     from fedpriv import client_app
-    from fedpriv.algorithm import ClientData
-    from fedpriv.setup import build_algorithm, build_model_for, client_partition, resolve_device
+    from fedpriv.setup import build_algorithm
 
     per_epoch = build_algorithm(cfg).rounds_per_epoch
-    device = resolve_device(cfg)
-    x, y = client_partition(cfg, 0)
-    data = ClientData(torch.from_numpy(x), torch.from_numpy(y), 0)
-    model = build_model_for(cfg).to(device)
+    device, data, model = client_setup(cfg)
     runs = []
     for n in (WARMUP_STEPS, steps):  # the first steps pay one-time set-up: not measured
         run_cfg = {**cfg, "client": {**cfg["client"], "epochs": None, "local_rounds": n}}
