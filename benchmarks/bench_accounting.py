@@ -126,7 +126,7 @@ def skellam_secagg() -> None:
 
 
 def batch_clipping() -> None:
-    from fedpriv.accounting.cli import run
+    from fedpriv.cli.account import run
 
     for sampling in ("shuffle", "subsample"):
         for num_groups, group_size, label in ((1, 256, "batch clip"), (256, 1, "indiv. clip")):

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _cfg(overrides: list[str]) -> Any:
     from hydra import compose, initialize_config_dir
 
-    from fedpriv.config import conf_dir, register_schema
+    from fedpriv.run.config import conf_dir, register_schema
 
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
@@ -49,7 +49,7 @@ def _cfg(overrides: list[str]) -> Any:
 
 def run(clients: int, slots: int, batch: int, passes: int, extra: list[str]) -> list[dict]:
     """One run; returns its rounds (one per pass) from results.json."""
-    from fedpriv.runner import run_experiment
+    from fedpriv.run.runner import run_experiment
 
     overrides = [
         f"num_clients={clients}",
@@ -116,7 +116,7 @@ def main() -> None:
     for b in args.batch_size:
         t0 = time.monotonic()
         rounds = run(args.clients, args.slots, b, args.passes, args.overrides)
-        for r in rounds:  # the rows' figures are the strategy's (strategies/checkin.py)
+        for r in rounds:  # the rows' figures are the strategy's (strategies/checkin_server.py)
             compute = r["client_compute_s"] + r["server_compute_s"]
             critical = r["client_critical_s"] + r["server_compute_s"]
             slot_phase = r["round_time_s"] - r["checkin_s"]

@@ -171,7 +171,7 @@ def compose(overrides: list[str]) -> Any:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from fedpriv.config import conf_dir, register_schema
+    from fedpriv.run.config import conf_dir, register_schema
 
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
@@ -290,8 +290,8 @@ class TimelineSampler(MemorySampler):
 @contextlib.contextmanager
 def note_releases(times: list[float], t0: float) -> Iterator[None]:
     """Append ``time.monotonic() - t0`` to ``times`` whenever the run records a round (this
-    process's :meth:`fedpriv.runner.Job.round_released`, wrapped; what it does is unchanged)."""
-    from fedpriv.runner import Job
+    process's :meth:`fedpriv.run.runner.Job.round_released`, wrapped; what it does is unchanged)."""
+    from fedpriv.run.runner import Job
 
     original = Job.round_released
 
@@ -353,8 +353,8 @@ class Floor:
         import torch
         from torch import nn
 
-        from fedpriv.layout import cohort_sampler
-        from fedpriv.setup import build_model_for, partitions, run_dataset
+        from fedpriv.run.layout import cohort_sampler
+        from fedpriv.run.setup import build_model_for, partitions, run_dataset
 
         self.cfg = run_cfg
         self.ds, self.parts = run_dataset(run_cfg), partitions(run_cfg)
@@ -426,7 +426,7 @@ class Floor:
 
     def accuracies(self, rounds: int) -> list[float]:
         """Test accuracy after each of ``rounds`` plain rounds (cohorts of rounds 1..)."""
-        from fedpriv.evaluate import evaluate
+        from fedpriv.models.evaluate import evaluate
 
         torch = self._torch
         glob = [g.clone() for g in self.glob0]
@@ -448,8 +448,8 @@ def run_workload(
     floor_reps: int,
 ) -> dict[str, Any]:
     """The fedpriv run of ``overrides`` between two floor measurements; its figures."""
-    from fedpriv.config import to_container
-    from fedpriv.runner import run_experiment
+    from fedpriv.run.config import to_container
+    from fedpriv.run.runner import run_experiment
 
     cfg = compose(overrides)
     run_cfg = to_container(cfg)

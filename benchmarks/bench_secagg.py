@@ -1,6 +1,6 @@
 """Round time of the SecAgg+ aggregator against the ideal one, through the Flower engine.
 
-Ten probe clients (``clients.secagg.make_probe_client_app``) each reply with a fixed 32-bit
+Ten probe clients (``clients.secagg_probe.make_probe_client_app``) each reply with a fixed 32-bit
 integer update shaped like the tanh CNN (26,010 parameters); the server alternates ideal and
 SecAgg+ rounds on the same inputs and reports the median wall time of each. ``work_seconds``
 adds a sleep in every client's handler standing in for local training (the same in both
@@ -21,15 +21,15 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from clients.secagg import make_probe_client_app
-from fedpriv.aggregation import Aggregator, IdealAggregator
+from clients.secagg_probe import make_probe_client_app
+from fedpriv.run.aggregation import Aggregator, IdealAggregator
 from strategies.fedavg import wait_for_nodes
 from strategies.secaggplus import SecAggPlusAggregator
 
 
 def cnn_shapes() -> dict[str, list[int]]:
     """Parameter shapes of the tanh CNN (26,010 parameters)."""
-    from fedpriv.models import TanhCNN
+    from fedpriv.models.zoo import TanhCNN
 
     return {k: list(v.shape) for k, v in TanhCNN().state_dict().items()}
 

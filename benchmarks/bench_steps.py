@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedpriv.ghost import batch_clipped_grad
-from fedpriv.models import build_model
-from fedpriv.noise import add_gaussian_noise
-from fedpriv.persample import clipped_grad_sum, reference_clipped_grad_sum
+from fedpriv.mechanisms.ghost import batch_clipped_grad
+from fedpriv.mechanisms.noise import add_gaussian_noise
+from fedpriv.mechanisms.persample import clipped_grad_sum, reference_clipped_grad_sum
+from fedpriv.models.zoo import build_model
 
 MODELS: dict[str, tuple[int, ...]] = {"tanh_cnn": (1, 28, 28), "logistic": (1024,), "mlp": (784,)}
 NOISE_MULTIPLIER = 1.0
@@ -71,7 +71,7 @@ def _fedpriv_dp(
         params = dict(model.named_parameters())
         stddev = NOISE_MULTIPLIER * MAX_GRAD_NORM if noise else 0.0
 
-        def step() -> None:  # clipped_grad_sum + noise + step, as clients/dpsgd.py
+        def step() -> None:  # clipped_grad_sum + noise + step, as clients/local_dpsgd.py
             sums, _ = clip_sum(model, summed_ce, x, y, MAX_GRAD_NORM)
             noisy = add_gaussian_noise(sums, stddev, gen)
             for k, p in params.items():

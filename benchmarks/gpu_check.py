@@ -22,8 +22,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_steps  # noqa: E402
 
-from fedpriv.models import build_model  # noqa: E402
-from fedpriv.persample import clipped_grad_sum, reference_clipped_grad_sum  # noqa: E402
+from fedpriv.mechanisms.persample import clipped_grad_sum, reference_clipped_grad_sum  # noqa: E402
+from fedpriv.models.zoo import build_model  # noqa: E402
 
 
 def check_fast_equals_reference(device: torch.device) -> float:

@@ -43,8 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from hydra import compose, initialize_config_dir
 
-    from fedpriv.config import conf_dir, register_schema
-    from fedpriv.runner import run_experiment
+    from fedpriv.run.config import conf_dir, register_schema
+    from fedpriv.run.runner import run_experiment
 
     overrides = [*OVERRIDES, *(argv if argv is not None else sys.argv[1:])]
     register_schema()

@@ -1,6 +1,6 @@
 """Client-level DP-FedAvg with integer Skellam noise shares, for Flower's real SecAgg+.
 
-As :class:`clients.client_level.ClientLevelDPFedAvg`, but each client encodes its clipped delta
+As :class:`clients.client_level_dpfedavg.ClientLevelDPFedAvg`, but each client encodes its clipped delta
 (L2 ≤ C, flattened) as integers (scale s, optional randomized Hadamard rotation, conditional
 randomized rounding so the rounded vector's L2 norm is ≤ Δ2) and adds its share Sk(μ/m) of the
 Skellam noise, μ = (s σ C)² / 2; its message is the residues modulo ``2**bits``, what SecAgg+
@@ -26,14 +26,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.client_level import ClientLevelDPFedAvg
+from clients.client_level_dpfedavg import ClientLevelDPFedAvg
 from clients.skellam_dpsgd import UPDATE_NAME
 from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.accounting.spec import AccountingSpec
-from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.cohort import ClientSampling
-from fedpriv.errors import check
-from fedpriv.skellam import DEFAULT_BETA, SkellamMechanism
+from fedpriv.common.errors import check
+from fedpriv.mechanisms.client_sampling import ClientSampling
+from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
+from fedpriv.run.algorithm import ClientData, TrainContext
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
 
     def for_run(self, cfg: dict[str, Any]) -> ClientLevelSkellam:
         """Bind the participation, seed and model dimension."""
-        from fedpriv.setup import build_model_for
+        from fedpriv.run.setup import build_model_for
 
         model = build_model_for(cfg)
         dim = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -23,16 +23,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.dpsgd import LocalDPSGD, summed_cross_entropy
-from clients.dpsgd import nominal_expected_batch as nominal
+from clients.local_dpsgd import LocalDPSGD, summed_cross_entropy
+from clients.local_dpsgd import nominal_expected_batch as nominal
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.skellam import SkellamEvent, SkellamSpec
 from fedpriv.accounting.spec import AccountingSpec
-from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.errors import check
-from fedpriv.persample import per_sample_grads
-from fedpriv.samplers import PoissonSampler
-from fedpriv.skellam import DEFAULT_BETA, SkellamMechanism
+from fedpriv.common.errors import check
+from fedpriv.mechanisms.persample import per_sample_grads
+from fedpriv.mechanisms.samplers import PoissonSampler
+from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
+from fedpriv.run.algorithm import ClientData, TrainContext
 
 UPDATE_NAME = "skellam_residues"
 
@@ -62,7 +62,7 @@ class SkellamDPSGD(LocalDPSGD):
         rounded vectors per message); filled in by :meth:`for_run` from the run's partition.
     normalizer : float, optional
         Public constant B of the local steps AND of the server's decoding (see
-        :class:`~clients.dpsgd.LocalDPSGD`).
+        :class:`~clients.local_dpsgd.LocalDPSGD`).
 
     Raises
     ------
@@ -123,7 +123,7 @@ class SkellamDPSGD(LocalDPSGD):
     def for_run(self, cfg: dict[str, Any]) -> SkellamDPSGD:
         """Bind the model dimension, the largest client's record count (wrap bound) and the
         public normalizer."""
-        from fedpriv.setup import build_model_for, partitions
+        from fedpriv.run.setup import build_model_for, partitions
 
         num_params = sum(p.numel() for p in build_model_for(cfg).parameters() if p.requires_grad)
         return replace(

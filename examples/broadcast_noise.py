@@ -6,7 +6,7 @@ arXiv:2212.05796; github.com/MisaNguyen/DPSGD, ``DPSGD_optimizer.py``:
 ``torch.normal(mean=torch.Tensor([0.0]), std=sigma * C)``): ONE N(0, (σC)²/m) scalar per
 parameter tensor per step (m clients: the sum holds N(0, (σC)²)), broadcast over the tensor,
 instead of one draw per coordinate. It claims (and is accounted at) the ε of
-:class:`clients.dpsgd.LocalDPSGD` with the same σ, but a shift shared by every coordinate of a
+:class:`clients.local_dpsgd.LocalDPSGD` with the same σ, but a shift shared by every coordinate of a
 tensor hides almost nothing (for a softmax layer it cancels exactly), so ``audit=canaries``
 finds an ε lower bound above the claimed ε::
 
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from clients.dpsgd import LocalDPSGD
-from fedpriv.algorithm import ClientData, TrainContext
+from clients.local_dpsgd import LocalDPSGD
+from fedpriv.run.algorithm import ClientData, TrainContext
 
 
 def broadcast_noise(
@@ -40,7 +40,7 @@ def broadcast_noise(
 
 @dataclass(frozen=True)
 class BroadcastNoiseDPSGD(LocalDPSGD):
-    """:class:`~clients.dpsgd.LocalDPSGD` with one noise scalar per tensor (see the module)."""
+    """:class:`~clients.local_dpsgd.LocalDPSGD` with one noise scalar per tensor (see the module)."""
 
     def noise(
         self, sums: dict[str, torch.Tensor], generator: torch.Generator

@@ -3,7 +3,7 @@
 ``fedpriv client._target_=examples.faulty_client.FaultyDPSGD client.fail_round=2``: client
 ``fail_client`` raises (``fail_mode=raise``), sleeps past ``round_timeout`` (``sleep``) or sends
 a non-finite update (``non_finite``) in round ``fail_round``; every other client and round trains as
-:class:`clients.dpsgd.LocalDPSGD`.
+:class:`clients.local_dpsgd.LocalDPSGD`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
-from clients.dpsgd import LocalDPSGD
-from fedpriv.algorithm import ClientData, TrainContext
+from clients.local_dpsgd import LocalDPSGD
+from fedpriv.run.algorithm import ClientData, TrainContext
 
 
 @dataclass(frozen=True)
 class FaultyDPSGD(LocalDPSGD):
-    """:class:`~clients.dpsgd.LocalDPSGD` whose client ``fail_client`` fails in ``fail_round``."""
+    """:class:`~clients.local_dpsgd.LocalDPSGD` whose client ``fail_client`` fails in ``fail_round``."""
 
     fail_round: int = 2
     fail_client: int = 0

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from clients.dpsgd import LocalDPSGD
-from fedpriv.aggregation import AggregateResult
-from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.clipping import clip_tensors
-from fedpriv.errors import check
+from clients.local_dpsgd import LocalDPSGD
+from fedpriv.common.errors import check
+from fedpriv.mechanisms.clipping import clip_tensors
+from fedpriv.run.aggregation import AggregateResult
+from fedpriv.run.algorithm import ClientData, TrainContext
 from strategies.fedavg import DPFedAvg
 
 

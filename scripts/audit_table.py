@@ -45,8 +45,8 @@ ROWS = [
 def main() -> None:
     from hydra import compose, initialize_config_dir
 
-    from fedpriv.config import conf_dir, register_schema
-    from fedpriv.runner import run_experiment
+    from fedpriv.run.config import conf_dir, register_schema
+    from fedpriv.run.runner import run_experiment
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="folder for audit_table.json")

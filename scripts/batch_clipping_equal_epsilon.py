@@ -15,8 +15,8 @@ on the whole training set with ``--seeds`` seeds, and the table gives test accur
 SEM, σ, wall time per epoch, the peak memory of training, and ε for groups of g = 1, 2, 4, 8
 records. The test set is used only for the reported accuracy.
 
-Each run is the fedpriv client (``clients.batch_clipping.GeneralizedDPSGD``, built by
-``fedpriv.runner.prepare`` from the Hydra config, one client) trained in one process without
+Each run is the fedpriv client (``clients.generalized_dpsgd.GeneralizedDPSGD``, built by
+``fedpriv.run.runner.prepare`` from the Hydra config, one client) trained in one process without
 Flower: the same ``train_client`` call as a Flower node, its events composed by the run's
 ``RunPrivacy`` ledger. Every run is validated (and σ calibrated) before the first trains;
 ``runs.jsonl``, ``table.md``, ``table.json`` and ``equal_epsilon.png`` are rewritten after
@@ -45,7 +45,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from fedpriv.errors import ConfigError, check
+from fedpriv.common.errors import ConfigError, check
 
 GROUPS = (1, 2, 4, 8)
 VARIANTS = ("shuffle:1", "shuffle:4", "shuffle:16", "shuffle:64", "subsample:64")
@@ -111,11 +111,11 @@ def overrides(args: argparse.Namespace, row: Row, split: str, lr: float, seed: i
 
 
 def prepared(args: argparse.Namespace, row: Row, split: str, lr: float, seed: int) -> dict:
-    """The resolved run config of one run (validated, σ calibrated) by ``fedpriv.runner``."""
+    """The resolved run config of one run (validated, σ calibrated) by ``fedpriv.run.runner``."""
     from hydra import compose, initialize_config_dir
 
-    from fedpriv.config import conf_dir, register_schema
-    from fedpriv.runner import prepare
+    from fedpriv.run.config import conf_dir, register_schema
+    from fedpriv.run.runner import prepare
 
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
@@ -321,8 +321,8 @@ def client_setup(cfg: dict) -> tuple[Any, Any, Any]:
     """The run's device, client 0's data (the whole training set) and the seeded model."""
     import torch
 
-    from fedpriv.algorithm import ClientData
-    from fedpriv.setup import build_model_for, client_partition, resolve_device
+    from fedpriv.run.algorithm import ClientData
+    from fedpriv.run.setup import build_model_for, client_partition, resolve_device
 
     device = resolve_device(cfg)
     x, y = client_partition(cfg, 0)
@@ -336,10 +336,10 @@ def train_one(cfg: dict, split: str, val_size: int) -> dict[str, Any]:
     wall time per epoch (s) and peak training memory (MiB)."""
     import time
 
-    from fedpriv import client_app
-    from fedpriv.evaluate import evaluate
-    from fedpriv.privacy import RunPrivacy
-    from fedpriv.setup import build_algorithm
+    from fedpriv.models.evaluate import evaluate
+    from fedpriv.run import client_app
+    from fedpriv.run.run_privacy import RunPrivacy
+    from fedpriv.run.setup import build_algorithm
 
     algorithm = build_algorithm(cfg)
     device, data, model = client_setup(cfg)
@@ -369,8 +369,8 @@ def measure_cost(cfg: dict, steps: int) -> dict[str, Any]:
     per epoch (``N // (m s)`` rounds), milliseconds per step, MiB above the baseline."""
     import time
 
-    from fedpriv import client_app
-    from fedpriv.setup import build_algorithm
+    from fedpriv.run import client_app
+    from fedpriv.run.setup import build_algorithm
 
     per_epoch = build_algorithm(cfg).rounds_per_epoch
     device, data, model = client_setup(cfg)

@@ -39,11 +39,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpriv.clipping import clip_tensors
 from fedpriv.data.images import load_mnist
-from fedpriv.models import build_model
-from fedpriv.persample import clipped_grad_sum
-from fedpriv.samplers import ShuffleSampler, SubsampleSampler
+from fedpriv.mechanisms.clipping import clip_tensors
+from fedpriv.mechanisms.persample import clipped_grad_sum
+from fedpriv.mechanisms.samplers import ShuffleSampler, SubsampleSampler
+from fedpriv.models.zoo import build_model
 
 LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0)
 NOISES = ("accounted", "paper-code", "none")

@@ -31,9 +31,9 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 
 from fedpriv.accounting.gdp import gdp_mu
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.errors import ConfigError, check
-from fedpriv.runner import prepare, run_experiment
+from fedpriv.common.errors import ConfigError, check
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.runner import prepare, run_experiment
 
 GROUPS = (1, 2, 4, 8)
 

@@ -59,7 +59,7 @@ def command(row: str) -> list[str]:
 
 def run(row: str) -> None:
     """Run one row with the project's CLI (same interpreter)."""
-    args = [sys.executable, "-m", "fedpriv.cli", *command(row)[1:]]
+    args = [sys.executable, "-m", "fedpriv.cli.experiment", *command(row)[1:]]
     subprocess.run(args, cwd=REPO, check=True)
 
 

@@ -67,7 +67,9 @@ def run_one(out: Path, sampler: str, target: float, extra: list[str]) -> dict[st
         *extra,
     ]
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "fedpriv.cli", *args], cwd=REPO, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedpriv.cli.experiment", *args], cwd=REPO, check=False
+    )
     row: dict[str, Any] = {"sampler": sampler, "target_epsilon": target, "status": "failed"}
     results = run_dir / "results.json"
     if proc.returncode == 0 and results.exists():

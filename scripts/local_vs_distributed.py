@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.accounting import bisect_noise, secagg_dpsgd
-from fedpriv.errors import check
+from fedpriv.common.errors import check
 
 #: The paper's Table 1 (Appendix A.7): (label, local steps, parties, σ total, avg model ε), printed
 #: to 2 decimals (σ) and 2-3 significant digits (ε). The N = 1 rows' ε = 5.0 is the calibration

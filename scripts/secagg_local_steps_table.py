@@ -33,8 +33,8 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.runner import run_experiment
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.runner import run_experiment
 
 #: Hydra overrides of the "1 local step" variant of each experiment; "1 local epoch" is the
 #: experiment config itself. Fashion-MNIST: expected batch 128 of a client's 6,000 rows

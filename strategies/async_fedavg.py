@@ -30,8 +30,8 @@ import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fedpriv.aggregation import RoundFailed
-from fedpriv.errors import check
+from fedpriv.common.errors import check
+from fedpriv.run.aggregation import RoundFailed
 from strategies.fedavg import DPFedAvg, ServerJob, wait_for_nodes
 
 
@@ -104,7 +104,7 @@ class AsyncDPFedAvg(DPFedAvg):
         which its round events do not account)."""
         super().check_algorithm(algorithm)
         if getattr(algorithm, "privacy_unit", "record") == "client":
-            from fedpriv.errors import ConfigError
+            from fedpriv.common.errors import ConfigError
 
             raise ConfigError(
                 "strategy", "async_fedavg", "cannot run client-level DP: use strategy=fedavg"

@@ -1,8 +1,8 @@
 """DP FedAvg with secure aggregation: every client trains each round, the aggregator reveals
 only the sum of their updates, the server adds its mean (third paper, Alg. 1, server side).
 
-Each round's cohort (every client, or a Poisson / fixed-size sample, :mod:`fedpriv.cohort`)
-trains on worker nodes that host many virtual clients (:mod:`fedpriv.engine`). The mean
+Each round's cohort (every client, or a Poisson / fixed-size sample, :mod:`fedpriv.mechanisms.client_sampling`)
+trains on worker nodes that host many virtual clients (:mod:`fedpriv.run.engine`). The mean
 divides by the public expected cohort size (``num_clients`` when all train) — never by
 client-reported weights, nor by the number of clients that survived a round (dropouts,
 non-finite updates) — so neither a client's claim about itself nor who dropped out can change
@@ -20,12 +20,12 @@ import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fedpriv.aggregation import AggregateResult, Aggregator, RoundFailed
-from fedpriv.engine import check_pull_interval
+from fedpriv.run.aggregation import AggregateResult, Aggregator, RoundFailed
+from fedpriv.run.engine import check_pull_interval
 
 
 class ServerJob(Protocol):
-    """What a strategy needs from the run (implemented by :class:`fedpriv.runner.Job`)."""
+    """What a strategy needs from the run (implemented by :class:`fedpriv.run.runner.Job`)."""
 
     num_clients: int
     num_nodes: int
@@ -125,7 +125,7 @@ class DPFedAvg:
 
     def __post_init__(self) -> None:
         from fedpriv.accounting.spec import parse_enum
-        from fedpriv.errors import check
+        from fedpriv.common.errors import check
 
         check(self.server_lr > 0, "strategy.server_lr", self.server_lr, "must be > 0")
         check_pull_interval(self.pull_interval)
@@ -141,7 +141,7 @@ class DPFedAvg:
     def check_algorithm(self, algorithm: object) -> None:
         """Refuse, before training, a client algorithm that needs its own server (check-ins)."""
         if hasattr(algorithm, "query_handler"):
-            from fedpriv.errors import ConfigError
+            from fedpriv.common.errors import ConfigError
 
             raise ConfigError("client", type(algorithm).__name__, "needs strategy=checkin")
 

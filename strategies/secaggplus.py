@@ -2,7 +2,7 @@
 
 The server runs Flower's :class:`flwr.server.workflow.SecAggPlusWorkflow` (in flwr 1.42 a
 legacy workflow: it reads a ``LegacyContext`` and a legacy ``Strategy``), and each client
-runs ``flwr.client.mod.secaggplus_mod`` (registered by :data:`fedpriv.secagg.SECAGG_MODS`).
+runs ``flwr.client.mod.secaggplus_mod`` (registered by :data:`fedpriv.run.secagg_codec.SECAGG_MODS`).
 Only the sum of the clients' masked vectors is ever unmasked (Bell et al. 2020, SecAgg+).
 
 How integers pass through exactly. The workflow is built for float models: a client clips a
@@ -45,9 +45,9 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
-from fedpriv.aggregation import AggregateResult, Aggregator, RoundFailed
-from fedpriv.errors import ConfigError, check
-from fedpriv.secagg import (
+from fedpriv.common.errors import ConfigError, check
+from fedpriv.run.aggregation import AggregateResult, Aggregator, RoundFailed
+from fedpriv.run.secagg_codec import (
     BITS_KEY,
     CONTENT_KEY,
     LAYOUT_KEY,
@@ -146,12 +146,12 @@ class SecAggPlusAggregator(Aggregator):
     """Sum integer client updates with Flower's SecAgg+ protocol; exact, like the ideal sum.
 
     Declares ``requires_integer_updates`` (its ``bits`` must equal the client's) and
-    ``uses_secagg_mods`` (every client registers :data:`fedpriv.secagg.SECAGG_MODS`).
+    ``uses_secagg_mods`` (every client registers :data:`fedpriv.run.secagg_codec.SECAGG_MODS`).
 
     Every client's ``update`` arrays must hold integers in ``[0, 2**bits)`` (e.g. Skellam
-    residues, :meth:`fedpriv.skellam.SkellamMechanism.encode`); the returned ``total`` is their
+    residues, :meth:`fedpriv.mechanisms.skellam_noise.SkellamMechanism.encode`); the returned ``total`` is their
     exact int64 sum over the clients that survived the protocol (reduce it modulo
-    ``2**bits`` to decode). The round's clients must register :data:`fedpriv.secagg.SECAGG_MODS`.
+    ``2**bits`` to decode). The round's clients must register :data:`fedpriv.run.secagg_codec.SECAGG_MODS`.
 
     Parameters
     ----------

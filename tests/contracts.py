@@ -34,8 +34,8 @@ from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from scipy.stats import norm
 
 from fedpriv.accounting.ledger import IncompatibleEventsError, PrivacyLedger
-from fedpriv.errors import ConfigError
-from fedpriv.wire import METRICS_KEY, UPDATE_KEY
+from fedpriv.common.errors import ConfigError
+from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
 
 # --------------------------------------------------------------------------- closed forms
 
@@ -283,7 +283,7 @@ def _compose_json(overrides: tuple[str, ...]) -> str:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from fedpriv.config import conf_dir, register_schema
+    from fedpriv.run.config import conf_dir, register_schema
 
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
@@ -378,12 +378,12 @@ class ClientAlgorithmContract:
         return compose_config([*BASE, *self.overrides, *extra])
 
     def build(self, cfg: dict[str, Any]) -> Any:
-        from fedpriv.setup import build_algorithm
+        from fedpriv.run.setup import build_algorithm
 
         return build_algorithm(cfg)
 
     def measurement_config(self, partition: str, shared_data: Any) -> dict[str, Any]:
-        from fedpriv.setup import partitions
+        from fedpriv.run.setup import partitions
 
         extra = [*PARTITIONS[partition], *self.partition_overrides.get(partition, [])]
         if partition == "natural":
@@ -400,9 +400,9 @@ class ClientAlgorithmContract:
     def reply_bytes(
         algorithm: Any, cfg: dict[str, Any], x: np.ndarray, y: np.ndarray, pid: int, seed: int
     ) -> bytes:
-        from fedpriv.algorithm import ClientData, TrainContext
-        from fedpriv.noise import make_generator
-        from fedpriv.setup import build_model_for
+        from fedpriv.mechanisms.noise import make_generator
+        from fedpriv.run.algorithm import ClientData, TrainContext
+        from fedpriv.run.setup import build_model_for
 
         model = build_model_for(cfg)
         data = ClientData(torch.from_numpy(x), torch.from_numpy(y), pid)
@@ -417,10 +417,10 @@ class ClientAlgorithmContract:
 
     @staticmethod
     def released_sum(algorithm: Any, cfg: dict[str, Any], replies: list[bytes]) -> np.ndarray:
-        """Sum the parsed replies as ``fedpriv.aggregation.sum_replies`` does, decode the
+        """Sum the parsed replies as ``fedpriv.run.aggregation.sum_replies`` does, decode the
         sum with ``algorithm.decode_sum``, flatten (float64)."""
-        from fedpriv.aggregation import sum_replies
-        from fedpriv.setup import build_model_for
+        from fedpriv.run.aggregation import sum_replies
+        from fedpriv.run.setup import build_model_for
 
         result = sum_replies([parse_reply(r) for r in replies])
         shapes = {k: tuple(p.shape) for k, p in build_model_for(cfg).named_parameters()}
@@ -430,7 +430,7 @@ class ClientAlgorithmContract:
     def neighbour_data(
         self, cfg: dict[str, Any], pid: int, x: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        from fedpriv.setup import run_dataset
+        from fedpriv.run.setup import run_dataset
 
         if self.neighbour == "remove":
             return x[:-1], y[:-1]
@@ -462,7 +462,7 @@ class ClientAlgorithmContract:
         its neighbouring data, same noise seeds (every other client's reply is unchanged, so
         the same bytes are summed). Effective σ = noise std / L2 norm of the influence.
         """
-        from fedpriv.setup import build_model_for, client_partition
+        from fedpriv.run.setup import build_model_for, client_partition
 
         algorithm = self.build(cfg)
         sigma = accounted_sigma(algorithm.round_events())
@@ -540,7 +540,7 @@ class ClientAlgorithmContract:
     def test_calibration_meets_the_target(self, accountant: str, conversion: str) -> None:
         """Issue 11 item 2: after ``calibrated`` the run's ε (RunPrivacy over num_rounds
         rounds, with the run's accountant and conversion) is <= target and within 1%."""
-        from fedpriv.privacy import RunPrivacy
+        from fedpriv.run.run_privacy import RunPrivacy
 
         cfg = self.config(
             [
@@ -565,7 +565,7 @@ class ClientAlgorithmContract:
 
     def test_noise_draws_equal_events(self) -> None:
         """Issue 11: the ``noise_draws`` train metric = the count of one round's events."""
-        from fedpriv.setup import client_partition
+        from fedpriv.run.setup import client_partition
 
         cfg = self.config()
         algorithm = self.build(cfg)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedpriv.accounting import bisect_noise, calibrate_noise_multiplier, poisson_gaussian_epsilon
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from fedpriv.accounting import cli, poisson_gaussian_epsilon
+from fedpriv.accounting import poisson_gaussian_epsilon
 from fedpriv.accounting.params import Params, parse_assignments
-from fedpriv.errors import ConfigError
+from fedpriv.cli.experiment import account as cli
+from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 PG = [
@@ -221,7 +222,7 @@ def test_registry_is_lazy_and_complete():
 
 def test_console_script_subprocess():
     exe = Path(sys.executable).with_name("fedpriv-account")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fedpriv.accounting.cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fedpriv.cli.account"]
     ok = subprocess.run([*cmd, *PG, "--json"], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "epsilon" in json.loads(ok.stdout)
     bad = subprocess.run(
@@ -296,7 +297,7 @@ def test_one_target_with_the_noise_still_answers(capsys):
 @pytest.mark.parametrize("name", ["client-level", "poisson-gaussian", "gdp", "checkin"])
 def test_analysis_help_lists_its_keys(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     """``fedpriv-account ANALYSIS --help`` prints the analysis's documentation (exit 0)."""
-    from fedpriv.accounting.cli import main
+    from fedpriv.cli.account import main
 
     assert main([name, "--help"]) == 0
     out = capsys.readouterr().out

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fedpriv.accounting import PrivacyLedger, poisson_gaussian_epsilon, poisson_gaussian_event
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.spec import AccountingSpec
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 CASES = [(1.0, 0.01, 1000), (0.8, 0.004, 10_000), (2.0, 0.1, 100), (1.1, 0.02, 3000)]

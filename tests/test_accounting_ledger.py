@@ -19,7 +19,7 @@ from fedpriv.accounting.ledger import (
     event_from_dict,
     event_to_dict,
 )
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 CONFIGS = [("pld", "default"), ("rdp", "default"), ("rdp", "mironov")]
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from fedpriv.accounting import poisson_gaussian_epsilon, secagg_dpsgd
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
@@ -163,8 +163,8 @@ def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
     # give the run's central and local ε: the CLI builds the run's SkellamSpec (same scale
     # rule).
     from fedpriv.accounting.secagg import run_cli
-    from fedpriv.privacy import RunPrivacy
-    from fedpriv.runner import prepare
+    from fedpriv.run.run_privacy import RunPrivacy
+    from fedpriv.run.runner import prepare
     from tests.test_integration import _cfg
 
     run_cfg, algo = prepare(

@@ -19,7 +19,7 @@ from fedpriv.accounting.skellam import (
     skellam_rdp,
 )
 from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 ORDERS = np.arange(2, 33, dtype=float)

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedpriv.aggregation import AggregateResult
-from fedpriv.engine import node_messages
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
+from fedpriv.run.aggregation import AggregateResult
+from fedpriv.run.engine import node_messages
 from strategies.async_fedavg import AsyncDPFedAvg
 
 pytestmark = pytest.mark.usefixtures("task_identity")

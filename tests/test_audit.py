@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedpriv.audit import (
+from fedpriv.common.errors import ConfigError
+from fedpriv.run.audit import (
     AuditKind,
     count_guesses,
     epsilon_lower_bound,
@@ -29,7 +30,6 @@ from fedpriv.audit import (
     record_canaries,
     with_canaries,
 )
-from fedpriv.errors import ConfigError
 from tests.test_client_level import _compose
 
 CLIENT_LEVEL = ["client=client_level", "privacy=client_level", "num_clients=40"]
@@ -117,7 +117,7 @@ def test_gaussian_epsilon_inverts_the_gdp_delta() -> None:
 
 
 def _cfg(overrides: list[str]) -> dict[str, Any]:
-    from fedpriv.runner import prepare
+    from fedpriv.run.runner import prepare
 
     return prepare(_compose(overrides))[0]
 
@@ -131,7 +131,7 @@ def test_inclusion_is_seeded_and_fair() -> None:
 
 def test_inclusion_is_its_own_stream() -> None:
     """The inclusion draw is not the stream a client's noise seeds from ``(seed, round, id)``
-    (``fedpriv.client_app.client_context``) for any small round and id."""
+    (``fedpriv.run.client_app.client_context``) for any small round and id."""
     a = inclusion(0, 1000)
     for r in range(3):
         for pid in range(10):
@@ -143,7 +143,7 @@ def test_record_canaries_are_spread_over_clients_and_off_the_data() -> None:
     cfg = _cfg(["audit=canaries", "model=logistic"])
     canaries = record_canaries(cfg)
     assert canaries.m == 1000 and canaries.x.shape == (1000, 1, 28, 28)
-    from fedpriv.setup import client_partition, run_dataset
+    from fedpriv.run.setup import client_partition, run_dataset
 
     x, y = client_partition(cfg, 3)
     xt, yt = with_canaries(cfg, 3, torch.from_numpy(x), torch.from_numpy(y))
@@ -164,9 +164,9 @@ def test_record_canaries_are_spread_over_clients_and_off_the_data() -> None:
 def test_canary_clients_enter_the_sum_before_release() -> None:
     """Client level, all sampling: a zero sum becomes C Σ_{j included} u_j (to 1e-5: float32
     sums); the included canaries' cosines with it are the larger ones (every guess right)."""
-    from fedpriv.audit import RunAudit
-    from fedpriv.runner import prepare
-    from fedpriv.setup import build_model_for
+    from fedpriv.run.audit import RunAudit
+    from fedpriv.run.runner import prepare
+    from fedpriv.run.setup import build_model_for
 
     cfg, algorithm = prepare(
         _compose(["audit=canaries", "model=logistic", *CLIENT_LEVEL, "privacy.clipping_norm=2"])
@@ -232,7 +232,7 @@ README_TOL = 0.1
 
 
 def _run(tmp_path: Path, overrides: list[str]) -> tuple[list[dict[str, str]], dict[str, Any]]:
-    from fedpriv.runner import run_experiment
+    from fedpriv.run.runner import run_experiment
 
     summary = run_experiment(_compose([*RUN, *overrides]), tmp_path)
     assert summary["status"] == "complete"
@@ -245,8 +245,8 @@ def _run(tmp_path: Path, overrides: list[str]) -> tuple[list[dict[str, str]], di
 
 def _accounted(overrides: list[str]) -> list[float]:
     """The ε path of the same run WITHOUT audit, from its algorithm's events alone."""
-    from fedpriv.privacy import RunPrivacy
-    from fedpriv.runner import prepare
+    from fedpriv.run.run_privacy import RunPrivacy
+    from fedpriv.run.runner import prepare
 
     cfg, algorithm = prepare(_compose([o for o in (*RUN, *overrides) if o != "audit=canaries"]))
     privacy = RunPrivacy(algorithm, cfg["privacy"])

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting import gdp
 from fedpriv.accounting.ledger import IncompatibleEventsError, PrivacyLedger
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 
 # --------------------------------------------------------------------------- brute force

@@ -15,16 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from clients import batch_clipping
-from clients.batch_clipping import GeneralizedDPSGD, step_size
-from clients.dpsgd import LocalDPSGD
+from clients import generalized_dpsgd as batch_clipping
+from clients.generalized_dpsgd import GeneralizedDPSGD, step_size
+from clients.local_dpsgd import LocalDPSGD
 from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting import gdp
-from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.errors import ConfigError
-from fedpriv.models import build_model
-from fedpriv.runner import prepare, run_experiment
+from fedpriv.common.errors import ConfigError
+from fedpriv.models.zoo import build_model
+from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.runner import prepare, run_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["progress=false", "ray_init_args.num_cpus=2", "plot=false", "save_model=false"]
@@ -325,7 +325,8 @@ def test_sampler_shorthand_sets_the_client_sampler() -> None:
     with pytest.raises(ConfigError) as info:
         prepare(_cfg(["sampler=shuffle"]))  # the default client (LocalDPSGD) has no sampler
     assert (
-        str(info.value) == "client.sampler='shuffle' is not a parameter of clients.dpsgd.LocalDPSGD"
+        str(info.value)
+        == "client.sampler='shuffle' is not a parameter of clients.local_dpsgd.LocalDPSGD"
     )
 
 

@@ -1,6 +1,6 @@
 """Issue 11, item 1, for the batch-clipping family: measured from the SERIALIZED replies.
 
-Every client's reply is built by ``fedpriv.client_app.train_handler`` (as a Flower run builds
+Every client's reply is built by ``fedpriv.run.client_app.train_handler`` (as a Flower run builds
 it) and round-tripped through Flower 1.42's protobuf serde (``recorddict_to_proto`` /
 ``recorddict_from_proto``). From those bytes we measure, for every client of IID, Dirichlet
 (alpha = 0.05: sizes 2 ... 1196) and natural (ACSIncome states WY, VT, AL: 2451 ... 17814
@@ -34,13 +34,13 @@ from flwr.app import Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from hydra import compose, initialize_config_dir
 
-import fedpriv.client_app as app
-from fedpriv.algorithm import ClientData
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.engine import node_messages
-from fedpriv.runner import prepare
-from fedpriv.setup import build_model_for, client_partition, partitions
-from fedpriv.wire import METRICS_KEY, UPDATE_KEY
+import fedpriv.run.client_app as app
+from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
+from fedpriv.run.algorithm import ClientData
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.engine import node_messages
+from fedpriv.run.runner import prepare
+from fedpriv.run.setup import build_model_for, client_partition, partitions
 
 SIGMA, CLIP, LR = 1.3, 0.5, 0.1
 ACS = "acs-income/feda4fair_cross_silo_value_2018"

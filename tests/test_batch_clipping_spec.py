@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from clients.batch_clipping import GeneralizedDPSGD
+from clients.generalized_dpsgd import GeneralizedDPSGD
 from fedpriv.accounting import batch_clipping as bc
-from fedpriv.accounting.cli import main as cli_main
-from fedpriv.accounting.cli import run as cli_run
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
 from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation
-from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.errors import ConfigError
-from fedpriv.models import build_model
-from fedpriv.privacy import RunPrivacy
-from fedpriv.samplers import SamplerKind
+from fedpriv.cli.account import main as cli_main
+from fedpriv.cli.account import run as cli_run
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.samplers import SamplerKind
+from fedpriv.models.zoo import build_model
+from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.run.run_privacy import RunPrivacy
 
 ACCOUNTING = [("pld", "default"), ("rdp", "default"), ("rdp", "mironov")]
 
@@ -212,8 +212,8 @@ def test_issue_command_calibrates_to_the_target_through_the_runner() -> None:
     #  num_rounds=3`: the run's final epsilon is <= 3 and within 1 %
     from hydra import compose, initialize_config_dir
 
-    from fedpriv.config import conf_dir, register_schema
-    from fedpriv.runner import prepare
+    from fedpriv.run.config import conf_dir, register_schema
+    from fedpriv.run.runner import prepare
 
     register_schema()
     overrides = [

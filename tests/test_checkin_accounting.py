@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fedpriv.accounting import checkin as ci
 from fedpriv.accounting.ledger import PrivacyLedger
 from fedpriv.accounting.shuffle import shuffle_epsilon
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 mp.mp.dps = 40
 E = mp.e

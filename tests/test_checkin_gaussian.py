@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from fedpriv.accounting import cli
 from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.checkin_gaussian import (
     ALLOCATION_BOUND,
@@ -25,7 +24,8 @@ from fedpriv.accounting.checkin_gaussian import (
     CheckinGaussianSpec,
 )
 from fedpriv.accounting.spec import AccountingSpec
-from fedpriv.errors import ConfigError
+from fedpriv.cli.experiment import account as cli
+from fedpriv.common.errors import ConfigError
 from tests.contracts import EventContract
 
 
@@ -215,7 +215,7 @@ RUN = [
 def _cfg(extra: list[str]) -> Any:
     from hydra import compose, initialize_config_dir
 
-    from fedpriv.config import conf_dir, register_schema
+    from fedpriv.run.config import conf_dir, register_schema
 
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
@@ -223,9 +223,9 @@ def _cfg(extra: list[str]) -> Any:
 
 
 def _run_in_process(tmp_path: Any, extra: list[str]) -> dict[str, Any]:
-    from fedpriv.display import RoundDisplay
-    from fedpriv.results import RunRecorder
-    from fedpriv.runner import Job, prepare, run_layout
+    from fedpriv.report.display import RoundDisplay
+    from fedpriv.report.results import RunRecorder
+    from fedpriv.run.runner import Job, prepare, run_layout
     from tests.test_checkin_workers import InProcessGrid, Recording
 
     cfg, algorithm = prepare(_cfg(extra))
@@ -251,7 +251,7 @@ def test_run_accounts_the_spec_and_clients_send_clipped_unnoised_updates(
     ledger's ε is the spec's (rel. 1e-12); every check-in of a slot is asked (updates used =
     check-ins); each sent update has L2 norm <= C (float32 rounding: 1e-6) and some reach C
     (so no local noise and no missing clip); results' privacy block shows both routes."""
-    from clients.checkin import CheckinGaussianClient
+    from clients.checkin_clients import CheckinGaussianClient
 
     out = _run_in_process(tmp_path, [])
     algo = out["algorithm"]
@@ -280,8 +280,8 @@ def test_slot_release_noise_is_what_the_events_claim() -> None:
     counts as a dummy."""
     import torch
 
-    from clients.checkin import CheckinGaussianClient
-    from strategies.checkin import CheckinStrategy, SlotTask
+    from clients.checkin_clients import CheckinGaussianClient
+    from strategies.checkin_server import CheckinStrategy, SlotTask
 
     privacy = {
         "noise_multiplier": 1.5,
@@ -305,7 +305,7 @@ def test_slot_release_noise_is_what_the_events_claim() -> None:
 
 
 def test_run_calibrates_sigma_to_the_target_within_one_percent(task_identity: None) -> None:
-    from fedpriv.runner import prepare
+    from fedpriv.run.runner import prepare
 
     cfg, algo = prepare(
         _cfg(["privacy.noise_multiplier=null", "privacy.target_epsilon=3", "num_rounds=2"])
@@ -329,7 +329,7 @@ def test_run_calibrates_sigma_to_the_target_within_one_percent(task_identity: No
     ],
 )
 def test_run_refuses_bad_input_naming_the_field(extra: list[str], field: str) -> None:
-    from fedpriv.runner import prepare
+    from fedpriv.run.runner import prepare
 
     with pytest.raises(ConfigError) as err:
         prepare(_cfg(extra))
@@ -339,7 +339,7 @@ def test_run_refuses_bad_input_naming_the_field(extra: list[str], field: str) ->
 def test_local_checkin_client_points_central_noise_to_its_client() -> None:
     """``client=checkin client.noise=central_gaussian`` is refused, naming the field and the
     client that runs it (nothing silently falls back to local randomizers)."""
-    from clients.checkin import CheckinClient
+    from clients.checkin_clients import CheckinClient
 
     with pytest.raises(ConfigError, match="client=checkin_gaussian") as err:
         CheckinClient(noise="central_gaussian", privacy={"local_epsilon": 1.0}, num_clients=4)
@@ -353,7 +353,7 @@ def test_flower_run_writes_both_routes_to_results_json(tmp_path: Any, task_ident
     is null with its reason."""
     import json
 
-    from fedpriv.runner import run_experiment
+    from fedpriv.run.runner import run_experiment
 
     summary = run_experiment(_cfg(["num_rounds=1"]), tmp_path / "run")
     assert summary["status"] == "complete"

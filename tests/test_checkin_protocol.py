@@ -16,17 +16,17 @@ import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from hydra import compose, initialize_config_dir
 
-from clients.checkin import CheckinClient
+from clients.checkin_clients import CheckinClient
 from fedpriv.accounting.checkin import CheckinEvent, PoissonLocalEvent, expected_dummy_updates
 from fedpriv.accounting.gdp import analytic_gaussian_sigma
-from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.errors import ConfigError
-from fedpriv.randomizers import LocalRandomizer
-from fedpriv.runner import prepare, run_experiment
-from fedpriv.wire import ABSTAIN, CHECKIN_KEY
-from strategies import checkin as server
-from strategies.checkin import CheckinStrategy, occupancy, plan_pass, update_slots
+from fedpriv.common.errors import ConfigError
+from fedpriv.common.wire import ABSTAIN, CHECKIN_KEY
+from fedpriv.mechanisms.checkin_draw import checkin_rng, checkin_window, draw_checkin
+from fedpriv.mechanisms.randomizers import LocalRandomizer
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.runner import prepare, run_experiment
+from strategies import checkin_server as server
+from strategies.checkin_server import CheckinStrategy, occupancy, plan_pass, update_slots
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["client=checkin", "privacy=checkin", "strategy=checkin", "model=logistic"]
@@ -140,7 +140,7 @@ class FakeGrid:
     def send_and_receive(
         self, messages: list[Message], timeout: float | None = None
     ) -> list[Message]:
-        from fedpriv.engine import named_clients, row_blocks, stacked_reply
+        from fedpriv.run.engine import named_clients, row_blocks, stacked_reply
 
         self.calls += 1
         self.messages.append(len(messages))
@@ -279,8 +279,8 @@ def test_worker_answers_each_clients_own_checkin_and_refuses_other_slots(
     other = slots[2] % 5 + 1
     from flwr.app import ArrayRecord
 
-    from fedpriv.engine import client_rows
-    from fedpriv.setup import build_model_for
+    from fedpriv.run.engine import client_rows
+    from fedpriv.run.setup import build_model_for
 
     state = ArrayRecord({k: v.detach() for k, v in build_model_for(cfg).state_dict().items()})
     train = Message(

@@ -24,17 +24,17 @@ from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from flwr.supercore.task_identity import TaskIdentity
 from hydra import compose, initialize_config_dir
 
-from clients.checkin import CheckinClient, mean_cross_entropy, slot_update
+from clients.checkin_clients import CheckinClient, mean_cross_entropy, slot_update
 from fedpriv.accounting import checkin as ci
-from fedpriv.accounting.cli import main
 from fedpriv.accounting.spec import AccountingSpec
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.errors import ConfigError
-from fedpriv.noise import make_generator
-from fedpriv.privacy import RunPrivacy
-from fedpriv.randomizers import LocalRandomizer, RandomizerKind
-from fedpriv.runner import prepare
-from fedpriv.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
+from fedpriv.cli.account import main
+from fedpriv.common.errors import ConfigError
+from fedpriv.common.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
+from fedpriv.mechanisms.noise import make_generator
+from fedpriv.mechanisms.randomizers import LocalRandomizer, RandomizerKind
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.run_privacy import RunPrivacy
+from fedpriv.run.runner import prepare
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["client=checkin", "privacy=checkin", "strategy=checkin", "model=logistic"]
@@ -311,8 +311,8 @@ def test_sent_report_has_the_claimed_noise_and_no_data_dependent_divisor(
             ]
         )
     )
-    from fedpriv.client_app import _client_data
-    from fedpriv.setup import build_model_for
+    from fedpriv.run.client_app import _client_data
+    from fedpriv.run.setup import build_model_for
 
     model = build_model_for(cfg)
     arrays = ArrayRecord({k: v.detach() for k, v in model.state_dict().items()})
@@ -383,12 +383,20 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_imports_go_one_way() -> None:
-    core = ["fedpriv/checkin.py", "fedpriv/randomizers.py", "fedpriv/accounting/checkin.py"]
+    core = [
+        "fedpriv/mechanisms/checkin_draw.py",
+        "fedpriv/mechanisms/randomizers.py",
+        "fedpriv/accounting/checkin.py",
+    ]
     for rel in core:
         bad = {m for m in _imports(REPO / rel) if m.split(".")[0] in ("clients", "strategies")}
         assert not bad, (rel, bad)
-    server = _imports(REPO / "strategies/checkin.py")
+    server = _imports(REPO / "strategies/checkin_server.py")
     assert not {m for m in server if m.split(".")[0] == "clients"}
-    assert "fedpriv.wire" in server
-    client = _imports(REPO / "clients/checkin.py")
-    assert {"fedpriv.checkin", "fedpriv.randomizers", "fedpriv.accounting.checkin"} <= client
+    assert "fedpriv.common.wire" in server
+    client = _imports(REPO / "clients/checkin_clients.py")
+    assert {
+        "fedpriv.mechanisms.checkin_draw",
+        "fedpriv.mechanisms.randomizers",
+        "fedpriv.accounting.checkin",
+    } <= client

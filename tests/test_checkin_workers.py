@@ -2,7 +2,7 @@
 
 For the same seed, ``num_workers=2`` (many virtual clients per worker) and one client per
 worker (``num_workers=num_clients``) give the same check-ins (each client's own draw, the
-same as the node-per-client code: :func:`fedpriv.checkin.checkin_rng`), the same per-slot
+same as the node-per-client code: :func:`fedpriv.mechanisms.checkin_draw.checkin_rng`), the same per-slot
 updates, the same final model and the same ε, for every variant. The per-slot updates are
 summed in check-in (ticket) order whatever the layout, so the comparison is BITWISE.
 
@@ -23,14 +23,14 @@ import pytest
 from flwr.app import Context, Error, Message, MessageType, RecordDict
 from hydra import compose, initialize_config_dir
 
-from fedpriv.checkin import checkin_rng, checkin_window, draw_checkin
-from fedpriv.client_app import _algorithm
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.display import RoundDisplay
-from fedpriv.results import RunRecorder
-from fedpriv.runner import Job, prepare, run_experiment, run_layout
-from fedpriv.wire import ABSTAIN
-from strategies.checkin import CheckinStrategy, SlotTask
+from fedpriv.common.wire import ABSTAIN
+from fedpriv.mechanisms.checkin_draw import checkin_rng, checkin_window, draw_checkin
+from fedpriv.report.display import RoundDisplay
+from fedpriv.report.results import RunRecorder
+from fedpriv.run.client_app import _algorithm
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.runner import Job, prepare, run_experiment, run_layout
+from strategies.checkin_server import CheckinStrategy, SlotTask
 
 BASE = ["client=checkin", "privacy=checkin", "strategy=checkin", "model=logistic"]
 N = 20
@@ -255,7 +255,7 @@ def test_flower_run_agrees_with_the_other_layout(
 def test_checked_in_lookup_contiguous_and_not() -> None:
     from flwr.app import ConfigRecord
 
-    from clients.checkin import CheckinClient
+    from clients.checkin_clients import CheckinClient
 
     def ctx(clients: list[int], slots: list[int], server_round: int = 1) -> Context:
         state = RecordDict(

@@ -24,15 +24,15 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from flwr.common.serde import recorddict_to_proto
 from scipy import integrate, optimize, stats
 
-from clients.client_level import UNCLIPPED_KEY, ClientLevelDPFedAvg
-from fedpriv import client_app
+from clients.client_level_dpfedavg import UNCLIPPED_KEY, ClientLevelDPFedAvg
 from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.spec import AccountingSpec
-from fedpriv.cohort import ClientSampling, CohortSampler
-from fedpriv.engine import client_rows, worker_messages
-from fedpriv.errors import ConfigError
-from fedpriv.runner import prepare
-from fedpriv.setup import build_model_for
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
+from fedpriv.run import client_app
+from fedpriv.run.engine import client_rows, worker_messages
+from fedpriv.run.runner import prepare
+from fedpriv.run.setup import build_model_for
 from tests.contracts import compose_config, parse_reply
 
 
@@ -192,7 +192,7 @@ def _algorithm(extra: list[str]) -> tuple[dict[str, Any], ClientLevelDPFedAvg]:
 def _compose(overrides: list[str]) -> Any:
     from hydra import compose, initialize_config_dir
 
-    from fedpriv.config import conf_dir, register_schema
+    from fedpriv.run.config import conf_dir, register_schema
 
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
@@ -349,7 +349,7 @@ def test_async_strategy_refuses_client_level() -> None:
 
 
 def test_fedpriv_account_client_level_answers_the_run_spec() -> None:
-    from fedpriv.accounting.cli import run
+    from fedpriv.cli.account import run
 
     out = run(
         "client-level",
@@ -381,7 +381,7 @@ def test_fedpriv_account_client_level_answers_the_run_spec() -> None:
 
 def test_compose_config_has_the_client_level_groups() -> None:
     cfg = compose_config(BASE)
-    assert cfg["client"]["_target_"] == "clients.client_level.ClientLevelDPFedAvg"
+    assert cfg["client"]["_target_"] == "clients.client_level_dpfedavg.ClientLevelDPFedAvg"
     assert cfg["privacy"]["clipping_norm"] == 1.0 and torch.__version__
 
 
@@ -401,7 +401,7 @@ def test_skellam_client_level_events_are_fedpriv_account_skellams() -> None:
     """One rounded vector per client per round: the run's ε after 7 rounds equals
     ``fedpriv-account skellam`` with steps=1, sample_rate=1, local_samples=1 and
     max_grad_norm = the clip norm C (rel. 1e-12)."""
-    from fedpriv.accounting.cli import run
+    from fedpriv.cli.account import run
 
     run_cfg, algorithm = prepare(_compose([*SKELLAM, "privacy.clipping_norm=0.5"]))
     ours = algorithm.spec.accounting.epsilon([(e, 7 * n) for e, n in algorithm.round_events()])
@@ -429,8 +429,8 @@ def test_skellam_sum_decodes_to_the_clipped_deltas_plus_sigma_c_noise() -> None:
     """Measured from the serialized integer replies: the decoded modular sum of 6 clients
     minus the sum of their clipped deltas (recomputed with the same generators) has std σC
     (real units, 7850 coordinates, 4 %): the noise the Skellam events claim."""
-    from fedpriv.algorithm import ClientData
-    from fedpriv.client_app import client_context
+    from fedpriv.run.algorithm import ClientData
+    from fedpriv.run.client_app import client_context
 
     run_cfg, algorithm = prepare(
         _compose([*SKELLAM, "privacy.noise_multiplier=2", "privacy.clipping_norm=0.5"])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fedpriv.runner import run_experiment
+from fedpriv.run.runner import run_experiment
 from tests.test_client_level import _compose
 
 SMALL = [
@@ -33,7 +33,7 @@ def test_poisson_adaptive_run_reports_its_spec_epsilon_and_the_clip_norm(tmp_pat
     """Poisson q = 0.25, z = 1, σ_b = 2, γ = 0.5, 3 rounds: results.json's ε equals
     ``fedpriv-account client-level`` on the same settings (rel. 1e-9); metrics.csv holds the
     clip norm of each round, which moves, and the released unclipped fraction."""
-    from fedpriv.accounting.cli import run
+    from fedpriv.cli.account import run
 
     extra = [
         "num_rounds=3",
@@ -102,7 +102,7 @@ def test_skellam_shares_through_secaggplus_report_the_specs_epsilon(tmp_path: Pa
     ]
     summary = run_experiment(_compose(extra), tmp_path)
     assert summary["status"] == "complete"
-    from fedpriv.runner import prepare
+    from fedpriv.run.runner import prepare
 
     _, algorithm = prepare(_compose(extra))
     expected = algorithm.spec.accounting.epsilon([(e, 2 * n) for e, n in algorithm.round_events()])

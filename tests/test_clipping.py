@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.clipping import clip_tensors, global_norm
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.clipping import clip_tensors, global_norm
 
 shapes = st.lists(st.lists(st.integers(1, 4), min_size=0, max_size=3), min_size=1, max_size=4)
 

@@ -1,4 +1,4 @@
-"""Client sampling (:mod:`fedpriv.cohort`): the draws, their statistics, and the bad input a
+"""Client sampling (:mod:`fedpriv.mechanisms.client_sampling`): the draws, their statistics, and the bad input a
 user can type on the command line (one line, exit 2, nothing trained or written)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
-from fedpriv.cohort import ClientSampling, CohortSampler
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -157,7 +157,14 @@ def test_num_clients_below_one_is_refused() -> None:
 
 def _cli(args: list[str], out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "fedpriv.cli", *args, f"hydra.run.dir={out}", "progress=false"],
+        [
+            sys.executable,
+            "-m",
+            "fedpriv.cli.experiment",
+            *args,
+            f"hydra.run.dir={out}",
+            "progress=false",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -331,9 +338,9 @@ def test_values_that_coerce_silently_are_refused(override: str, message: str) ->
     refused before anything trains, naming the field and the value."""
     from hydra import compose, initialize_config_dir
 
-    from fedpriv.config import conf_dir, register_schema
-    from fedpriv.errors import ConfigError
-    from fedpriv.runner import _instantiate, prepare, run_layout
+    from fedpriv.common.errors import ConfigError
+    from fedpriv.run.config import conf_dir, register_schema
+    from fedpriv.run.runner import _instantiate, prepare, run_layout
 
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):

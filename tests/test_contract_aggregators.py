@@ -19,17 +19,17 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, R
 from flwr.common.serde import recorddict_to_proto
 from flwr.serverapp import Grid, ServerApp
 
-from clients.secagg import make_probe_client_app, probe_update
-from fedpriv.aggregation import (
+from clients.secagg_probe import make_probe_client_app, probe_update
+from fedpriv.common.wire import CLIENTS_KEY, CONFIG_KEY, METRICS_KEY, UPDATE_KEY
+from fedpriv.run.aggregation import (
     CLIENT_ERROR,
     NON_FINITE,
     AggregateResult,
     IdealAggregator,
     RoundFailed,
 )
-from fedpriv.engine import named_clients, node_messages, worker_messages
-from fedpriv.secagg import flatten_update
-from fedpriv.wire import CLIENTS_KEY, CONFIG_KEY, METRICS_KEY, UPDATE_KEY
+from fedpriv.run.engine import named_clients, node_messages, worker_messages
+from fedpriv.run.secagg_codec import flatten_update
 from strategies.fedavg import wait_for_nodes
 from strategies.secaggplus import SecAggPlusAggregator
 from tests.contracts import AggregatorContract, parse_reply, serialize_reply

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fedpriv.wire import UPDATE_KEY
+from fedpriv.common.wire import UPDATE_KEY
 from tests.contracts import PARTITIONS, ClientAlgorithmContract, parse_reply
 
 
@@ -103,7 +103,7 @@ class TestCheckinFixed(ClientAlgorithmContract):
         >= the event's noise multiplier. Sampling error of the std from 3 x 7850 Laplace
         draws: about sqrt(5 / (4 * 2 * 7850)) = 0.9% (2 degrees of freedom per coordinate);
         allowed: ``sigma_rtol`` = 5%."""
-        from fedpriv.setup import client_partition
+        from fedpriv.run.setup import client_partition
 
         cfg = self.config(["privacy.clipping_norm=0.001"])
         algorithm = self.build(cfg)
@@ -160,9 +160,9 @@ class _PublicNormalizer:
         return total
 
     def train(self, model: Any, data: Any, ctx: Any) -> tuple[dict[str, Any], dict[str, float]]:
-        from clients.dpsgd import summed_cross_entropy
-        from fedpriv.noise import add_gaussian_noise
-        from fedpriv.persample import clipped_grad_sum
+        from clients.local_dpsgd import summed_cross_entropy
+        from fedpriv.mechanisms.noise import add_gaussian_noise
+        from fedpriv.mechanisms.persample import clipped_grad_sum
 
         sums, _ = clipped_grad_sum(model, summed_cross_entropy, data.x, data.y, self.clip)
         std = self.sigma * self.clip / np.sqrt(self.num_clients)

@@ -16,7 +16,7 @@ from fedpriv.accounting.checkin import CheckinEvent, PoissonLocalEvent
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import INTEGER_ORDERS
 from fedpriv.accounting.skellam import SkellamEvent
-from fedpriv.randomizers import LocalReleaseEvent
+from fedpriv.mechanisms.randomizers import LocalReleaseEvent
 from tests.contracts import EventContract, gaussian_epsilon
 
 DELTA = 1e-5

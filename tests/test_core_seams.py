@@ -22,9 +22,11 @@ from flwr.app import ArrayRecord, Message, MessageType, MetricRecord, RecordDict
 from hydra import compose, initialize_config_dir
 from torch import nn
 
-from clients.dpsgd import LocalDPSGD
+from clients.local_dpsgd import LocalDPSGD
 from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, NoiseSource
-from fedpriv.aggregation import (
+from fedpriv.common.errors import ConfigError
+from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
+from fedpriv.run.aggregation import (
     NON_FINITE,
     AggregateResult,
     Aggregator,
@@ -32,13 +34,11 @@ from fedpriv.aggregation import (
     RoundFailed,
     aggregator_class,
 )
-from fedpriv.algorithm import ClientAlgorithm, ClientData, TrainContext
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.engine import node_messages
-from fedpriv.errors import ConfigError
-from fedpriv.privacy import RunPrivacy
-from fedpriv.runner import Job, dropped_note, header_line, noise_facts, prepare, run_experiment
-from fedpriv.wire import METRICS_KEY, UPDATE_KEY
+from fedpriv.run.algorithm import ClientAlgorithm, ClientData, TrainContext
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.engine import node_messages
+from fedpriv.run.run_privacy import RunPrivacy
+from fedpriv.run.runner import Job, dropped_note, header_line, noise_facts, prepare, run_experiment
 from strategies.fedavg import DPFedAvg
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,7 +113,13 @@ def test_non_finite_config_value_is_refused_naming_the_field(override: str, mess
 def test_cli_refuses_infinite_max_grad_norm_with_one_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "fedpriv.cli", "privacy.max_grad_norm=inf", f"hydra.run.dir={out}"],
+        [
+            sys.executable,
+            "-m",
+            "fedpriv.cli.experiment",
+            "privacy.max_grad_norm=inf",
+            f"hydra.run.dir={out}",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -357,8 +363,8 @@ def test_noise_facts_and_header_line(run_cfg: dict[str, Any]) -> None:
 
 
 def test_skellam_declares_hardened_noise_and_float_clients_do_not() -> None:
-    from clients.batch_clipping import GeneralizedDPSGD
-    from clients.checkin import CheckinClient
+    from clients.checkin_clients import CheckinClient
+    from clients.generalized_dpsgd import GeneralizedDPSGD
     from clients.skellam_dpsgd import SkellamDPSGD
 
     assert SkellamDPSGD.hardened_noise is True
@@ -422,7 +428,7 @@ def test_declared_capability_not_target_name_decides() -> None:
         {"_target_": "strategies.secaggplus.SecAggPlusAggregator"}
     ).uses_secagg_mods
     assert not aggregator_class(
-        {"_target_": "fedpriv.aggregation.IdealAggregator"}
+        {"_target_": "fedpriv.run.aggregation.IdealAggregator"}
     ).uses_secagg_mods
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedpriv.common.errors import ConfigError
 from fedpriv.data import (
     DATASET_NAMES,
     ArrayDataset,
@@ -26,7 +27,6 @@ from fedpriv.data import (
 from fedpriv.data.embedded import EMBEDDED_FILE, EMBEDDED_KEYS, build_subset
 from fedpriv.data.idx import read_idx
 from fedpriv.data.images import FASHION_MNIST_MEAN, FASHION_MNIST_STD, read_idx_dir
-from fedpriv.errors import ConfigError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FMNIST_DIR = SHARED / "fashion-mnist"

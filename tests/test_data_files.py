@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from fedpriv.common.errors import ConfigError
 from fedpriv.data.embedded import EMBEDDED_FILE, read_embedded_arrays
 from fedpriv.data.idx import read_idx
 from fedpriv.data.images import load_mnist
 from fedpriv.data.tabular import load_adult
-from fedpriv.errors import ConfigError
 
 
 def _mnist_copy(shared_data: Path, tmp_path: Path) -> Path:

@@ -16,14 +16,14 @@ from dp_accounting.rdp import RdpAccountant
 
 from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.ledger import INTEGER_ORDERS, PrivacyLedger
-from fedpriv.discrete_gaussian import (
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.lattice_gaussian import (
     LATTICE_BITS,
     add_lattice_gaussian,
     lattice_step,
     sample_discrete_gaussian,
 )
-from fedpriv.errors import ConfigError
-from fedpriv.runner import prepare
+from fedpriv.run.runner import prepare
 from tests.test_faults import _cfg
 
 SECURE = [
@@ -144,7 +144,7 @@ def test_secure_client_level_refuses_what_no_analysis_covers(
 
 
 def test_secure_mode_warns_for_float_noise_clients() -> None:
-    from fedpriv.runner import secure_mode_warning
+    from fedpriv.run.runner import secure_mode_warning
 
     run_cfg, algorithm = prepare(_cfg(["model=logistic", "privacy.secure_mode=true"]))
     line = secure_mode_warning(algorithm, run_cfg["privacy"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedpriv.display import HEADER, fixed, format_row
+from fedpriv.report.display import HEADER, fixed, format_row
 
 BASE = {
     "server_round": 2,

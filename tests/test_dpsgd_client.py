@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from clients.dpsgd import LocalDPSGD
-from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.errors import ConfigError
-from fedpriv.models import build_model
-from fedpriv.noise import make_generator
+from clients.local_dpsgd import LocalDPSGD
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.noise import make_generator
+from fedpriv.models.zoo import build_model
+from fedpriv.run.algorithm import ClientData, TrainContext
 
 
 def _ctx(seed: int = 0) -> TrainContext:

@@ -1,7 +1,7 @@
 """Issue 11, items 2 and 3 for the DP-SGD family (LocalDPSGD, SkellamDPSGD).
 
 * Calibration honours ``privacy.accountant`` AND ``privacy.conversion``: after the run's own
-  calibration (``fedpriv.runner.prepare``), the ε that the run's ledger composes over
+  calibration (``fedpriv.run.runner.prepare``), the ε that the run's ledger composes over
   ``num_rounds`` rounds is <= the target and within 1 % of it.
 * ``fedpriv-account skellam`` given a run's settings prints exactly the run's ε (16, 20, 24
   and 32 bits): one :class:`~fedpriv.accounting.skellam.SkellamSpec` picks the scale for both.
@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 import torch
 
-from clients.dpsgd import LocalDPSGD
+from clients.local_dpsgd import LocalDPSGD
 from clients.skellam_dpsgd import UPDATE_NAME, SkellamDPSGD
-from fedpriv.accounting import cli
-from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.errors import ConfigError
-from fedpriv.models import build_model
-from fedpriv.privacy import RunPrivacy
-from fedpriv.runner import prepare
-from fedpriv.setup import build_algorithm
+from fedpriv.cli.experiment import account as cli
+from fedpriv.common.errors import ConfigError
+from fedpriv.models.zoo import build_model
+from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.run.run_privacy import RunPrivacy
+from fedpriv.run.runner import prepare
+from fedpriv.run.setup import build_algorithm
 from tests.test_integration import _cfg
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -85,7 +85,7 @@ def test_skellam_refuses_pld_in_one_line() -> None:
 
 
 def _to_dict(cfg: Any) -> dict[str, Any]:
-    from fedpriv.runner import to_container
+    from fedpriv.run.runner import to_container
 
     return to_container(cfg)
 

@@ -35,12 +35,12 @@ from flwr.app import ArrayRecord, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
-from clients.dpsgd import LocalDPSGD
-from fedpriv.algorithm import ClientData, TrainContext
-from fedpriv.noise import make_generator
-from fedpriv.runner import to_container
-from fedpriv.setup import build_algorithm, build_model_for, client_partition
-from fedpriv.wire import UPDATE_KEY
+from clients.local_dpsgd import LocalDPSGD
+from fedpriv.common.wire import UPDATE_KEY
+from fedpriv.mechanisms.noise import make_generator
+from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.run.runner import to_container
+from fedpriv.run.setup import build_algorithm, build_model_for, client_partition
 from tests.test_integration import _cfg
 
 SIGMA = 1.2

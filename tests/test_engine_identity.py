@@ -25,11 +25,11 @@ from flwr.app import Context, RecordDict
 from flwr.common.serde import recorddict_to_proto
 from hydra import compose, initialize_config_dir
 
-from fedpriv import client_app
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.engine import client_rows, node_messages, worker_messages
-from fedpriv.runner import prepare, run_experiment
-from fedpriv.setup import build_model_for
+from fedpriv.run import client_app
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.engine import client_rows, node_messages, worker_messages
+from fedpriv.run.runner import prepare, run_experiment
+from fedpriv.run.setup import build_model_for
 from tests.contracts import parse_reply
 
 N = 6

@@ -20,8 +20,8 @@ import pytest
 
 from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting.gdp import gdp_epsilon
+from fedpriv.common.errors import ConfigError
 from fedpriv.data.idx import read_idx
-from fedpriv.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "batch_clipping_equal_epsilon.py"

@@ -19,10 +19,10 @@ import psutil
 import pytest
 from hydra import compose, initialize_config_dir
 
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.errors import ConfigError
-from fedpriv.privacy import RunPrivacy
-from fedpriv.runner import RunFailed, prepare, run_experiment
+from fedpriv.common.errors import ConfigError
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.run_privacy import RunPrivacy
+from fedpriv.run.runner import RunFailed, prepare, run_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["num_clients=4", "model=logistic", "progress=false", "client.steps=2", "plot=false"]
@@ -110,7 +110,7 @@ def test_unknown_round_failure_is_refused() -> None:
 
 def _cli(args: list[str], out: Path, **kw: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "fedpriv.cli", *args, f"hydra.run.dir={out}"],
+        [sys.executable, "-m", "fedpriv.cli.experiment", *args, f"hydra.run.dir={out}"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -144,7 +144,7 @@ def test_default_run_directories_differ_between_processes() -> None:
     code = (
         "from hydra import compose, initialize_config_dir;"
         "from omegaconf import OmegaConf;"
-        "from fedpriv.config import conf_dir, register_schema;register_schema();"
+        "from fedpriv.run.config import conf_dir, register_schema;register_schema();"
         "from hydra.core.utils import setup_globals;setup_globals();"
         "ctx=initialize_config_dir(config_dir=str(conf_dir()), version_base='1.3');ctx.__enter__();"
         "c=compose(config_name='config', return_hydra_config=True);print(c.hydra.run.dir)"
@@ -228,7 +228,7 @@ def test_sigkill_leaves_no_ray_process(tmp_path: Path) -> None:
 
 def test_help_describes_the_fields_of_the_named_groups() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "fedpriv.cli", "client=client_level", "--help"],
+        [sys.executable, "-m", "fedpriv.cli.experiment", "client=client_level", "--help"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -257,7 +257,7 @@ def test_help_describes_the_fields_of_the_named_groups() -> None:
 def test_client_resources_beyond_the_ray_instance_are_named(
     wanted: dict[str, float], message: str
 ) -> None:
-    from fedpriv.ray_session import check_fits
+    from fedpriv.run.ray_session import check_fits
 
     with pytest.raises(ConfigError) as info:
         check_fits({"CPU": 16.0, "memory": 1e9}, wanted)
@@ -266,7 +266,7 @@ def test_client_resources_beyond_the_ray_instance_are_named(
 
 
 def test_ray_address_forms() -> None:
-    from fedpriv.ray_session import probe_address
+    from fedpriv.run.ray_session import probe_address
 
     with pytest.raises(ConfigError, match="must be local, auto, HOST:PORT or ray://HOST:PORT"):
         probe_address("127.0.0.1", 1.0)

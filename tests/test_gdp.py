@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedpriv.accounting import gdp
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 mp.mp.dps = 60
 

@@ -14,9 +14,9 @@ from dp_accounting.pld import pld_privacy_accountant
 from hydra import compose, initialize_config_dir
 
 from fedpriv.accounting.secagg import secagg_dpsgd
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.errors import ConfigError
-from fedpriv.runner import prepare, run_experiment
+from fedpriv.common.errors import ConfigError
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.runner import prepare, run_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -103,7 +103,7 @@ def test_plugin_example_runs(tmp_path: Path) -> None:
         ("privacy.target_epsilon=3", "give exactly one"),
         ("dataset.name=nope", "dataset.name='nope'"),
         ("partition=dirichlet,partition.alpha=0", "partition.alpha=0.0 must be > 0"),
-        ("+client.stpes=3", "client.stpes=3 is not a parameter of clients.dpsgd.LocalDPSGD"),
+        ("+client.stpes=3", "client.stpes=3 is not a parameter of clients.local_dpsgd.LocalDPSGD"),
         (
             "client._target_=nope.Nope",
             "client._target_='nope.Nope' could not be built: Error locating target",
@@ -139,7 +139,13 @@ def test_bad_config_is_refused_before_training(override: str, message: str) -> N
 def test_cli_bad_config_exits_with_one_line(tmp_path: Path, override: str, message: str) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "fedpriv.cli", *override.split(","), f"hydra.run.dir={out}"],
+        [
+            sys.executable,
+            "-m",
+            "fedpriv.cli.experiment",
+            *override.split(","),
+            f"hydra.run.dir={out}",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -1,4 +1,4 @@
-"""How virtual clients map onto Flower nodes (:func:`fedpriv.layout.plan_layout`)."""
+"""How virtual clients map onto Flower nodes (:func:`fedpriv.run.layout.plan_layout`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from fedpriv.cohort import ClientSampling
-from fedpriv.errors import ConfigError
-from fedpriv.layout import cohort_sampler, local_actors, plan_layout
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.client_sampling import ClientSampling
+from fedpriv.run.layout import cohort_sampler, local_actors, plan_layout
 
 
 def _cfg(**top: Any) -> dict[str, Any]:

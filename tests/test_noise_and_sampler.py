@@ -9,10 +9,10 @@ import pytest
 import torch
 from scipy import stats
 
-from clients.dpsgd import LocalDPSGD
-from fedpriv.errors import ConfigError
-from fedpriv.noise import add_gaussian_noise, make_generator
-from fedpriv.samplers import PoissonSampler
+from clients.local_dpsgd import LocalDPSGD
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.noise import add_gaussian_noise, make_generator
+from fedpriv.mechanisms.samplers import PoissonSampler
 
 
 def _chi2_std_interval(n: int, std: float, alpha: float = 1e-4) -> tuple[float, float]:

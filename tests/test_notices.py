@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from fedpriv.notices import RAY_TIP, quiet_known_notices
+from fedpriv.common.notices import RAY_TIP, quiet_known_notices
 
 
 def test_known_flower_notices_dropped_others_kept(caplog: pytest.LogCaptureFixture) -> None:

@@ -13,10 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from fedpriv.errors import ConfigError
-from fedpriv.ghost import batch_clipped_grad, fast_path_blocker, ghost_clipped_grad_sum
-from fedpriv.models import build_model
-from fedpriv.persample import clipped_grad_sum, clipped_group_grad_sum, reference_clipped_grad_sum
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.ghost import batch_clipped_grad, fast_path_blocker, ghost_clipped_grad_sum
+from fedpriv.mechanisms.persample import (
+    clipped_grad_sum,
+    clipped_group_grad_sum,
+    reference_clipped_grad_sum,
+)
+from fedpriv.models.zoo import build_model
 
 RTOL = 1e-9  # float64: paths differ only by summation order
 ATOL = 1e-12

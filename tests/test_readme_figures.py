@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fedpriv.accounting.cli import run as account
-from fedpriv.privacy import RunPrivacy
-from fedpriv.runner import prepare, run_experiment
+from fedpriv.cli.account import run as account
+from fedpriv.run.run_privacy import RunPrivacy
+from fedpriv.run.runner import prepare, run_experiment
 from tests.test_faults import _cfg
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()

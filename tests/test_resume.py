@@ -2,7 +2,7 @@
 model, bit for bit, and the same ε as the run that was never interrupted.
 
 Most runs here use an in-process Flower grid: the real strategy, runner, recorder and the
-real worker handler (:func:`fedpriv.client_app.worker_train_handler`), without Ray, so a
+real worker handler (:func:`fedpriv.run.client_app.worker_train_handler`), without Ray, so a
 process costs no Ray start-up. The kill test starts each run in a process of its own
 (``multiprocessing`` forkserver, modules preloaded) and kills it with SIGKILL at a random
 moment, then resumes it in this process. One slow test kills the real ``fedpriv`` command
@@ -30,10 +30,10 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from fedpriv import checkpoint
-from fedpriv.config import conf_dir, register_schema
-from fedpriv.errors import ConfigError
-from fedpriv.privacy import RunPrivacy
+from fedpriv.common.errors import ConfigError
+from fedpriv.run import checkpoint
+from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.run_privacy import RunPrivacy
 from strategies.fedavg import DPFedAvg
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ class InProcessGrid:
         return list(self.ids)
 
     def send_and_receive(self, messages: list[Any], timeout: float | None = None) -> list[Any]:
-        from fedpriv.client_app import worker_train_handler
+        from fedpriv.run.client_app import worker_train_handler
 
         return [worker_train_handler(self.cfg, self.cfg_json, m) for m in messages]
 
@@ -114,13 +114,13 @@ def in_process(monkeypatch: pytest.MonkeyPatch, task_identity: None) -> None:
 
 
 def _run(run_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    from fedpriv.runner import run_experiment
+    from fedpriv.run.runner import run_experiment
 
     return run_experiment(_cfg(overrides), run_dir)
 
 
 def _resume(run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    from fedpriv.runner import run_experiment
+    from fedpriv.run.runner import run_experiment
 
     return run_experiment(checkpoint.resume_config(run_dir, overrides or []), run_dir)
 
@@ -176,7 +176,7 @@ REAL_SAVE = checkpoint.save
 
 
 def _dies_at(call: int) -> Any:
-    """:func:`fedpriv.checkpoint.save` that dies on its ``call``-th call (1: checkpoint 0),
+    """:func:`fedpriv.run.checkpoint.save` that dies on its ``call``-th call (1: checkpoint 0),
     before anything of that checkpoint is renamed into place."""
     calls = {"n": 0}
 
@@ -275,7 +275,7 @@ def test_resume_refusals_are_one_line(
 LOCK_HOLDER = """
 import sys, time
 from pathlib import Path
-from fedpriv.checkpoint import lock_run
+from fedpriv.run.checkpoint import lock_run
 lock = lock_run(Path(sys.argv[1]))
 print("locked", flush=True)
 time.sleep(60)
@@ -296,7 +296,7 @@ def test_strategy_without_checkpoints_is_refused_naming_it(
     assert not (run_dir / checkpoint.CHECKPOINT_NAME).exists()
     (run_dir / "results.json").write_text('{"status": "failed"}')
     (run_dir / checkpoint.CHECKPOINT_NAME).write_bytes(b"")  # even with a (foreign) file
-    from fedpriv.runner import run_experiment
+    from fedpriv.run.runner import run_experiment
 
     cfg = _cfg(["num_rounds=2", "strategy._target_=tests.test_resume.NotResumable"])
     cfg.resume = str(run_dir)
@@ -311,7 +311,7 @@ def test_strategy_without_checkpoints_is_refused_naming_it(
     )
     assert checkpoint.strategy_resumable("strategies.fedavg.DPFedAvg")
     assert checkpoint.strategy_resumable("strategies.async_fedavg.AsyncDPFedAvg")
-    assert not checkpoint.strategy_resumable("strategies.checkin.CheckinStrategy")
+    assert not checkpoint.strategy_resumable("strategies.checkin_server.CheckinStrategy")
 
 
 def test_async_fedavg_resumes_identically(
@@ -363,14 +363,14 @@ def test_secure_mode_counts_a_round_lost_after_its_release(
         (5, "lost"),
         *[(r, "ok") for r in range(5, 11)],
     ]
-    from fedpriv.runner import prepare
+    from fedpriv.run.runner import prepare
 
     run_cfg, algorithm = prepare(_cfg(extra))
     expected = RunPrivacy(algorithm, run_cfg["privacy"])
     for _ in range(ROUNDS + 2):  # 10 released rounds and 2 lost attempts
         expected.record_round()
     assert res["privacy"]["rounds_released"] == ROUNDS + 2
-    from fedpriv.display import format_row
+    from fedpriv.report.display import format_row
 
     assert format_row(res["rounds"][2]).startswith("    3  round lost: round 3 was started")
     assert res["privacy"]["epsilon"] == pytest.approx(expected.epsilon(), rel=1e-12)
@@ -433,9 +433,9 @@ def test_kill_9_at_20_random_moments_resumes_identically(
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(
         [
-            "fedpriv.runner",
-            "fedpriv.checkpoint",
-            "clients.client_level",
+            "fedpriv.run.runner",
+            "fedpriv.run.checkpoint",
+            "clients.client_level_dpfedavg",
             "strategies.fedavg",
             "tests.test_resume",
             "torch._dynamo",  # imported by the first training step: once, not per child

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpriv.runner import run_experiment
+from fedpriv.run.runner import run_experiment
 from tests.test_faults import TINY, _cfg
 
 STRATEGIES = {

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedpriv.errors import ConfigError
-from fedpriv.samplers import PoissonSampler, ShuffleSampler, SubsampleSampler
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.samplers import PoissonSampler, ShuffleSampler, SubsampleSampler
 
 
 @pytest.mark.parametrize(("n", "m", "s"), [(60, 3, 4), (61, 2, 5), (7, 7, 1), (10, 1, 10)])
@@ -80,7 +80,7 @@ def test_sampler_bad_sizes(cls: type) -> None:
 
 def test_sampler_kind_is_the_closed_set() -> None:
     from fedpriv.accounting.spec import parse_enum
-    from fedpriv.samplers import SamplerKind
+    from fedpriv.mechanisms.samplers import SamplerKind
 
     assert [k.value for k in SamplerKind] == ["shuffle", "subsample", "poisson"]
     assert SamplerKind("poisson") == "poisson"  # StrEnum: configs keep their spelling

@@ -15,7 +15,7 @@ import pytest
 from opacus.accountants.analysis.rdp import compute_rdp
 
 from fedpriv.accounting import PrivacyLedger
-from fedpriv.runner import prepare
+from fedpriv.run.runner import prepare
 from tests.test_integration import _cfg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))

@@ -11,8 +11,8 @@ from clients.skellam_dpsgd import SkellamDPSGD
 from fedpriv.accounting.ledger import PrivacyLedger
 from fedpriv.accounting.secagg import secagg_dpsgd
 from fedpriv.accounting.skellam import SkellamEvent
-from fedpriv.errors import ConfigError
-from fedpriv.runner import prepare, run_experiment
+from fedpriv.common.errors import ConfigError
+from fedpriv.run.runner import prepare, run_experiment
 from tests.test_integration import _cfg
 
 SKELLAM = [

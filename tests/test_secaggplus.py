@@ -35,10 +35,10 @@ from flwr.serverapp import Grid, ServerApp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clients.secagg import make_probe_client_app, probe_update
-from fedpriv.aggregation import IdealAggregator, RoundFailed
-from fedpriv.errors import ConfigError
-from fedpriv.secagg import (
+from clients.secagg_probe import make_probe_client_app, probe_update
+from fedpriv.common.errors import ConfigError
+from fedpriv.run.aggregation import IdealAggregator, RoundFailed
+from fedpriv.run.secagg_codec import (
     flatten_update,
     join_limb_means,
     limb_bits_for,

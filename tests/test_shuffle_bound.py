@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 
 from fedpriv.accounting import checkin as ci
 from fedpriv.accounting import shuffle as sh
-from fedpriv.accounting.cli import main
-from fedpriv.errors import ConfigError
+from fedpriv.cli.account import main
+from fedpriv.common.errors import ConfigError
 
 # (n, eps0, delta, T) -> reference's numericalanalysis(n, eps0, delta, T, step=1, upper=True)
 # with the typo fixed (ca_fixed); the unmodified reference gives the same digits except where

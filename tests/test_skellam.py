@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.linalg import hadamard
 
-from fedpriv.errors import ConfigError
-from fedpriv.skellam import (
+from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.skellam_noise import (
     SkellamMechanism,
     _fwht,
     centered_mod,

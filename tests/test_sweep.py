@@ -24,8 +24,8 @@ import dp_accounting
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
-from fedpriv.runner import ray_init_args
-from fedpriv.sweep import job_command
+from fedpriv.run.runner import ray_init_args
+from fedpriv.run.sweep import job_command
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -137,7 +137,7 @@ def cluster() -> Iterator[str]:
 def _fedpriv(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     return subprocess.run(
-        [sys.executable, "-m", "fedpriv.cli", *args],
+        [sys.executable, "-m", "fedpriv.cli.experiment", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -278,7 +278,7 @@ def test_job_command_gives_each_job_its_own_sized_ray_instance() -> None:
         Path("/abs/sweep/3"),
         cpus=2,
     )
-    assert cmd[1:3] == ["-m", "fedpriv.cli"]
+    assert cmd[1:3] == ["-m", "fedpriv.cli.experiment"]
     assert cmd[3:] == [
         "seed=1",
         "hydra.run.dir='/abs/sweep/3'",

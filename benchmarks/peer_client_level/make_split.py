@@ -4,7 +4,7 @@ Writes to OUT_DIR:
 
 * ``split_6000.npz``: every client's training rows as indices into the 60,000 official
   Fashion-MNIST training images (``idx`` concatenated over clients, ``offsets`` of length
-  6001), taken from fedpriv's own partitioner (:func:`fedpriv.setup.partitions`,
+  6001), taken from fedpriv's own partitioner (:func:`fedpriv.run.setup.partitions`,
   ``partition=iid``, ``seed=0``), so pfl trains on exactly fedpriv's split.
 * ``init_state.npz``: fedpriv's seed-0 initial ``logistic`` weights (784 -> 10), which pfl's
   model must equal before training.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedpriv.setup import build_model_for, partitions, run_dataset
+from fedpriv.run.setup import build_model_for, partitions, run_dataset
 
 NUM_CLIENTS = 6000
 DEFAULT_DATA_DIR = "/work/shared/data/fashion-mnist"

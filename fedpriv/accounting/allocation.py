@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Any
 
 from fedpriv.accounting.ledger import PldEvent
-from fedpriv.errors import check
+from fedpriv.common.errors import check
 
 #: Loss discretization of the allocation PLD (pld-accounting's ``loss_discretization``). The
 #: PLD dominates the mechanism at any grid, so ε stays an upper bound; at σ = 1, t = 50, 10

@@ -53,8 +53,8 @@ from fedpriv.accounting.spec import (
     check_finite,
     parse_enum,
 )
-from fedpriv.errors import ConfigError, check
-from fedpriv.samplers import SamplerKind
+from fedpriv.common.errors import ConfigError, check
+from fedpriv.mechanisms.samplers import SamplerKind
 
 __all__ = [
     "Analysis",
@@ -649,7 +649,7 @@ def _int_at_least(field_name: str, value: Any, lo: int = 1) -> int:
 class BatchClippingSpec:
     """Generalized DP-SGD (Algorithm 1 of the first paper): one client's release, typed.
 
-    Built by BOTH the client algorithm :class:`clients.batch_clipping.GeneralizedDPSGD` and
+    Built by BOTH the client algorithm :class:`clients.generalized_dpsgd.GeneralizedDPSGD` and
     ``fedpriv-account batch-clipping``, so the CLI prints exactly a run's ε. Each client's
     release carries its own noise and is private on its own (no secure aggregation assumed).
 
@@ -679,7 +679,7 @@ class BatchClippingSpec:
         ``C`` > 0, finite (``privacy.max_grad_norm``).
     num_samples : int, optional
         ``N``: records each client uses (shuffle/subsample; the smallest partition, see
-        :meth:`clients.batch_clipping.GeneralizedDPSGD.for_run`). Under the replace-one
+        :meth:`clients.generalized_dpsgd.GeneralizedDPSGD.for_run`). Under the replace-one
         relation every client's size is the same in neighbouring data sets, so ``N`` is public.
         Unused (``None``) with Poisson sampling, whose analysis needs no data size.
     sample_rate : float
@@ -923,7 +923,7 @@ class BatchClippingSpec:
 
     def epsilon(self, num_rounds: int) -> float:
         """ε at ``accounting.target_delta`` after ``num_rounds`` server rounds (what
-        :class:`fedpriv.privacy.RunPrivacy` reports)."""
+        :class:`fedpriv.run.run_privacy.RunPrivacy` reports)."""
         if num_rounds == 0:
             return 0.0
         return float(self.ledger(num_rounds).get_epsilon(self.accounting.target_delta))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from fedpriv.errors import ConfigError, check
+from fedpriv.common.errors import ConfigError, check
 
 #: Relative width of the final bracket: the result is within 0.1 % of the smallest noise.
 RTOL = 1e-3

@@ -62,8 +62,8 @@ from fedpriv.accounting.spec import (
     check_positive,
     parse_enum,
 )
-from fedpriv.errors import ConfigError, check
-from fedpriv.randomizers import LocalRandomizer, RandomizerKind
+from fedpriv.common.errors import ConfigError, check
+from fedpriv.mechanisms.randomizers import LocalRandomizer, RandomizerKind
 
 __all__ = [
     "CheckinVariant",
@@ -1004,7 +1004,7 @@ def _is_int(v: Any) -> bool:
 class CheckinSpec:
     """One random check-in mechanism: validation, events, epsilon, calibration, CLI.
 
-    Built by both :class:`clients.checkin.CheckinClient` (from its fields and the run's
+    Built by both :class:`clients.checkin_clients.CheckinClient` (from its fields and the run's
     ``privacy`` group, :meth:`from_privacy`) and ``fedpriv-account checkin``
     (:meth:`from_params`), so the CLI prints exactly the run's epsilon.
 
@@ -1026,7 +1026,7 @@ class CheckinSpec:
     window : (int, int) or None
         ``R_j`` for ``fixed`` / ``averaged``; only ``(1, m)`` is covered by the theorems.
     randomizer : RandomizerKind
-        The local randomizer (:class:`fedpriv.randomizers.LocalRandomizer`).
+        The local randomizer (:class:`fedpriv.mechanisms.randomizers.LocalRandomizer`).
     clipping_norm : float
         ``L > 0`` (l2 or l1 by the randomizer).
     client_sample_rate : float or None
@@ -1287,7 +1287,7 @@ class CheckinSpec:
 
     @property
     def local_randomizer(self) -> LocalRandomizer:
-        """The clients' (and dummies') :class:`~fedpriv.randomizers.LocalRandomizer`."""
+        """The clients' (and dummies') :class:`~fedpriv.mechanisms.randomizers.LocalRandomizer`."""
         return LocalRandomizer(
             self.randomizer, self.clipping_norm, self.local_epsilon, self.local_delta
         )

@@ -69,7 +69,7 @@ from fedpriv.accounting.spec import (
     check_positive,
     parse_enum,
 )
-from fedpriv.errors import check
+from fedpriv.common.errors import check
 
 __all__ = [
     "CheckinNoise",

@@ -52,9 +52,9 @@ from fedpriv.accounting.spec import (
     check_finite,
     check_positive,
 )
-from fedpriv.cohort import ClientSampling, CohortSampler
-from fedpriv.discrete_gaussian import lattice_noise_multiplier
-from fedpriv.errors import check
+from fedpriv.common.errors import check
+from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
+from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +77,7 @@ class ClientLevelSpec:
         Accountant, conversion, δ; its relation is replaced by the participation's.
     discrete : bool
         The trusted aggregator draws lattice discrete Gaussian noise (``privacy.secure_mode``,
-        :mod:`fedpriv.discrete_gaussian`): events :class:`DiscreteGaussianEvent` with the
+        :mod:`fedpriv.mechanisms.lattice_gaussian`): events :class:`DiscreteGaussianEvent` with the
         rounding-inflated sensitivity; RDP accountant, client_sampling all or poisson.
 
     Raises

@@ -18,13 +18,13 @@ import numpy as np
 
 from fedpriv.accounting.ledger import IntegerRdpEvent
 from fedpriv.accounting.skellam import poisson_subsampled_rdp
-from fedpriv.errors import check
+from fedpriv.common.errors import check
 
 
 @dataclasses.dataclass(frozen=True)
 class DiscreteGaussianEvent(IntegerRdpEvent):
     """One discrete Gaussian release of noise multiplier ``noise_multiplier`` (noise std per
-    unit of lattice sensitivity, rounding included: :func:`fedpriv.discrete_gaussian.
+    unit of lattice sensitivity, rounding included: :func:`fedpriv.mechanisms.lattice_gaussian.
     lattice_noise_multiplier`), on a Poisson subsample of rate ``sample_rate`` (1: none).
 
     Raises

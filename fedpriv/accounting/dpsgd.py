@@ -29,7 +29,7 @@ from fedpriv.accounting.spec import (
     check_finite,
     check_positive,
 )
-from fedpriv.errors import check
+from fedpriv.common.errors import check
 
 SAMPLING_REFUSAL = (
     "is not covered: the Poisson analysis under-reports epsilon for shuffled or fixed-size "
@@ -134,7 +134,7 @@ class DPSGDSpec:
     client-dependent divisor B_i would scale a record's sensitivity by 1/B_i but the noise by
     a mixture of all 1/B_j, so records of small clients would get less than σ).
 
-    Both the run's client algorithms (``clients.dpsgd.LocalDPSGD``) and ``fedpriv-account
+    Both the run's client algorithms (``clients.local_dpsgd.LocalDPSGD``) and ``fedpriv-account
     poisson-gaussian`` build this spec, so the CLI answers exactly what the run accounts.
 
     Parameters

@@ -26,7 +26,7 @@ import scipy.special
 from numpy.typing import ArrayLike
 
 from fedpriv.accounting.params import Params
-from fedpriv.errors import ConfigError, check
+from fedpriv.common.errors import ConfigError, check
 
 __all__ = [
     "gdp_tradeoff",

@@ -61,7 +61,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedpriv.accounting.spec import Accountant, Conversion
-from fedpriv.errors import ConfigError, check
+from fedpriv.common.errors import ConfigError, check
 
 #: The closed sets, as their enums (StrEnum members compare equal to their spelling).
 ACCOUNTANTS = tuple(Accountant)

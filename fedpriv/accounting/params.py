@@ -1,8 +1,8 @@
 """Typed ``key=value`` parameters for the ``fedpriv-account`` analyses.
 
-Every analysis of the CLI registry (:mod:`fedpriv.accounting.cli`) receives its arguments as
+Every analysis of the CLI registry (:mod:`fedpriv.cli.account`) receives its arguments as
 ``dict[str, str]`` and reads them through :class:`Params`, which converts each value to its
-type, checks its range, and raises :class:`fedpriv.errors.ConfigError` naming the key and the
+type, checks its range, and raises :class:`fedpriv.common.errors.ConfigError` naming the key and the
 value (``sample_rate='1.5' must be in [0, 1]``). :meth:`Params.finish` rejects keys that the
 analysis never read, so a typo (``noise_multipler=1``) is an error instead of being ignored.
 
@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, overload
 
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 _MISSING: Any = object()
 _TRUE = {"true", "1", "yes", "on"}

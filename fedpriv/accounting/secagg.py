@@ -35,7 +35,7 @@ from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.skellam import SKELLAM_KEYS, SkellamSpec
 from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion
-from fedpriv.errors import ConfigError, check
+from fedpriv.common.errors import ConfigError, check
 
 MECHANISMS = ("gaussian", "skellam")
 

@@ -62,7 +62,7 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
-from fedpriv.errors import ConfigError, check
+from fedpriv.common.errors import ConfigError, check
 
 __all__ = [
     "FMT_NUMERICAL",

@@ -40,8 +40,13 @@ from fedpriv.accounting.spec import (
     check_finite,
     check_positive,
 )
-from fedpriv.errors import ConfigError, check
-from fedpriv.skellam import DEFAULT_BETA, MAX_BITS, SkellamMechanism, rounded_norm_bound
+from fedpriv.common.errors import ConfigError, check
+from fedpriv.mechanisms.skellam_noise import (
+    DEFAULT_BETA,
+    MAX_BITS,
+    SkellamMechanism,
+    rounded_norm_bound,
+)
 
 
 def _integer_orders(orders: np.ndarray) -> np.ndarray:
@@ -232,7 +237,7 @@ class SkellamEvent(IntegerRdpEvent):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SkellamSpec:
     """Multi-step local DP-SGD with Skellam noise on integers: THE object that picks the
-    scale, builds the :class:`~fedpriv.skellam.SkellamMechanism` and states its events.
+    scale, builds the :class:`~fedpriv.mechanisms.skellam_noise.SkellamMechanism` and states its events.
 
     Built by the run's client algorithm (``clients.skellam_dpsgd.SkellamDPSGD``), by
     ``fedpriv-account skellam`` and by ``fedpriv-account secagg-dpsgd mechanism=skellam``, so a

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from fedpriv.errors import ConfigError, check
+from fedpriv.common.errors import ConfigError, check
 
 E = TypeVar("E", bound=StrEnum)
 

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedpriv.common.errors import ConfigError
 from fedpriv.data.arrays import ArrayDataset
 from fedpriv.data.embedded import load_fashion_mnist_embedded
 from fedpriv.data.images import load_fashion_mnist, load_fashion_mnist_hf, load_mnist
 from fedpriv.data.partition import partition_dirichlet, partition_iid, partition_natural
 from fedpriv.data.tabular import load_acs_income, load_adult
-from fedpriv.errors import ConfigError
 
 _LOADERS: dict[str, Callable[..., ArrayDataset]] = {
     "fashion_mnist_embedded": lambda data_dir=None: load_fashion_mnist_embedded(),

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fedpriv.common.errors import ConfigError, check
 from fedpriv.data.arrays import ArrayDataset
 from fedpriv.data.files import reading
 from fedpriv.data.images import FASHION_MNIST_MEAN, FASHION_MNIST_STD, image_dataset
-from fedpriv.errors import ConfigError, check
 
 EMBEDDED_FILE = Path(__file__).with_name("fashion_mnist_6k_1k.npz")
 EMBEDDED_KEYS = ("x_train", "y_train", "x_test", "y_test", "train_index", "test_index")

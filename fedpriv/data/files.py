@@ -3,7 +3,7 @@
 ``gzip``, ``zipfile`` and ``numpy`` report a damaged file with errors that do not name it
 (``EOFError: Compressed file ended before the end-of-stream marker was reached``,
 ``BadZipFile: File is not a zip file``); :func:`reading` turns them into a
-:class:`~fedpriv.errors.ConfigError` naming the file and the remedy.
+:class:`~fedpriv.common.errors.ConfigError` naming the file and the remedy.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 
 @contextlib.contextmanager

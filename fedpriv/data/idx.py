@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedpriv.common.errors import ConfigError
 from fedpriv.data.files import reading
-from fedpriv.errors import ConfigError
 
 # IDX type byte -> numpy big-endian dtype (LeCun et al., "THE MNIST DATABASE", file formats).
 _IDX_DTYPES: dict[int, str] = {

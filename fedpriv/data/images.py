@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from fedpriv.common.errors import ConfigError, check
 from fedpriv.data.arrays import ArrayDataset
 from fedpriv.data.files import reading
 from fedpriv.data.idx import read_idx
-from fedpriv.errors import ConfigError, check
 
 # mean / std of pixel/255 over the 60,000 official training images (measured: 0.28604, 0.35302).
 FASHION_MNIST_MEAN = 0.2860

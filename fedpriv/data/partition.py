@@ -12,7 +12,7 @@ from typing import overload
 
 import numpy as np
 
-from fedpriv.errors import ConfigError, check
+from fedpriv.common.errors import ConfigError, check
 
 MAX_DIRICHLET_TRIES = 1000
 

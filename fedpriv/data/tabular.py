@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fedpriv.common.errors import ConfigError, check
 from fedpriv.data.arrays import ArrayDataset
 from fedpriv.data.files import check_rows, reading
-from fedpriv.errors import ConfigError, check
 
 # ----------------------------------------------------------------------------- UCI Adult
 ADULT_COLUMNS = (

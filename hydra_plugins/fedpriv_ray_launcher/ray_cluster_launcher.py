@@ -1,5 +1,5 @@
 """Hydra launcher plugin ``hydra/launcher=ray``: each job of a multirun is a Ray task on an
-existing cluster (``ray_init_args.address`` or ``RAY_ADDRESS``); see :mod:`fedpriv.sweep`.
+existing cluster (``ray_init_args.address`` or ``RAY_ADDRESS``); see :mod:`fedpriv.run.sweep`.
 
 Replaces the PyPI ``hydra-ray-launcher`` 1.2.2 (do not install both: they register the same
 name), which needs ``ray[default]``, ``boto3`` and ``cloudpickle<3``, forces
@@ -20,12 +20,12 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
-from fedpriv.errors import ConfigError
+from fedpriv.common.errors import ConfigError
 
 
 @dataclass
 class RayClusterLauncherConf:
-    """``hydra.launcher`` options (documented in :class:`fedpriv.sweep.ClusterLaunchConfig`)."""
+    """``hydra.launcher`` options (documented in :class:`fedpriv.run.sweep.ClusterLaunchConfig`)."""
 
     _target_: str = "hydra_plugins.fedpriv_ray_launcher.ray_cluster_launcher.RayClusterLauncher"
     address: Optional[str] = "${oc.select:ray_init_args.address,null}"
@@ -56,7 +56,7 @@ class RayClusterLauncher(Launcher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
-        from fedpriv.sweep import ClusterLaunchConfig, JobRecord, launch_on_cluster
+        from fedpriv.run.sweep import ClusterLaunchConfig, JobRecord, launch_on_cluster
 
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))

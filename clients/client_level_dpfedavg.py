@@ -1,0 +1,369 @@
+"""Client-level DP-FedAvg: a whole client's data is the privacy unit.
+
+Each participating client trains locally (any local optimizer, ``local_epochs`` epochs of
+shuffled batches of ``batch_size``), clips its whole model delta to the round's clip norm C
+(one L2 norm over all parameters) and sends it; the sum over the cohort gets Gaussian noise
+N(0, (σ_Δ C)²), added by the trusted aggregator (``noise_placement=server``, drawn in
+:meth:`ClientLevelDPFedAvg.release`) or split into per-client shares N(0, (σ_Δ C)² / m)
+over the nominal cohort m (``noise_placement=clients``). Client weights never enter: every
+client's clipped delta counts once, and the server divides by the public expected cohort size.
+
+Adaptive clipping (``target_unclipped_quantile`` γ set): each client also sends
+``b − 1/2`` (``b = 1`` if its delta was not clipped); the server releases the noisy fraction
+``b̃ = (Σ (b − 1/2) + N(0, σ_b²)) / m + 1/2`` and sets ``C ← C · exp(−η_C (b̃ − γ))`` for the
+next round (geometric update, ``clip_learning_rate`` η_C). Both releases are accounted as one
+Gaussian mechanism of the configured ``privacy.noise_multiplier`` z (σ_Δ follows from z and
+``privacy.count_noise_multiplier`` σ_b: :class:`fedpriv.accounting.client_level.ClientLevelSpec`).
+
+References
+----------
+McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent Language Models"
+(arXiv:1710.06963), Alg. 1; Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private
+Learning with Adaptive Clipping" (arXiv:1905.03871), Alg. 1, Sec. 3.1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from functools import cached_property
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedpriv.accounting.client_level import ClientLevelSpec
+from fedpriv.accounting.spec import AccountingSpec, check_finite, parse_enum
+from fedpriv.common.errors import check
+from fedpriv.mechanisms.client_sampling import CohortSampler
+from fedpriv.mechanisms.lattice_gaussian import add_lattice_gaussian, lattice_step
+from fedpriv.mechanisms.noise import add_gaussian_noise, server_generator
+from fedpriv.run.algorithm import ClientAlgorithm, ClientData, TrainContext
+
+#: Update entry carrying ``b − 1/2`` (adaptive clipping); stripped by :meth:`release`.
+UNCLIPPED_KEY = "fedpriv.unclipped"
+
+
+class NoisePlacement(StrEnum):
+    """Who draws the Gaussian noise of the sum."""
+
+    SERVER = "server"  # the trusted aggregator, once per round
+    CLIENTS = "clients"  # each client a share, sized by the nominal cohort
+
+
+class LocalOptimizer(StrEnum):
+    """The clients' local optimizer (torch.optim)."""
+
+    SGD = "sgd"
+    ADAM = "adam"
+
+
+@dataclass(frozen=True)
+class ClientLevelDPFedAvg(ClientAlgorithm):
+    """Client-level DP-FedAvg (see the module docstring).
+
+    Parameters
+    ----------
+    local_epochs : int
+        Passes over the client's data per round, >= 1.
+    batch_size : int
+        Local batch size, >= 1 (the last batch of an epoch may be smaller).
+    lr : float
+        Local step size > 0.
+    momentum : float
+        SGD momentum in [0, 1) (``optimizer=sgd``).
+    optimizer : {"sgd", "adam"}
+        Local optimizer (post-processing: only the clipped delta leaves the client).
+    noise_placement : {"server", "clients"}
+        The trusted aggregator adds the noise, or each client adds its share (``clients``
+        needs a known cohort size: ``client_sampling`` all or fixed_size).
+    target_unclipped_quantile : float, optional
+        γ in (0, 1): turns adaptive clipping on (``privacy.count_noise_multiplier`` needed).
+    clip_learning_rate : float
+        η_C > 0 of the geometric clip-norm update.
+    privacy : dict
+        The run's privacy group (noise_multiplier, clipping_norm, count_noise_multiplier,
+        accountant, conversion, target_delta, secure_mode).
+    num_clients : int
+        Nominal cohort size m (the noise shares of ``noise_placement=clients``).
+    cohort : CohortSampler, optional
+        The run's participation, bound by :meth:`for_run` (needed for the events).
+    seed : int
+        The run's seed (the server noise stream), bound by :meth:`for_run`.
+
+    Raises
+    ------
+    ConfigError
+        For a field out of range, a quantile outside (0, 1), adaptive clipping without
+        ``privacy.count_noise_multiplier`` (or the count noise without the quantile), or
+        client noise shares with a cohort of varying size.
+    """
+
+    privacy_unit: ClassVar[str] = "client"
+
+    local_epochs: int = 1
+    batch_size: int = 10
+    lr: float = 0.1
+    momentum: float = 0.0
+    optimizer: str = "sgd"
+    noise_placement: str = "server"
+    target_unclipped_quantile: float | None = None
+    clip_learning_rate: float = 0.2
+    privacy: dict[str, Any] = field(default_factory=dict)
+    num_clients: int = 1
+    cohort: CohortSampler | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("local_epochs", "batch_size"):
+            v = getattr(self, name)
+            check(isinstance(v, int) and v >= 1, f"client.{name}", v, "must be an integer >= 1")
+        check(check_finite("client.lr", self.lr) > 0, "client.lr", self.lr, "must be > 0")
+        mom = check_finite("client.momentum", self.momentum)
+        check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
+        set_ = object.__setattr__
+        set_(self, "optimizer", parse_enum(LocalOptimizer, "client.optimizer", self.optimizer))
+        placement = parse_enum(NoisePlacement, "client.noise_placement", self.noise_placement)
+        set_(self, "noise_placement", placement)
+        self._check_adaptive()
+        check(
+            not (self.privacy.get("secure_mode") and placement is NoisePlacement.CLIENTS),
+            "client.noise_placement",
+            placement.value,
+            "with privacy.secure_mode=true must be server (the trusted aggregator draws discrete "
+            "Gaussian noise); for noise drawn on the clients use client=client_level_skellam",
+        )
+        if self.cohort is not None:
+            check(
+                placement is NoisePlacement.SERVER or not self.cohort.varies,
+                "client.noise_placement",
+                placement.value,
+                f"needs a cohort of known size (client_sampling={self.cohort.client_sampling} "
+                "varies): use client.noise_placement=server or client_sampling=fixed_size",
+            )
+            self.spec  # noqa: B018 - validates the privacy fields now
+
+    def _check_adaptive(self) -> None:
+        gamma, sb = self.target_unclipped_quantile, self.privacy.get("count_noise_multiplier")
+        if gamma is not None:
+            g = check_finite("client.target_unclipped_quantile", gamma, "must be in (0, 1)")
+            check(0 < g < 1, "client.target_unclipped_quantile", gamma, "must be in (0, 1)")
+            eta = check_finite("client.clip_learning_rate", self.clip_learning_rate)
+            check(eta > 0, "client.clip_learning_rate", self.clip_learning_rate, "must be > 0")
+        noisy = float(self.privacy.get("noise_multiplier") or 0) > 0
+        check(
+            not (gamma is not None and sb is None and noisy),
+            "privacy.count_noise_multiplier",
+            sb,
+            "must be set with client.target_unclipped_quantile (adaptive clipping releases a "
+            "noisy count; Andrew et al. suggest expected cohort size / 20)",
+        )
+        check(
+            sb is None or gamma is not None,
+            "privacy.count_noise_multiplier",
+            sb,
+            "needs client.target_unclipped_quantile (it is the noise of adaptive clipping)",
+        )
+
+    # ---- binding and the analysis ----------------------------------------------------
+    def for_run(self, cfg: dict[str, Any]) -> ClientLevelDPFedAvg:
+        """Bind the run's participation (cohort sampler) and seed."""
+        from fedpriv.run.layout import cohort_sampler
+
+        return replace(self, cohort=cohort_sampler(cfg), seed=int(cfg["seed"]))
+
+    @cached_property
+    def spec(self) -> ClientLevelSpec:
+        """The mechanism's analysis (events, calibration); needs the bound cohort."""
+        check(self.cohort is not None, "client.cohort", None, "is unbound: call for_run(cfg)")
+        p = self.privacy
+        return ClientLevelSpec(
+            noise_multiplier=float(p.get("noise_multiplier") or 0.0),
+            clipping_norm=p.get("clipping_norm", 1.0),
+            cohort=self.cohort,  # type: ignore[arg-type]
+            count_noise_multiplier=p.get("count_noise_multiplier"),
+            accounting=AccountingSpec.from_privacy(p),
+            discrete=self.lattice_noise,
+        )
+
+    @property
+    def lattice_noise(self) -> bool:
+        """``privacy.secure_mode``: the trusted aggregator's noise is lattice discrete Gaussian
+        (:mod:`fedpriv.mechanisms.lattice_gaussian`), safe against floating-point attacks."""
+        secure = bool(self.privacy.get("secure_mode"))
+        return secure and not self.shares and not self.integer_updates
+
+    @property
+    def hardened_noise(self) -> bool:  # type: ignore[override]
+        return self.lattice_noise
+
+    @property
+    def adaptive(self) -> bool:
+        return self.target_unclipped_quantile is not None
+
+    @property
+    def neighboring_relation(self) -> str:
+        return self.spec.neighboring_relation.value
+
+    @property
+    def normalizer(self) -> float:
+        """The public divisor of the sum: the expected cohort size."""
+        return float(self.spec.cohort.expected_size)
+
+    @property
+    def shares(self) -> bool:
+        return self.noise_placement is NoisePlacement.CLIENTS
+
+    def round_events(self) -> list[tuple[Any, int]]:
+        return self.spec.round_events()
+
+    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
+        """Server noise: the full events (the noise does not depend on who replied). Client
+        shares: ``contributors`` of the m shares, multiplier z·√(contributors/m)."""
+        if not self.shares:
+            return self.round_events()
+        check(contributors >= 1, "contributors", contributors, "must be >= 1")
+        frac = math.sqrt(min(contributors, self.num_clients) / self.num_clients)
+        z = self.spec.noise_multiplier * frac
+        if z == 0:
+            return self.round_events()
+        return dataclasses.replace(self.spec, noise_multiplier=z).round_events()
+
+    def accounting_epoch(self, server_round: int) -> int | None:
+        return self.spec.accounting_epoch(server_round)
+
+    def privacy_summary(self) -> dict[str, Any]:
+        return {
+            **self.spec.summary(),
+            "noise_placement": str(self.noise_placement),
+            "target_unclipped_quantile": self.target_unclipped_quantile,
+            "clip_learning_rate": self.clip_learning_rate if self.adaptive else None,
+            "normalizer": self.normalizer,
+            "max_grad_norm": None,  # record-level fields: not used by client-level DP
+            "sample_rate": None,
+        }
+
+    def calibrated(
+        self, target_epsilon: float, target_delta: float, num_rounds: int
+    ) -> ClientLevelDPFedAvg:
+        """Smallest z whose ε after ``num_rounds`` rounds is <= the target (same accountant)."""
+        spec = replace(
+            self.spec,
+            accounting=replace(self.spec.accounting, target_delta=target_delta),
+        ).calibrated(target_epsilon, num_rounds)
+        privacy = {**self.privacy, "noise_multiplier": spec.noise_multiplier}
+        return replace(self, privacy={**privacy, "target_epsilon": None})
+
+    # ---- the server's side ------------------------------------------------------------
+    def initial_round_config(self) -> dict[str, float]:
+        return {"clipping_norm": float(self.spec.clipping_norm)}
+
+    def release(
+        self, total: dict[str, Any], server_round: int, round_config: Mapping[str, float]
+    ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
+        """Add the trusted aggregator's noise (``noise_placement=server``), release the noisy
+        unclipped fraction and the next clip norm (adaptive clipping).
+
+        Returns ``(sum of deltas, {"clipping_norm", "unclipped_fraction"}, next config)``.
+        """
+        c = float(round_config.get("clipping_norm", self.spec.clipping_norm))
+        deltas = {k: v for k, v in total.items() if k != UNCLIPPED_KEY}
+        count = total.get(UNCLIPPED_KEY)
+        gen = server_generator(self.seed, server_round, bool(self.privacy.get("secure_mode")))
+        sd = self.spec.update_noise_multiplier * c
+        rng = np.random.default_rng()  # OS entropy: used in secure_mode (lattice noise) only
+        if self.lattice_noise and sd > 0:
+            dim = sum(int(np.size(v)) for v in deltas.values())
+            deltas = add_lattice_gaussian(deltas, sd, lattice_step(c, dim), rng)
+        elif not self.shares:
+            deltas = _noisy(deltas, sd, gen)
+        if not self.adaptive:
+            return deltas, {}, dict(round_config)
+        figures: dict[str, float] = {"clipping_norm": c}
+        centred = float(np.sum(count)) if count is not None else 0.0
+        sb = float(self.spec.count_noise_multiplier or 0.0)
+        if self.lattice_noise and sb > 0:
+            noisy = add_lattice_gaussian({"b": np.array(centred)}, sb, lattice_step(0.5, 1), rng)
+            centred = float(noisy["b"])
+        elif not self.shares:
+            centred += float(torch.randn((), generator=gen, dtype=torch.float64)) * sb
+        fraction = centred / self.normalizer + 0.5
+        gamma = float(self.target_unclipped_quantile)  # type: ignore[arg-type]
+        nxt = c * math.exp(-self.clip_learning_rate * (fraction - gamma))
+        figures["unclipped_fraction"] = fraction
+        return deltas, figures, {**round_config, "clipping_norm": nxt}
+
+    # ---- the client's side -------------------------------------------------------------
+    def train(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        c = float(ctx.round_config.get("clipping_norm", self.spec.clipping_norm))
+        update, metrics = self.clipped_delta(model, data, ctx, c)
+        if self.shares:
+            share = self.spec.update_noise_multiplier * c / math.sqrt(self.num_clients)
+            update = add_gaussian_noise(update, share, ctx.generator)
+            metrics["noise_draws"] = 1.0
+        if self.adaptive:
+            b = torch.tensor([float(metrics["clipped"] == 0) - 0.5], dtype=torch.float32)
+            if self.shares:
+                sb = float(self.spec.count_noise_multiplier or 0.0) / math.sqrt(self.num_clients)
+                b = add_gaussian_noise({"b": b}, sb, ctx.generator)["b"]
+            update[UNCLIPPED_KEY] = b
+        return update, metrics
+
+    def clipped_delta(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext, clipping_norm: float
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Local training, then the whole delta clipped to L2 ``clipping_norm`` (CPU tensors,
+        the model's trainable parameter shapes) and the diagnostics (no noise drawn yet)."""
+        c = clipping_norm
+        params = {k: p for k, p in model.named_parameters() if p.requires_grad}
+        start = {k: p.detach().clone() for k, p in params.items()}
+        steps = self._local_training(model, list(params.values()), data, ctx)
+        with torch.no_grad():
+            delta = {k: (p.detach() - start[k]) for k, p in params.items()}
+            norm = math.sqrt(sum(float((d.double() ** 2).sum()) for d in delta.values()))
+            # 1 - 2^-20 below c/norm: the float32 product never exceeds C (the accounted bound)
+            scale = 1.0 if norm <= c else c / norm * (1.0 - 2.0**-20)
+            update = {k: (d * scale).cpu() for k, d in delta.items()}
+        metrics = {
+            "steps": float(steps),
+            "examples": float(len(data)),
+            "update_norm": norm,
+            "clipped": float(norm > c),
+            "noise_draws": 0.0,
+        }
+        return update, metrics
+
+    def _local_training(
+        self, model: nn.Module, params: list[nn.Parameter], data: ClientData, ctx: TrainContext
+    ) -> int:
+        """``local_epochs`` epochs of shuffled mini-batches (mean cross-entropy); steps taken."""
+        if self.optimizer is LocalOptimizer.ADAM:
+            opt: torch.optim.Optimizer = torch.optim.Adam(params, lr=self.lr)
+        else:
+            opt = torch.optim.SGD(params, lr=self.lr, momentum=self.momentum)
+        n, steps = len(data), 0
+        model.train()
+        for _ in range(self.local_epochs):
+            order = torch.from_numpy(ctx.rng.permutation(n))
+            for lo in range(0, n, self.batch_size):
+                idx = order[lo : lo + self.batch_size]
+                x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
+                opt.zero_grad(set_to_none=True)
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                steps += 1
+        return steps
+
+
+def _noisy(
+    deltas: dict[str, Any], stddev: float, generator: torch.Generator
+) -> dict[str, np.ndarray]:
+    """``deltas`` (numpy) plus N(0, stddev²) per coordinate, in sorted key order."""
+    tensors = {k: torch.from_numpy(np.asarray(deltas[k], dtype=np.float32)) for k in sorted(deltas)}
+    return {k: v.numpy() for k, v in add_gaussian_noise(tensors, stddev, generator).items()}

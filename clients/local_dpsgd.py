@@ -1,0 +1,279 @@
+"""Multi-step local DP-SGD with local Gaussian noise whose SUM over clients is private.
+
+Third paper ("On Using Secure Aggregation in Differentially Private Federated Learning with
+Multiple Local Steps", Heikkilä; Alg. 1, Theorems 4.6-4.7): each of the ``steps`` local steps
+draws a Poisson batch of the client's data at ``sample_rate``, clips per-sample gradients to
+``max_grad_norm`` C, sums them, adds N(0, (σC)²/m) noise (σ = ``noise_multiplier``, m =
+``num_clients``, or N−1 if ``honest_but_curious``), divides by the PUBLIC ``normalizer`` B
+(the same for every client) and takes an SGD step. The client sends its model delta; the
+aggregator reveals only the sum over clients, whose per-step noise is N(0, (σC)²)/B while
+any record moves it by at most C/B: one Poisson-subsampled Gaussian with multiplier σ per
+step on the union of the clients' data. The analysis lives in
+:class:`fedpriv.accounting.dpsgd.DPSGDSpec`, which this client builds once and delegates to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from fedpriv.accounting.dpsgd import DPSGDSpec
+from fedpriv.accounting.spec import AccountingSpec, check_finite
+from fedpriv.common.errors import check
+from fedpriv.mechanisms.noise import add_gaussian_noise
+from fedpriv.mechanisms.persample import clipped_grad_sum, trainable
+from fedpriv.mechanisms.samplers import PoissonSampler
+from fedpriv.mechanisms.vmap_clients import cohort_clipped_grad_sums, padded_batches
+from fedpriv.run.algorithm import ClientAlgorithm, ClientData, TrainContext
+
+
+def nominal_expected_batch(cfg: dict[str, Any]) -> float:
+    """The public normalizer of a run: ``max(q * n_train / N, 1)``.
+
+    ``n_train`` is the number of training records of the run's dataset as configured (its
+    nominal size, known from the config like Opacus's expected batch size), ``q`` =
+    ``privacy.sample_rate`` and ``N`` = ``num_clients``: the expected batch of an average
+    client. It is the same for every client and never depends on a client's own data.
+    """
+    from fedpriv.run.setup import run_dataset
+
+    q = float(cfg["privacy"]["sample_rate"])
+    return max(q * len(run_dataset(cfg).y_train) / int(cfg["num_clients"]), 1.0)
+
+
+def summed_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy summed over the batch (per-sample losses add up)."""
+    return nn.functional.cross_entropy(out, y, reduction="sum")
+
+
+@dataclass(frozen=True)
+class LocalDPSGD(ClientAlgorithm):
+    """Local DP-SGD, ``steps`` steps per round, noise shared across ``num_clients``.
+
+    Parameters
+    ----------
+    steps : int
+        Local DP-SGD steps per server round (S), >= 1.
+    lr : float
+        Step size γ; the step is ``θ ← θ − γ (g + ξ) / B`` with B = :attr:`normalizer`.
+    momentum : float
+        Heavy-ball momentum in [0, 1) (post-processing of the noisy steps).
+    normalizer : float, optional
+        B > 0, the public constant that divides every client's noisy gradient sum. ``None``
+        (the config default): the run's nominal expected batch ``max(q n_train / N, 1)``, set
+        by :meth:`for_run` from the configured dataset (:func:`nominal_expected_batch`).
+    privacy : dict
+        The run's ``privacy`` group (noise_multiplier, max_grad_norm, sample_rate, ...).
+    num_clients : int
+        N, the number of clients whose noise adds up in the aggregated sum.
+
+    Raises
+    ------
+    ConfigError
+        For out-of-range or non-finite fields (see :class:`~fedpriv.accounting.dpsgd.DPSGDSpec`).
+    """
+
+    supports_group_privacy: ClassVar[bool] = False
+
+    steps: int = 10
+    lr: float = 1.0
+    momentum: float = 0.0
+    # client.normalizer: null until for_run binds the public default (ClientAlgorithm.normalizer)
+    normalizer: float | None = None  # type: ignore[assignment]
+    privacy: dict[str, Any] = field(default_factory=dict)
+    num_clients: int = 1
+
+    def __post_init__(self) -> None:
+        check(
+            isinstance(self.steps, int) and self.steps >= 1,
+            "client.steps",
+            self.steps,
+            "must be an integer >= 1",
+        )
+        lr = check_finite("client.lr", self.lr)
+        check(lr > 0, "client.lr", self.lr, "must be a finite number > 0")
+        mom = check_finite("client.momentum", self.momentum)
+        check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
+        check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
+        self.spec  # noqa: B018 - validates the privacy fields now, before training
+
+    @cached_property
+    def spec(self) -> DPSGDSpec:
+        """The mechanism's spec: validation, events, calibration (built once)."""
+        return DPSGDSpec.from_privacy(
+            self.privacy,
+            steps=self.steps,
+            num_clients=self.num_clients,
+            normalizer=self.normalizer,
+        )
+
+    def for_run(self, cfg: dict[str, Any]) -> LocalDPSGD:
+        """Bind the public normalizer (nominal expected batch) when it is not configured."""
+        if self.normalizer is not None:
+            return self
+        return replace(self, normalizer=nominal_expected_batch(cfg))
+
+    @property
+    def noise_multiplier(self) -> float:
+        return self.spec.noise_multiplier
+
+    @property
+    def max_grad_norm(self) -> float:
+        return self.spec.max_grad_norm
+
+    @property
+    def sample_rate(self) -> float:
+        return self.spec.sample_rate
+
+    @property
+    def noise_shares(self) -> int:
+        """Clients whose noise the sum's privacy relies on (N, or N−1 if honest-but-curious)."""
+        return self.spec.noise_shares
+
+    @property
+    def local_noise_stddev(self) -> float:
+        """Each client's noise std per step: σ C / √(noise_shares)."""
+        return self.spec.local_noise_stddev
+
+    @property
+    def bound_normalizer(self) -> float:
+        """:attr:`normalizer` as a float; refuses an unbound algorithm (never a data size)."""
+        check(
+            self.spec.normalizer is not None,
+            "client.normalizer",
+            None,
+            "must be set (give client.normalizer or build the algorithm with for_run(cfg))",
+        )
+        return float(self.spec.normalizer)  # type: ignore[arg-type]
+
+    def round_events(self) -> list[tuple[Any, int]]:
+        return self.spec.round_events()
+
+    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
+        """Only ``contributors`` clients' noise is in the sum (see ``DPSGDSpec``)."""
+        return self.spec.degraded_round_events(contributors)
+
+    def local_events(self) -> list[tuple[Any, int]]:
+        return self.spec.local_events()
+
+    def privacy_summary(self) -> dict[str, Any]:
+        """The spec's parameters, with the public ``normalizer`` (recorded in results.json)."""
+        return {**self.spec.summary(), "normalizer": self.bound_normalizer}
+
+    def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> LocalDPSGD:
+        """Smallest σ whose ε after ``num_rounds`` rounds, composed with the run's accountant
+        AND conversion (``privacy.accountant``, ``privacy.conversion``), is <= the target."""
+        accounting = AccountingSpec.from_privacy(self.privacy, target_delta=target_delta)
+        spec = replace(self.spec, accounting=accounting).calibrated(target_epsilon, num_rounds)
+        return replace(
+            self,
+            privacy={
+                **self.privacy,
+                "noise_multiplier": spec.noise_multiplier,
+                "target_epsilon": None,
+            },
+        )
+
+    def noise(
+        self, sums: dict[str, torch.Tensor], generator: torch.Generator
+    ) -> dict[str, torch.Tensor]:
+        """One step's clipped gradient sums (parameter shapes) plus this client's noise
+        share, N(0, local_noise_stddev²) per coordinate."""
+        return add_gaussian_noise(sums, self.local_noise_stddev, generator)
+
+    def train(
+        self, model: nn.Module, data: ClientData, ctx: TrainContext
+    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        normalizer = self.bound_normalizer
+        sampler = PoissonSampler(self.sample_rate)
+        start = {k: p.detach().clone() for k, p in model.named_parameters()}
+        params = dict(model.named_parameters())
+        velocity = {k: torch.zeros_like(p) for k, p in params.items()}
+        empty = 0
+        total = 0
+        for _ in range(self.steps):
+            idx = torch.from_numpy(sampler.sample(len(data), ctx.rng))
+            empty += int(idx.numel() == 0)
+            total += int(idx.numel())
+            x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
+            sums, _ = clipped_grad_sum(model, summed_cross_entropy, x, y, self.max_grad_norm)
+            noisy = self.noise(sums, ctx.generator)
+            with torch.no_grad():
+                for k, g in noisy.items():
+                    velocity[k].mul_(self.momentum).add_(g / normalizer)
+                    params[k].sub_(self.lr * velocity[k])
+        update = {k: (p.detach() - start[k]).cpu() for k, p in params.items()}
+        metrics = {
+            "steps": float(self.steps),
+            "noise_draws": float(self.steps),
+            "empty_batches": float(empty),
+            "examples": float(total),
+        }
+        return update, metrics
+
+    def train_cohort(
+        self, model: nn.Module, datas: Sequence[ClientData], ctxs: Sequence[TrainContext]
+    ) -> tuple[dict[str, torch.Tensor], list[dict[str, float]]]:
+        """:meth:`train` for clients that all start from ``model``, vectorized over them.
+
+        Returns the updates stacked over the clients (``(k, *param.shape)`` per parameter,
+        row ``j`` client ``j``'s) and each client's metrics.
+
+        Client ``j`` draws its batches from ``ctxs[j].rng`` and its noise from
+        ``ctxs[j].generator`` in the same order as :meth:`train`, and every update step is the
+        same elementwise arithmetic, so each result equals ``train(model, datas[j], ctxs[j])``
+        up to the float rounding of the batched per-sample gradients
+        (:func:`fedpriv.mechanisms.vmap_clients.cohort_clipped_grad_sums`). ``model`` is not modified.
+        """
+        normalizer = self.bound_normalizer
+        sampler = PoissonSampler(self.sample_rate)
+        device = ctxs[0].device
+        k = len(datas)
+        params = {
+            n: p.detach().unsqueeze(0).repeat(k, *[1] * p.dim())
+            for n, p in trainable(model).items()
+        }
+        start = {n: p.clone() for n, p in params.items()}
+        velocity = {n: torch.zeros_like(p) for n, p in params.items()}
+        empty, total = [0] * k, [0] * k
+        for _ in range(self.steps):
+            idx = [torch.from_numpy(sampler.sample(len(d), c.rng)) for d, c in zip(datas, ctxs)]
+            for j, i in enumerate(idx):
+                empty[j] += int(i.numel() == 0)
+                total[j] += int(i.numel())
+            if max(int(i.numel()) for i in idx) == 0:
+                sums = {n: torch.zeros_like(p) for n, p in params.items()}
+            else:
+                x, y, mask = padded_batches(datas, idx, device)
+                sums = cohort_clipped_grad_sums(
+                    model, summed_cross_entropy, params, x, y, mask, self.max_grad_norm
+                )
+            with torch.no_grad():
+                noisy = sums if self.local_noise_stddev == 0 else self._noisy_rows(sums, ctxs)
+                for n in params:  # elementwise, so each row is exactly train()'s arithmetic
+                    velocity[n].mul_(self.momentum).add_(noisy[n] / normalizer)
+                    params[n].sub_(self.lr * velocity[n])
+        steps = float(self.steps)
+        metrics = [
+            {"steps": steps, "noise_draws": steps, "empty_batches": float(e), "examples": float(t)}
+            for e, t in zip(empty, total)
+        ]
+        return {n: (params[n] - start[n]).cpu() for n in params}, metrics
+
+    def _noisy_rows(
+        self, sums: dict[str, torch.Tensor], ctxs: Sequence[TrainContext]
+    ) -> dict[str, torch.Tensor]:
+        """Each client's row of ``sums`` plus its own noise, drawn from its own generator in
+        :meth:`train`'s order; stacked back to ``(k, ...)``."""
+        rows = [
+            add_gaussian_noise(
+                {n: g[j] for n, g in sums.items()}, self.local_noise_stddev, c.generator
+            )
+            for j, c in enumerate(ctxs)
+        ]
+        return {n: torch.stack([r[n] for r in rows]) for n in sums}

@@ -1,0 +1,1 @@
+"""Layer 5: the command lines (``fedpriv``, ``fedpriv-account``, ``fedpriv-report``)."""

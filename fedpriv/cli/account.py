@@ -1,0 +1,190 @@
+r"""``fedpriv-account ANALYSIS key=value ... [--json]``: every privacy analysis from a shell.
+
+The analyses form a registry: ``ANALYSES`` maps a name to ``"module:function"``, imported only
+when that analysis runs. Each function has the signature ``run_cli(params: dict[str, str]) ->
+dict`` (read the values with :class:`fedpriv.accounting.params.Params`), returns a JSON-able
+dict that always has ``"epsilon"`` and ``"delta"``, and raises
+:class:`fedpriv.common.errors.ConfigError` on bad input. Bad input exits with status 2 and ONE line
+on stderr naming the key and the value; a refused combination (``NotImplementedError``) too.
+
+Examples
+--------
+::
+
+    fedpriv-account poisson-gaussian noise_multiplier=1.1 sample_rate=0.01 steps=10000 \
+        target_delta=1e-5
+    fedpriv-account poisson-gaussian target_epsilon=3 sample_rate=0.01 steps=10000 \
+        target_delta=1e-5 --json
+    fedpriv-account client-level noise_multiplier=1 num_clients=6000 \
+        client_sampling=poisson client_sample_rate=0.02 num_rounds=500 target_delta=1e-5
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fedpriv.accounting.params import parse_assignments
+from fedpriv.common.errors import ConfigError
+
+#: ANALYSIS name -> "module:function" with signature ``run_cli(params: dict[str, str]) -> dict``.
+ANALYSES: dict[str, str] = {
+    "gaussian": "fedpriv.accounting.gdp:run_cli_gaussian",
+    "gdp": "fedpriv.accounting.gdp:run_cli",
+    "poisson-gaussian": "fedpriv.accounting.dpsgd:run_cli",
+    "batch-clipping": "fedpriv.accounting.batch_clipping:run_cli",
+    "checkin": "fedpriv.accounting.checkin:run_cli",
+    "skellam": "fedpriv.accounting.skellam:run_cli",
+    "secagg-dpsgd": "fedpriv.accounting.secagg:run_cli",
+    "client-level": "fedpriv.accounting.client_level:run_cli",
+}
+
+USAGE = (
+    "usage: fedpriv-account ANALYSIS key=value ... [--json]   (ANALYSIS --help: its keys)\n"
+    "analyses: " + ", ".join(ANALYSES) + "\n"
+    "Give target_epsilon instead of the noise parameter to calibrate it."
+)
+
+
+def load_analysis(name: str) -> Callable[[dict[str, str]], dict[str, Any]]:
+    """Import the ``run_cli`` function registered for ``name``.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown analysis, or one whose module is not installed yet.
+    """
+    if name not in ANALYSES:
+        raise ConfigError("analysis", name, "must be one of: " + ", ".join(ANALYSES))
+    module_name, _, func_name = ANALYSES[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name != module_name:
+            raise
+        raise ConfigError(
+            "analysis", name, f"is not available (module {module_name} missing)"
+        ) from None
+    func = getattr(module, func_name, None)
+    if func is None:
+        raise ConfigError("analysis", name, f"is not available ({module_name}.{func_name} missing)")
+    return func  # type: ignore[no-any-return]
+
+
+def analysis_help(name: str) -> str:
+    """``fedpriv-account ANALYSIS --help``: the analysis's documentation and its keys.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown analysis.
+    """
+    func = load_analysis(name)
+    doc = inspect.cleandoc(func.__doc__ or "").split("\nRaises\n", 1)[0].rstrip()
+    keys = getattr(sys.modules[func.__module__], "KEYS", None)
+    text = f"usage: fedpriv-account {name} key=value ... [--json]\n\n{doc}"
+    if keys:
+        text += "\n\nkeys: " + ", ".join(sorted(keys))
+    return text
+
+
+def run(name: str, params: dict[str, str]) -> dict[str, Any]:
+    """Run analysis ``name`` on string ``params``; the result dict (Python API of the CLI)."""
+    result = load_analysis(name)(params)
+    if "epsilon" not in result or "delta" not in result:
+        raise RuntimeError(f"analysis {name} returned no epsilon/delta")
+    return result
+
+
+def _jsonable(v: Any) -> Any:
+    """inf/nan are not JSON: write them as the strings "inf", "-inf", "nan"."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if hasattr(v, "item") and callable(v.item):  # numpy scalar
+        return _jsonable(v.item())
+    return v
+
+
+def format_summary(result: dict[str, Any]) -> str:
+    """Readable multi-line summary: the (ε, δ) line first, then the details."""
+    name = result.get("analysis", "")
+    lines = [f"{name}: epsilon = {result['epsilon']:.6g} at delta = {result['delta']:.3g}"]
+    if "local_epsilon" in result:
+        lines.append(f"  local (per-client) epsilon = {result['local_epsilon']:.6g}")
+    if "calibrated" in result:
+        key = result["calibrated"]
+        lines.append(
+            f"  calibrated {key} = {result[key]:.6g} "
+            f"for target_epsilon = {result['target_epsilon']:g}"
+        )
+    skip = {"analysis", "epsilon", "delta", "local_epsilon", "calibrated"}
+    for key, value in result.items():
+        if key in skip:
+            continue
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        if len(text) > 200:
+            text = text[:197] + "..."
+        lines.append(f"  {key} = {text}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point; returns the exit status (0 ok, 2 bad arguments)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    if any(a in ("-h", "--help") for a in args[1:]):
+        try:
+            print(analysis_help(args[0]))
+        except ConfigError as err:
+            print(f"fedpriv-account: error: {err}", file=sys.stderr)
+            return 2
+        return 0
+    as_json = "--json" in args
+    args = [a for a in args if a != "--json"]
+    if not args:
+        print(
+            "fedpriv-account: error: no ANALYSIS given (see fedpriv-account --help)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        import absl.logging
+
+        absl.logging.set_verbosity(absl.logging.ERROR)  # dp-accounting's order warnings
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        flags = [a for a in args[1:] if a.startswith("-")]
+        if flags:
+            raise ConfigError("option", flags[0], "is unknown (only --json)")
+        result = run(args[0], parse_assignments(args[1:]))
+    except (ConfigError, NotImplementedError) as err:
+        print(f"fedpriv-account: error: {err}", file=sys.stderr)
+        return 2
+    except (ArithmeticError, ValueError) as err:  # e.g. noise_multiplier=1e300 or 1e-300
+        print(
+            f"fedpriv-account: error: these values are outside what {args[0]} can compute in "
+            f"double precision ({type(err).__name__}: {err}); use a realistic range",
+            file=sys.stderr,
+        )
+        return 2
+    if as_json:
+        print(json.dumps(_jsonable(result), allow_nan=False))
+    else:
+        print(format_summary(result))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""``fedpriv``: the Hydra command line. ``fedpriv num_rounds=5 privacy.noise_multiplier=1.2``.
+
+A bad value stops with one line naming the field, the value and the allowed range (exit
+code 2), before anything is trained or written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from fedpriv.common.errors import ConfigError, check
+from fedpriv.run.config import conf_dir, register_schema
+
+
+def _main(cfg: DictConfig) -> float | None:
+    from fedpriv.run.runner import RunAborted, run_experiment
+
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    if (out_dir / "results.json").exists() and not cfg.get("resume"):
+        print(
+            f"fedpriv: error: hydra.run.dir={out_dir} already holds a run (results.json): "
+            "choose another directory, or continue that run with resume=" + str(out_dir),
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    try:
+        if cfg.get("resume"):  # continue RUN_DIR in place with its own resolved config
+            from fedpriv.run.checkpoint import resume_config
+
+            cfg = resume_config(Path(cfg.resume), list(HydraConfig.get().overrides.task))
+            out_dir = Path(cfg.resume)
+        summary = run_experiment(cfg, out_dir)
+    except ConfigError as exc:
+        print(f"fedpriv: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except RunAborted as exc:  # saved as "failed"; Flower's threads are not waited for
+        print(f"fedpriv: run failed: {exc}; results.json says failed", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+    except Exception as exc:  # the run dir keeps what was written, marked "failed"
+        print(f"fedpriv: run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(1)
+    ok = [r for r in summary["rounds"] if r.get("status") == "ok"]
+    accuracy = None
+    if ok:
+        last = ok[-1]
+        print(
+            f"final: accuracy={last['accuracy']:.4f} epsilon={last['epsilon']:.3f} "
+            f"(delta={summary['privacy']['delta']:g}) wall_time={summary['wall_time_s']:.1f}s"
+        )
+        accuracy = float(last["accuracy"])
+    if summary["exit_code"]:
+        print(f"fedpriv: run {summary['status']}: {summary['message']}", file=sys.stderr)
+        sys.exit(summary["exit_code"])
+    return accuracy
+
+
+def _one_line(exc: BaseException) -> str:
+    """Hydra/OmegaConf errors as one line: the reason plus the ``full_key`` it names."""
+    text = str(exc.__cause__ or exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), "")
+    reason = next(
+        (ln for ln in lines if not ln.startswith(("full_key:", "object_type", "reference_type"))),
+        text,
+    )
+    if "Available options" in text:
+        options = []
+        for line in text.split("Available options", 1)[1].splitlines()[1:]:
+            if not line.strip() or line.strip().startswith("Config search path"):
+                break
+            options.append(line.strip())
+        reason += "; available: " + ", ".join(options)
+    return f"{key}: {reason}" if key else reason
+
+
+def precheck(argv: list[str]) -> None:
+    """Compose the config once with the command's overrides and exit with one line if Hydra
+    rejects a value (wrong type, unknown key or option). Skipped for sweeps and Hydra flags."""
+    if any(a.startswith("-") for a in argv) or any("," in a for a in argv):
+        return
+    from hydra import compose, initialize_config_dir
+
+    overrides = [a for a in argv if not a.lstrip("+~").startswith("hydra")]
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            compose(config_name="config", overrides=overrides)
+    except Exception as exc:
+        print(f"fedpriv: error: {_one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def print_help(argv: list[str]) -> None:
+    """``fedpriv [GROUP=OPTION ...] --help``: the config groups, then the commented
+    ``conf/config.yaml`` and the files of the groups named on the command line (their
+    comments describe every field)."""
+    conf = conf_dir()
+    print("usage: fedpriv [GROUP=OPTION ...] [KEY=VALUE ...] [-m for a sweep] [--help]\n")
+    print("Config groups (GROUP=OPTION):")
+    for folder in sorted(p for p in conf.iterdir() if p.is_dir()):
+        options = ", ".join(sorted(f.stem for f in folder.glob("*.yaml")))
+        print(f"  {folder.name}: {options}")
+    files = [conf / "config.yaml"]
+    for arg in argv:
+        group, _, option = arg.lstrip("+").partition("=")
+        if option and (conf / group / f"{option}.yaml").is_file():
+            files.append(conf / group / f"{option}.yaml")
+    for f in files:
+        print(f"\n== {f.relative_to(conf.parent)} ==\n{f.read_text().rstrip()}")
+    print("\nName a group's option before --help to see its fields (fedpriv client=dpsgd --help).")
+
+
+def resume_argv(argv: list[str]) -> list[str]:
+    """``resume=RUN_DIR``: refuse (one line, exit 2) a directory that cannot continue, and
+    point Hydra at it (``hydra.run.dir=RUN_DIR``, no new ``.hydra/``), so that the run's
+    outputs and log stay in RUN_DIR; other arguments are returned unchanged."""
+    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("resume=")]
+    if given and not given[-1].strip():
+        print("fedpriv: error: resume='' must name a run directory", file=sys.stderr)
+        sys.exit(2)
+    if not given or given[-1] == "null":
+        return argv
+    from fedpriv.run.checkpoint import resume_config
+
+    run_dir = os.path.abspath(given[-1])
+    try:
+        check(
+            not any(a in ("-m", "--multirun") or "," in a for a in argv),
+            "resume",
+            given[-1],
+            "continues one run: give no sweep (-m, comma lists) with it",
+        )
+        resume_config(Path(run_dir), argv)  # every refusal before Hydra creates anything
+    except ConfigError as exc:
+        print(f"fedpriv: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    rest = [a for a in argv if not a.lstrip("+").startswith("resume=")]
+    return [*rest, f"resume={run_dir}", f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+
+
+def main() -> None:
+    """Console-script entry point (a Hydra app over the repository's ``conf/`` tree).
+
+    The working directory is put on ``sys.path`` so that ``_target_`` can name your own
+    modules (as ``python -m`` would).
+    """
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        try:
+            print_help(sys.argv[1:])
+            sys.stdout.flush()
+        except BrokenPipeError:  # `fedpriv --help | head`: the reader has gone
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return
+    register_schema()
+    sys.argv[1:] = resume_argv(sys.argv[1:])
+    precheck(sys.argv[1:])
+    hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(_main)()
+
+
+if __name__ == "__main__":
+    main()

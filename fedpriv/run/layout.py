@@ -1,0 +1,149 @@
+"""How a run's virtual clients map onto Flower nodes, and which clients train each round.
+
+Resolved once from the run config (:func:`plan_layout`) and validated before anything trains:
+``num_workers`` Flower nodes each train many virtual clients (:mod:`fedpriv.run.engine`), except
+where the aggregator needs one node per client (Flower's SecAgg+) or the strategy does not
+declare ``virtual_clients``; the cohort of each round comes from :class:`CohortSampler`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from fedpriv.common.errors import ConfigError, check
+from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Nodes and cohorts of a run.
+
+    Attributes
+    ----------
+    num_workers : int
+        Flower nodes of the simulation.
+    one_node_per_client : bool
+        Node ``i`` is client ``i`` and messages name no clients (SecAgg+, or a strategy
+        without ``virtual_clients``); then ``num_workers == num_clients``.
+    cohort : CohortSampler
+        Draws each round's clients.
+    """
+
+    num_workers: int
+    one_node_per_client: bool
+    cohort: CohortSampler
+
+
+def local_actors(cfg: dict[str, Any]) -> int | None:
+    """Client actors a LOCAL Ray instance of this config can run at once (``None``: a cluster).
+
+    ``floor(CPUs / client_resources.num_cpus)`` (CPUs: ``ray_init_args.num_cpus``, else the
+    machine's), also bounded by ``floor(GPUs / client_resources.num_gpus)`` when GPUs are asked.
+    """
+    ray_args = cfg.get("ray_init_args") or {}
+    if (ray_args.get("address") or os.environ.get("RAY_ADDRESS") or "local") != "local":
+        return None
+    res = cfg["client_resources"]
+    cpus = ray_args.get("num_cpus")
+    cpus = (os.cpu_count() or 1) if cpus is None else cpus  # 0 is a value, not "unset"
+    actors = math.floor(float(cpus) / float(res["num_cpus"]) + 1e-9)
+    if float(res.get("num_gpus", 0)) > 0:
+        import torch
+
+        gpus = ray_args.get("num_gpus") or torch.cuda.device_count()
+        if gpus:
+            actors = min(actors, math.floor(float(gpus) / float(res["num_gpus"]) + 1e-9))
+    return actors
+
+
+def no_actor_error(cfg: dict[str, Any]) -> ConfigError:
+    """Why a local Ray instance of ``cfg`` has room for no client actor (one line)."""
+    res = cfg["client_resources"]
+    given = (cfg.get("ray_init_args") or {}).get("num_cpus")
+    cpus = (os.cpu_count() or 1) if given is None else given
+    if float(res["num_cpus"]) > float(cpus) + 1e-9:
+        where = (
+            f"ray_init_args.num_cpus={given} (the local Ray instance's CPUs)"
+            if given is not None
+            else f"this machine's {cpus} CPUs (ray_init_args.num_cpus unset)"
+        )
+        return ConfigError(
+            "client_resources.num_cpus",
+            res["num_cpus"],
+            f"must be <= {where}: no client actor could start",
+        )
+    return ConfigError(
+        "client_resources.num_gpus",
+        res.get("num_gpus"),
+        "must be <= the GPUs of the local Ray instance: no client actor could start",
+    )
+
+
+def cohort_sampler(cfg: dict[str, Any]) -> CohortSampler:
+    """The run's :class:`CohortSampler` (validated: ConfigError naming the field); an absent or
+    null ``client_sampling`` is ``all``, any other value must name a sampling."""
+    sampling = cfg.get("client_sampling")
+    return CohortSampler(
+        num_clients=int(cfg["num_clients"]),
+        client_sampling=ClientSampling.ALL if sampling is None else sampling,
+        client_sample_rate=cfg.get("client_sample_rate"),
+        num_sampled_clients=cfg.get("num_sampled_clients"),
+        allocation_window=cfg.get("allocation_window"),
+        rounds_per_client=cfg.get("rounds_per_client"),
+        seed=int(cfg["seed"]),
+    )
+
+
+def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> Layout:
+    """Resolve and check ``num_workers`` and the client sampling of ``cfg``.
+
+    ``secagg``: the aggregator registers SecAgg+ mods; ``virtual_clients``: the strategy sends
+    worker messages. Default ``num_workers``: one per client actor of the local Ray instance
+    (at most ``num_clients``); on a cluster, ``num_clients`` unless given.
+
+    Raises
+    ------
+    ConfigError
+        ``num_workers`` above ``num_clients`` or above the actors the CPUs allow, client
+        resources that leave no actor on a local instance, a worker count with
+        one-node-per-client, client sampling the strategy or aggregator cannot run, or a bad
+        sampling parameter (:class:`CohortSampler`).
+    """
+    cohort = cohort_sampler(cfg)
+    n, given = int(cfg["num_clients"]), cfg.get("num_workers")
+    one_per_client = secagg or not virtual_clients
+    why = "aggregator=secaggplus" if secagg else "this strategy"
+    if cohort.client_sampling is not ClientSampling.ALL and one_per_client:
+        raise ConfigError(
+            "client_sampling",
+            cohort.client_sampling.value,
+            f"is not supported with {why} (every client trains every round): use "
+            "client_sampling=all",
+        )
+    actors = local_actors(cfg)
+    if actors is not None and actors < 1:
+        raise no_actor_error(cfg)
+    if one_per_client:
+        check(
+            given is None or int(given) == n,
+            "num_workers",
+            given,
+            f"must be null or num_clients={n}: {why} needs one Flower node per client",
+        )
+        return Layout(n, True, cohort)
+    if given is None:
+        return Layout(min(n, actors) if actors else n, False, cohort)
+    check(isinstance(given, int) and given >= 1, "num_workers", given, "must be an integer >= 1")
+    check(given <= n, "num_workers", given, f"must be <= num_clients={n}")
+    if actors is not None:
+        check(
+            given <= actors,
+            "num_workers",
+            given,
+            f"has no CPUs: the local Ray instance runs {actors} client actor(s) "
+            "(ray_init_args.num_cpus / client_resources.num_cpus); lower num_workers",
+        )
+    return Layout(int(given), False, cohort)
