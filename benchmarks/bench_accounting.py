@@ -38,7 +38,7 @@ def poisson_gaussian() -> None:
     from dp_accounting.pld import pld_privacy_accountant
     from dp_accounting.rdp import rdp_privacy_accountant
 
-    from fedpriv.accounting import poisson_gaussian_epsilon
+    from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
 
     task = f"eps, {STEPS:.0e} steps, sigma={SIGMA}, q={Q}"
     ev = dp_event.PoissonSampledDpEvent(Q, dp_event.GaussianDpEvent(SIGMA))
@@ -72,7 +72,8 @@ def poisson_gaussian() -> None:
 
 
 def ledger_runs() -> None:
-    from fedpriv.accounting import PrivacyLedger, poisson_gaussian_event
+    from fedpriv.accounting.ledger import PrivacyLedger
+    from fedpriv.accounting.dpsgd import poisson_gaussian_event
 
     def ten_runs() -> float:
         ledger = PrivacyLedger()
@@ -84,7 +85,7 @@ def ledger_runs() -> None:
 
 
 def calibration() -> None:
-    from fedpriv.accounting import calibrate_noise_multiplier
+    from fedpriv.accounting.dpsgd import calibrate_noise_multiplier
 
     task = f"calibrate sigma: eps=3, {STEPS:.0e} steps, q={Q}"
     timed(task, "fedpriv pld", lambda: calibrate_noise_multiplier(3.0, DELTA, Q, STEPS, "pld"))
@@ -104,7 +105,7 @@ def calibration() -> None:
 
 
 def skellam_secagg() -> None:
-    from fedpriv.accounting import secagg_dpsgd
+    from fedpriv.accounting.secagg import secagg_dpsgd
 
     timed(
         "secagg skellam eps, 10 clients, 1e5 steps, 16 bits, d=1e5",

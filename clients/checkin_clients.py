@@ -38,7 +38,9 @@ from torch import nn
 from fedpriv.accounting.checkin import CheckinSpec, CheckinVariant
 from fedpriv.accounting.checkin_gaussian import CheckinGaussianSpec, CheckinNoise
 from fedpriv.accounting.ledger import FedprivEvent
-from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation, parse_enum
+from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.accounting.vocabulary import NeighboringRelation
+from fedpriv.common.validate import parse_enum
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.wire import (
     ABSTAIN,
@@ -53,7 +55,8 @@ from fedpriv.common.wire import (
 from fedpriv.mechanisms.checkin_draw import checkin_rng, checkin_window, draw_checkin
 from fedpriv.mechanisms.clipping import clip_tensors
 from fedpriv.mechanisms.randomizers import LocalRandomizer
-from fedpriv.run.algorithm import ClientAlgorithm, ClientData, TrainContext
+from fedpriv.run.algorithm import ClientAlgorithm, TrainContext
+from fedpriv.data.client_data import ClientData
 from fedpriv.run.engine import named_clients, row_blocks, stacked_reply
 
 __all__ = [

@@ -37,12 +37,14 @@ import torch
 from torch import nn
 
 from fedpriv.accounting.client_level import ClientLevelSpec
-from fedpriv.accounting.spec import AccountingSpec, check_finite, parse_enum
+from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.client_sampling import CohortSampler
 from fedpriv.mechanisms.lattice_gaussian import add_lattice_gaussian, lattice_step
 from fedpriv.mechanisms.noise import add_gaussian_noise, server_generator
-from fedpriv.run.algorithm import ClientAlgorithm, ClientData, TrainContext
+from fedpriv.run.algorithm import ClientAlgorithm, TrainContext
+from fedpriv.data.client_data import ClientData
 
 #: Update entry carrying ``b − 1/2`` (adaptive clipping); stripped by :meth:`release`.
 UNCLIPPED_KEY = "fedpriv.unclipped"

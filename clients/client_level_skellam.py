@@ -29,11 +29,12 @@ from torch import nn
 from clients.client_level_dpfedavg import ClientLevelDPFedAvg
 from clients.skellam_dpsgd import UPDATE_NAME
 from fedpriv.accounting.skellam import SkellamSpec
-from fedpriv.accounting.spec import AccountingSpec
+from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.client_sampling import ClientSampling
 from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 
 
 @dataclass(frozen=True)

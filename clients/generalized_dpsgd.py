@@ -42,7 +42,8 @@ from torch import nn
 
 from clients.local_dpsgd import summed_cross_entropy
 from fedpriv.accounting import batch_clipping as bc
-from fedpriv.accounting.spec import AccountingSpec, check_finite, parse_enum
+from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.common.errors import ConfigError, check, unknown_key
 from fedpriv.mechanisms.clipping import clip_tensors
 from fedpriv.mechanisms.ghost import batch_clipped_grad, refuse_cross_sample
@@ -54,7 +55,8 @@ from fedpriv.mechanisms.samplers import (
     ShuffleSampler,
     SubsampleSampler,
 )
-from fedpriv.run.algorithm import ClientAlgorithm, ClientData, TrainContext
+from fedpriv.run.algorithm import ClientAlgorithm, TrainContext
+from fedpriv.data.client_data import ClientData
 
 GROUP_UPDATES = ("minibatch", "sequential")
 LR_SCHEDULES = ("constant", "diminishing", "cosine")

@@ -16,34 +16,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.spec import AccountingSpec, check_finite
+from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
+from fedpriv.common.validate import check_finite
 from fedpriv.mechanisms.noise import add_gaussian_noise
 from fedpriv.mechanisms.persample import clipped_grad_sum, trainable
 from fedpriv.mechanisms.samplers import PoissonSampler
 from fedpriv.mechanisms.vmap_clients import cohort_clipped_grad_sums, padded_batches
-from fedpriv.run.algorithm import ClientAlgorithm, ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import ClientAlgorithm, TrainContext, check_spec
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.setup import run_dataset
 
 
-def nominal_expected_batch(cfg: dict[str, Any]) -> float:
+def nominal_expected_batch(plan: RunPlan, sample_rate: float) -> float:
     """The public normalizer of a run: ``max(q * n_train / N, 1)``.
 
     ``n_train`` is the number of training records of the run's dataset as configured (its
-    nominal size, known from the config like Opacus's expected batch size), ``q`` =
-    ``privacy.sample_rate`` and ``N`` = ``num_clients``: the expected batch of an average
+    nominal size, known from the config like Opacus's expected batch size), ``q`` the
+    per-record ``sample_rate`` and ``N`` = ``num_clients``: the expected batch of an average
     client. It is the same for every client and never depends on a client's own data.
     """
-    from fedpriv.run.setup import run_dataset
-
-    q = float(cfg["privacy"]["sample_rate"])
-    return max(q * len(run_dataset(cfg).y_train) / int(cfg["num_clients"]), 1.0)
+    n_train = len(run_dataset(plan).y_train)
+    return max(sample_rate * n_train / plan.num_clients, 1.0)
 
 
 def summed_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -53,7 +54,7 @@ def summed_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class LocalDPSGD(ClientAlgorithm):
-    """Local DP-SGD, ``steps`` steps per round, noise shared across ``num_clients``.
+    """Local DP-SGD, ``steps`` steps per round, noise shared across the cohort.
 
     Parameters
     ----------
@@ -65,12 +66,11 @@ class LocalDPSGD(ClientAlgorithm):
         Heavy-ball momentum in [0, 1) (post-processing of the noisy steps).
     normalizer : float, optional
         B > 0, the public constant that divides every client's noisy gradient sum. ``None``
-        (the config default): the run's nominal expected batch ``max(q n_train / N, 1)``, set
-        by :meth:`for_run` from the configured dataset (:func:`nominal_expected_batch`).
-    privacy : dict
-        The run's ``privacy`` group (noise_multiplier, max_grad_norm, sample_rate, ...).
-    num_clients : int
-        N, the number of clients whose noise adds up in the aggregated sum.
+        (the default): the run's nominal expected batch ``max(q n_train / N, 1)``, bound by
+        :meth:`for_run` from the configured dataset (:func:`nominal_expected_batch`).
+    privacy : DPSGDSpec
+        The run's privacy spec (``privacy=dpsgd``); :meth:`for_run` binds ``steps``, the
+        nominal cohort (the clients whose noise shares add up) and the normalizer.
 
     Raises
     ------
@@ -78,15 +78,13 @@ class LocalDPSGD(ClientAlgorithm):
         For out-of-range or non-finite fields (see :class:`~fedpriv.accounting.dpsgd.DPSGDSpec`).
     """
 
-    supports_group_privacy: ClassVar[bool] = False
+    spec_type: ClassVar[type[PrivacySpec]] = DPSGDSpec
 
     steps: int = 10
-    lr: float = 1.0
+    lr: float = 2.0
     momentum: float = 0.0
-    # client.normalizer: null until for_run binds the public default (ClientAlgorithm.normalizer)
     normalizer: float | None = None  # type: ignore[assignment]
-    privacy: dict[str, Any] = field(default_factory=dict)
-    num_clients: int = 1
+    privacy: DPSGDSpec = field(default_factory=DPSGDSpec)
 
     def __post_init__(self) -> None:
         check(
@@ -99,85 +97,36 @@ class LocalDPSGD(ClientAlgorithm):
         check(lr > 0, "client.lr", self.lr, "must be a finite number > 0")
         mom = check_finite("client.momentum", self.momentum)
         check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
-        check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
-        self.spec  # noqa: B018 - validates the privacy fields now, before training
-
-    @cached_property
-    def spec(self) -> DPSGDSpec:
-        """The mechanism's spec: validation, events, calibration (built once)."""
-        return DPSGDSpec.from_privacy(
-            self.privacy,
-            steps=self.steps,
-            num_clients=self.num_clients,
-            normalizer=self.normalizer,
-        )
-
-    def for_run(self, cfg: dict[str, Any]) -> LocalDPSGD:
-        """Bind the public normalizer (nominal expected batch) when it is not configured."""
+        check_spec(self, DPSGDSpec)
+        bound = {"steps": self.steps}
         if self.normalizer is not None:
-            return self
-        return replace(self, normalizer=nominal_expected_batch(cfg))
+            bound["normalizer"] = self.normalizer
+        object.__setattr__(self, "privacy", self.privacy.bound(**bound))
 
-    @property
-    def noise_multiplier(self) -> float:
-        return self.spec.noise_multiplier
-
-    @property
-    def max_grad_norm(self) -> float:
-        return self.spec.max_grad_norm
-
-    @property
-    def sample_rate(self) -> float:
-        return self.spec.sample_rate
-
-    @property
-    def noise_shares(self) -> int:
-        """Clients whose noise the sum's privacy relies on (N, or N−1 if honest-but-curious)."""
-        return self.spec.noise_shares
-
-    @property
-    def local_noise_stddev(self) -> float:
-        """Each client's noise std per step: σ C / √(noise_shares)."""
-        return self.spec.local_noise_stddev
+    def for_run(self, plan: RunPlan) -> LocalDPSGD:
+        """Bind the nominal cohort and the public normalizer (nominal expected batch when
+        ``normalizer`` is not configured)."""
+        normalizer = self.normalizer
+        if normalizer is None:
+            normalizer = nominal_expected_batch(plan, self.privacy.sample_rate)
+        spec = self.privacy.bound(num_clients=plan.cohort.nominal_size, normalizer=normalizer)
+        return replace(self, normalizer=normalizer, privacy=spec)
 
     @property
     def bound_normalizer(self) -> float:
-        """:attr:`normalizer` as a float; refuses an unbound algorithm (never a data size)."""
+        """The spec's normalizer as a float; refuses an unbound algorithm (never a data size)."""
         check(
-            self.spec.normalizer is not None,
+            self.privacy.normalizer is not None,
             "client.normalizer",
             None,
-            "must be set (give client.normalizer or build the algorithm with for_run(cfg))",
+            "must be set (give client.normalizer or bind the algorithm with for_run(plan))",
         )
-        return float(self.spec.normalizer)  # type: ignore[arg-type]
+        return float(self.privacy.normalizer)  # type: ignore[arg-type]
 
-    def round_events(self) -> list[tuple[Any, int]]:
-        return self.spec.round_events()
-
-    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
-        """Only ``contributors`` clients' noise is in the sum (see ``DPSGDSpec``)."""
-        return self.spec.degraded_round_events(contributors)
-
-    def local_events(self) -> list[tuple[Any, int]]:
-        return self.spec.local_events()
-
-    def privacy_summary(self) -> dict[str, Any]:
-        """The spec's parameters, with the public ``normalizer`` (recorded in results.json)."""
-        return {**self.spec.summary(), "normalizer": self.bound_normalizer}
-
-    def calibrated(self, target_epsilon: float, target_delta: float, num_rounds: int) -> LocalDPSGD:
-        """Smallest σ whose ε after ``num_rounds`` rounds, composed with the run's accountant
-        AND conversion (``privacy.accountant``, ``privacy.conversion``), is <= the target."""
-        accounting = AccountingSpec.from_privacy(self.privacy, target_delta=target_delta)
-        spec = replace(self.spec, accounting=accounting).calibrated(target_epsilon, num_rounds)
-        return replace(
-            self,
-            privacy={
-                **self.privacy,
-                "noise_multiplier": spec.noise_multiplier,
-                "target_epsilon": None,
-            },
-        )
+    @property
+    def local_noise_stddev(self) -> float:
+        """Each client's noise std per step: σ C / √(noise shares), from the spec."""
+        return self.privacy.local_noise_stddev
 
     def noise(
         self, sums: dict[str, torch.Tensor], generator: torch.Generator
@@ -190,7 +139,7 @@ class LocalDPSGD(ClientAlgorithm):
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         normalizer = self.bound_normalizer
-        sampler = PoissonSampler(self.sample_rate)
+        sampler = PoissonSampler(self.privacy.sample_rate)
         start = {k: p.detach().clone() for k, p in model.named_parameters()}
         params = dict(model.named_parameters())
         velocity = {k: torch.zeros_like(p) for k, p in params.items()}
@@ -201,7 +150,7 @@ class LocalDPSGD(ClientAlgorithm):
             empty += int(idx.numel() == 0)
             total += int(idx.numel())
             x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
-            sums, _ = clipped_grad_sum(model, summed_cross_entropy, x, y, self.max_grad_norm)
+            sums, _ = clipped_grad_sum(model, summed_cross_entropy, x, y, self.privacy.max_grad_norm)
             noisy = self.noise(sums, ctx.generator)
             with torch.no_grad():
                 for k, g in noisy.items():
@@ -231,7 +180,7 @@ class LocalDPSGD(ClientAlgorithm):
         (:func:`fedpriv.mechanisms.vmap_clients.cohort_clipped_grad_sums`). ``model`` is not modified.
         """
         normalizer = self.bound_normalizer
-        sampler = PoissonSampler(self.sample_rate)
+        sampler = PoissonSampler(self.privacy.sample_rate)
         device = ctxs[0].device
         k = len(datas)
         params = {
@@ -251,7 +200,7 @@ class LocalDPSGD(ClientAlgorithm):
             else:
                 x, y, mask = padded_batches(datas, idx, device)
                 sums = cohort_clipped_grad_sums(
-                    model, summed_cross_entropy, params, x, y, mask, self.max_grad_norm
+                    model, summed_cross_entropy, params, x, y, mask, self.privacy.max_grad_norm
                 )
             with torch.no_grad():
                 noisy = sums if self.local_noise_stddev == 0 else self._noisy_rows(sums, ctxs)

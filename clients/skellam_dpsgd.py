@@ -27,12 +27,13 @@ from clients.local_dpsgd import LocalDPSGD, summed_cross_entropy
 from clients.local_dpsgd import nominal_expected_batch as nominal
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.skellam import SkellamEvent, SkellamSpec
-from fedpriv.accounting.spec import AccountingSpec
+from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.persample import per_sample_grads
 from fedpriv.mechanisms.samplers import PoissonSampler
 from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 
 UPDATE_NAME = "skellam_residues"
 

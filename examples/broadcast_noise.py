@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from clients.local_dpsgd import LocalDPSGD
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 
 
 def broadcast_noise(

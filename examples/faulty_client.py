@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from clients.local_dpsgd import LocalDPSGD
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 
 
 @dataclass(frozen=True)

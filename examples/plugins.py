@@ -20,7 +20,8 @@ from clients.local_dpsgd import LocalDPSGD
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.clipping import clip_tensors
 from fedpriv.run.aggregation import AggregateResult
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 from strategies.fedavg import DPFedAvg
 
 

@@ -321,7 +321,7 @@ def client_setup(cfg: dict) -> tuple[Any, Any, Any]:
     """The run's device, client 0's data (the whole training set) and the seeded model."""
     import torch
 
-    from fedpriv.run.algorithm import ClientData
+    from fedpriv.data.client_data import ClientData
     from fedpriv.run.setup import build_model_for, client_partition, resolve_device
 
     device = resolve_device(cfg)

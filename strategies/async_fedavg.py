@@ -23,16 +23,16 @@ van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (arXiv:
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from flwr.app import Message
-from flwr.serverapp import Grid
 
 from fedpriv.common.errors import check
-from fedpriv.run.aggregation import RoundFailed
-from strategies.fedavg import DPFedAvg, ServerJob, wait_for_nodes
+from fedpriv.run.algorithm import ClientAlgorithm, PrivacyUnit
+from fedpriv.run.job import ServerJob
+from fedpriv.run.strategy import State
+from strategies.fedavg import DPFedAvg
 
 
 @dataclass
@@ -41,12 +41,12 @@ class AsyncDPFedAvg(DPFedAvg):
 
     Parameters
     ----------
-    server_lr : float
-        Server step size (as :class:`~strategies.fedavg.DPFedAvg`).
     max_staleness : int
-        Largest age (in released rounds) of the model a client computes on; 0 = synchronous.
+        Largest age (in released rounds) of the model a client computes on, >= 0; 0 =
+        synchronous.
     seed : int
         Seeds the staleness draws (the run's ``seed``).
+    (and the parameters of :class:`~strategies.fedavg.DPFedAvg`)
 
     Raises
     ------
@@ -56,15 +56,27 @@ class AsyncDPFedAvg(DPFedAvg):
 
     max_staleness: int = 0
     seed: int = 0
+    _history: list[State] = field(default_factory=list, init=False)  # the last max_staleness+1
+    _ages: list[int] = field(default_factory=list, init=False)  # the current round's
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._history: list[dict[str, np.ndarray]] = []  # the last max_staleness+1 models
         check(
             isinstance(self.max_staleness, int) and self.max_staleness >= 0,
             "strategy.max_staleness",
             self.max_staleness,
             "must be an integer >= 0",
+        )
+
+    def check_algorithm(self, algorithm: ClientAlgorithm) -> None:
+        """Refuse check-ins and client-level DP (each stale update would be its own release,
+        which its round events do not account)."""
+        super().check_algorithm(algorithm)
+        check(
+            algorithm.privacy_unit is not PrivacyUnit.CLIENT,
+            "strategy",
+            "async_fedavg",
+            "cannot run client-level DP: use strategy=fedavg",
         )
 
     def staleness(self, server_round: int, client_index: int, released: int) -> int:
@@ -79,90 +91,53 @@ class AsyncDPFedAvg(DPFedAvg):
         rng = np.random.default_rng([int(self.seed), int(server_round), int(client_index), 0xA5])
         return int(rng.integers(0, hi + 1))
 
-    def stale_messages(
+    def initial_state(self, job: ServerJob) -> State:
+        """The current model; the recent ones come from the checkpoint after a resume."""
+        if not self._history:
+            self._history = [job.initial_state()]
+        return self._history[-1]
+
+    def configure_train(
         self,
-        job: ServerJob,
-        node_ids: list[int],
-        cohort: list[int],
-        history: list[dict[str, np.ndarray]],
         server_round: int,
-    ) -> tuple[list[Message], list[int]]:
-        """The round's TRAIN messages, clients grouped by the age of their model; the ages.
-
-        ``history[-1]`` is the current model, ``history[-1 - tau]`` the one ``tau`` releases
-        ago; client ``c`` computes on the model of age :meth:`staleness` ``(round, c, ...)``.
-        """
-        ages = [self.staleness(server_round, c, len(history) - 1) for c in cohort]
+        state: State,
+        cohort: list[int],
+        node_ids: list[int],
+        job: ServerJob,
+    ) -> list[Message]:
+        """The round's train messages, clients grouped by the age of their model:
+        ``history[-1 - tau]`` for client ``c`` of age :meth:`staleness` ``(round, c, ...)``."""
+        history = self._history
+        self._ages = [self.staleness(server_round, c, len(history) - 1) for c in cohort]
         messages: list[Message] = []
-        for tau in sorted(set(ages)):
-            group = [c for c, a in zip(cohort, ages) if a == tau]
+        for tau in sorted(set(self._ages)):
+            group = [c for c, a in zip(cohort, self._ages) if a == tau]
             messages += job.messages_for(node_ids, group, history[-1 - tau], server_round)
-        return messages, ages
+        return messages
 
-    def check_algorithm(self, algorithm: object) -> None:
-        """Refuse check-ins and client-level DP (each stale update would be its own release,
-        which its round events do not account)."""
-        super().check_algorithm(algorithm)
-        if getattr(algorithm, "privacy_unit", "record") == "client":
-            from fedpriv.common.errors import ConfigError
+    def aggregate_train(
+        self, server_round: int, state: State, total: State, job: ServerJob
+    ) -> tuple[State, dict[str, float]]:
+        """Apply the sum to the CURRENT model (as updates arrive); keep the recent models."""
+        new = self.apply(self._history[-1], total, job.mean_divisor)
+        self._history = (self._history + [new])[-(self.max_staleness + 1) :]
+        return new, {"mean_staleness": float(np.mean(self._ages))}
 
-            raise ConfigError(
-                "strategy", "async_fedavg", "cannot run client-level DP: use strategy=fedavg"
-            )
-
-    def checkpoint_state(self) -> dict[str, np.ndarray]:
+    def checkpoint_state(self) -> State:
         """The optimizer's moments and the recent models (``"history/<age>/<param>"``)."""
         out = super().checkpoint_state()
-        for i, state in enumerate(self._history):
-            out |= {f"history/{i}/{k}": np.asarray(v) for k, v in state.items()}
+        for i, model in enumerate(self._history):
+            out |= {f"history/{i}/{k}": np.asarray(v) for k, v in model.items()}
         return out
 
-    def restore_checkpoint_state(self, arrays: dict[str, np.ndarray]) -> None:
+    def restore_checkpoint_state(self, arrays: State) -> None:
         """Inverse of :meth:`checkpoint_state`."""
         super().restore_checkpoint_state(
             {k: v for k, v in arrays.items() if not k.startswith("history/")}
         )
-        models: dict[int, dict[str, np.ndarray]] = {}
+        models: dict[int, State] = {}
         for flat, arr in arrays.items():
             if flat.startswith("history/"):
                 _, i, key = flat.split("/", 2)
                 models.setdefault(int(i), {})[key] = np.array(arr)
         self._history = [models[i] for i in sorted(models)]
-
-    def run(self, grid: Grid, job: ServerJob) -> dict[str, np.ndarray]:
-        """The server's main loop from ``job.first_round``; returns the final global state."""
-        node_ids = wait_for_nodes(grid, job.num_nodes, job.round_timeout)
-        if hasattr(grid, "pull_interval"):
-            grid.pull_interval = self.pull_interval
-        history = self._history or [job.initial_state()]
-        self._history = history
-        for server_round in range(getattr(job, "first_round", 1), job.num_rounds + 1):
-            if not job.may_start_round(server_round):
-                break
-            t0 = time.monotonic()
-            cohort = job.draw_cohort(server_round)
-            if not cohort:
-                job.round_empty(server_round)
-                continue
-            messages, ages = self.stale_messages(job, node_ids, cohort, history, server_round)
-            try:
-                result = job.aggregator.sum_updates(
-                    grid, messages, server_round=server_round, timeout=job.round_timeout
-                )
-                job.admit(result, server_round)  # a sum with dropouts must be accountable
-            except RoundFailed as exc:
-                job.round_failed(server_round, exc, time.monotonic() - t0)
-                continue
-            result.total = job.decode_sum(result.total, server_round)
-            state = self.apply(history[-1], result, job.mean_divisor)
-            history = (history + [state])[-(self.max_staleness + 1) :]
-            self._history = history
-            job.round_released(
-                server_round,
-                state,
-                result,
-                time.monotonic() - t0,
-                extra={"mean_staleness": float(np.mean(ages))},
-                contributors=result.num_clients,
-            )
-        return history[-1]

@@ -401,7 +401,8 @@ class ClientAlgorithmContract:
         algorithm: Any, cfg: dict[str, Any], x: np.ndarray, y: np.ndarray, pid: int, seed: int
     ) -> bytes:
         from fedpriv.mechanisms.noise import make_generator
-        from fedpriv.run.algorithm import ClientData, TrainContext
+        from fedpriv.data.client_data import ClientData
+        from fedpriv.run.algorithm import TrainContext
         from fedpriv.run.setup import build_model_for
 
         model = build_model_for(cfg)

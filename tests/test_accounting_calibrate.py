@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.accounting import bisect_noise, calibrate_noise_multiplier, poisson_gaussian_epsilon
+from fedpriv.accounting.calibrate import bisect_noise
+from fedpriv.accounting.dpsgd import calibrate_noise_multiplier, poisson_gaussian_epsilon
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fedpriv.accounting import poisson_gaussian_epsilon
+from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
 from fedpriv.accounting.params import Params, parse_assignments
 from fedpriv.cli.experiment import account as cli
 from fedpriv.common.errors import ConfigError

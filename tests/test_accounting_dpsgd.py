@@ -15,9 +15,10 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.accounting import PrivacyLedger, poisson_gaussian_epsilon, poisson_gaussian_event
+from fedpriv.accounting.ledger import PrivacyLedger
+from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon, poisson_gaussian_event
 from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.spec import AccountingSpec
+from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from fedpriv.accounting import poisson_gaussian_epsilon, secagg_dpsgd
+from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
+from fedpriv.accounting.secagg import secagg_dpsgd
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -216,7 +217,8 @@ def test_noise_multiplier_means_what_it_means_in_a_run(num_clients, honest_but_c
     # secagg_dpsgd(noise_multiplier=1.2) state the same events, so the same central and local ε
     # (rel 1e-9: the same ledger arithmetic; σ_i = 1.2/√m computed by both).
     from fedpriv.accounting.dpsgd import DPSGDSpec
-    from fedpriv.accounting.spec import Accountant, AccountingSpec
+    from fedpriv.accounting.vocabulary import Accountant
+    from fedpriv.accounting.accountant import AccountingSpec
 
     run = DPSGDSpec(
         noise_multiplier=1.2,

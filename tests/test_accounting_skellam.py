@@ -11,14 +11,17 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special, stats
 
-from fedpriv.accounting import PrivacyLedger, SkellamEvent, SkellamSpec, poisson_gaussian_event
+from fedpriv.accounting.ledger import PrivacyLedger
+from fedpriv.accounting.skellam import SkellamEvent, SkellamSpec
+from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import IncompatibleEventsError
 from fedpriv.accounting.skellam import (
     poisson_subsampled_rdp,
     rounded_sensitivities,
     skellam_rdp,
 )
-from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion
+from fedpriv.accounting.vocabulary import Accountant, Conversion
+from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)

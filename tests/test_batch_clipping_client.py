@@ -22,7 +22,8 @@ from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting import gdp
 from fedpriv.common.errors import ConfigError
 from fedpriv.models.zoo import build_model
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.runner import prepare, run_experiment
 

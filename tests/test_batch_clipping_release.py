@@ -36,7 +36,7 @@ from hydra import compose, initialize_config_dir
 
 import fedpriv.run.client_app as app
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
-from fedpriv.run.algorithm import ClientData
+from fedpriv.data.client_data import ClientData
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.engine import node_messages
 from fedpriv.run.runner import prepare

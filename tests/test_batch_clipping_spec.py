@@ -13,13 +13,15 @@ import torch
 from clients.generalized_dpsgd import GeneralizedDPSGD
 from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
-from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation
+from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.accounting.vocabulary import NeighboringRelation
 from fedpriv.cli.account import main as cli_main
 from fedpriv.cli.account import run as cli_run
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.samplers import SamplerKind
 from fedpriv.models.zoo import build_model
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.run_privacy import RunPrivacy
 
 ACCOUNTING = [("pld", "default"), ("rdp", "default"), ("rdp", "mironov")]

@@ -23,7 +23,7 @@ from fedpriv.accounting.checkin_gaussian import (
     CheckinGaussianEvent,
     CheckinGaussianSpec,
 )
-from fedpriv.accounting.spec import AccountingSpec
+from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.cli.experiment import account as cli
 from fedpriv.common.errors import ConfigError
 from tests.contracts import EventContract

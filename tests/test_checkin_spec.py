@@ -26,7 +26,7 @@ from hydra import compose, initialize_config_dir
 
 from clients.checkin_clients import CheckinClient, mean_cross_entropy, slot_update
 from fedpriv.accounting import checkin as ci
-from fedpriv.accounting.spec import AccountingSpec
+from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.cli.account import main
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY

@@ -26,7 +26,7 @@ from scipy import integrate, optimize, stats
 
 from clients.client_level_dpfedavg import UNCLIPPED_KEY, ClientLevelDPFedAvg
 from fedpriv.accounting.client_level import ClientLevelSpec
-from fedpriv.accounting.spec import AccountingSpec
+from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.run import client_app
@@ -429,7 +429,7 @@ def test_skellam_sum_decodes_to_the_clipped_deltas_plus_sigma_c_noise() -> None:
     """Measured from the serialized integer replies: the decoded modular sum of 6 clients
     minus the sum of their clipped deltas (recomputed with the same generators) has std σC
     (real units, 7850 coordinates, 4 %): the noise the Skellam events claim."""
-    from fedpriv.run.algorithm import ClientData
+    from fedpriv.data.client_data import ClientData
     from fedpriv.run.client_app import client_context
 
     run_cfg, algorithm = prepare(

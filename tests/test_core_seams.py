@@ -23,7 +23,8 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 from clients.local_dpsgd import LocalDPSGD
-from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion, NoiseSource
+from fedpriv.accounting.vocabulary import Accountant, Conversion, NoiseSource
+from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
 from fedpriv.run.aggregation import (
@@ -34,7 +35,8 @@ from fedpriv.run.aggregation import (
     RoundFailed,
     aggregator_class,
 )
-from fedpriv.run.algorithm import ClientAlgorithm, ClientData, TrainContext
+from fedpriv.run.algorithm import ClientAlgorithm, TrainContext
+from fedpriv.data.client_data import ClientData
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.engine import node_messages
 from fedpriv.run.run_privacy import RunPrivacy

@@ -13,7 +13,8 @@ from clients.local_dpsgd import LocalDPSGD
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.noise import make_generator
 from fedpriv.models.zoo import build_model
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 
 
 def _ctx(seed: int = 0) -> TrainContext:

@@ -24,7 +24,8 @@ from clients.skellam_dpsgd import UPDATE_NAME, SkellamDPSGD
 from fedpriv.cli.experiment import account as cli
 from fedpriv.common.errors import ConfigError
 from fedpriv.models.zoo import build_model
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.runner import prepare
 from fedpriv.run.setup import build_algorithm

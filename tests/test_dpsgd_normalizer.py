@@ -38,7 +38,8 @@ from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from clients.local_dpsgd import LocalDPSGD
 from fedpriv.common.wire import UPDATE_KEY
 from fedpriv.mechanisms.noise import make_generator
-from fedpriv.run.algorithm import ClientData, TrainContext
+from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.runner import to_container
 from fedpriv.run.setup import build_algorithm, build_model_for, client_partition
 from tests.test_integration import _cfg

@@ -79,7 +79,7 @@ def test_sampler_bad_sizes(cls: type) -> None:
 
 
 def test_sampler_kind_is_the_closed_set() -> None:
-    from fedpriv.accounting.spec import parse_enum
+    from fedpriv.common.validate import parse_enum
     from fedpriv.mechanisms.samplers import SamplerKind
 
     assert [k.value for k in SamplerKind] == ["shuffle", "subsample", "poisson"]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from opacus.accountants.analysis.rdp import compute_rdp
 
-from fedpriv.accounting import PrivacyLedger
+from fedpriv.accounting.ledger import PrivacyLedger
 from fedpriv.run.runner import prepare
 from tests.test_integration import _cfg
 

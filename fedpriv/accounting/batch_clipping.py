@@ -46,13 +46,9 @@ import scipy.special
 from fedpriv.accounting import gdp
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.spec import (
-    Accountant,
-    AccountingSpec,
-    NeighboringRelation,
-    check_finite,
-    parse_enum,
-)
+from fedpriv.accounting.vocabulary import Accountant, NeighboringRelation
+from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.mechanisms.samplers import SamplerKind
 

@@ -53,15 +53,9 @@ import scipy.stats
 from fedpriv.accounting import gdp, shuffle
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.spec import (
-    Accountant,
-    AccountingSpec,
-    Conversion,
-    NeighboringRelation,
-    check_finite,
-    check_positive,
-    parse_enum,
-)
+from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
+from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.common.validate import check_finite, check_positive, parse_enum
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.mechanisms.randomizers import LocalRandomizer, RandomizerKind
 

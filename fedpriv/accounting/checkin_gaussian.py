@@ -62,13 +62,9 @@ import numpy as np
 from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.ledger import PldEvent
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.spec import (
-    Accountant,
-    AccountingSpec,
-    NeighboringRelation,
-    check_positive,
-    parse_enum,
-)
+from fedpriv.accounting.vocabulary import Accountant, NeighboringRelation
+from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.common.validate import check_positive, parse_enum
 from fedpriv.common.errors import check
 
 __all__ = [

@@ -44,14 +44,9 @@ from dp_accounting import dp_event
 from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.params import Params, noise_or_target
-from fedpriv.accounting.spec import (
-    Accountant,
-    AccountingSpec,
-    Conversion,
-    NeighboringRelation,
-    check_finite,
-    check_positive,
-)
+from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
+from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.common.validate import check_finite, check_positive
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier

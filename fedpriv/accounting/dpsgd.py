@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from dp_accounting import dp_event
 
+from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params, noise_or_target
-from fedpriv.accounting.spec import (
-    Accountant,
-    AccountingSpec,
-    Conversion,
-    check_finite,
-    check_positive,
-)
+from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
+from fedpriv.accounting.vocabulary import Accountant, Conversion
 from fedpriv.common.errors import check
+from fedpriv.common.validate import check_finite, check_positive, parse_enum
 
 SAMPLING_REFUSAL = (
     "is not covered: the Poisson analysis under-reports epsilon for shuffled or fixed-size "
@@ -121,7 +118,7 @@ def poisson_gaussian_epsilon(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DPSGDSpec:
+class DPSGDSpec(PrivacySpec):
     """Multi-step local DP-SGD whose SUM over clients is released: validation, events, ε.
 
     Every client runs ``steps`` local steps per round; each step draws a Poisson batch of the
@@ -134,36 +131,36 @@ class DPSGDSpec:
     client-dependent divisor B_i would scale a record's sensitivity by 1/B_i but the noise by
     a mixture of all 1/B_j, so records of small clients would get less than σ).
 
-    Both the run's client algorithms (``clients.local_dpsgd.LocalDPSGD``) and ``fedpriv-account
+    Both the run's client algorithm (``clients.local_dpsgd.LocalDPSGD``) and ``fedpriv-account
     poisson-gaussian`` build this spec, so the CLI answers exactly what the run accounts.
 
     Parameters
     ----------
-    noise_multiplier : float
+    noise_multiplier : float or None
         σ >= 0: std of the noise of the released SUM per step, per unit clipping norm
-        (0 = no privacy).
+        (0 = no privacy); ``None`` with ``target_epsilon`` (calibrated by the run).
     sample_rate : float
         q in [0, 1]: each record's probability to be in a step's batch.
-    steps : int
-        Local steps per round (S), >= 1.
     max_grad_norm : float
         C > 0, the per-sample clipping norm (real units).
-    num_clients : int
-        N >= 1, the clients whose noise adds up in the released sum.
     honest_but_curious : bool
         Size each share so that N − 1 clients' noise suffices (a client may subtract its own).
+    steps : int
+        Local steps per round (S), >= 1 (bound by the client algorithm).
+    num_clients : int
+        N >= 1, the clients whose noise adds up in the released sum (bound: the nominal
+        cohort).
     normalizer : float or None
         B > 0, the public constant dividing every client's noisy gradient sum (e.g. the
         nominal expected batch ``q * num_train_records / N``); ``None`` when not bound yet
         (it does not change ε, only the scale of the release).
-    accounting : AccountingSpec
-        Accountant, conversion and δ of the run's ledger.
+    (and the fields of :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`)
 
     Raises
     ------
     ConfigError
         For a non-finite or out-of-range field, naming ``privacy.<field>``, ``client.steps`` or
-        ``num_clients``.
+        ``num_clients``; for both or neither of ``noise_multiplier`` and ``target_epsilon``.
 
     References
     ----------
@@ -173,27 +170,30 @@ class DPSGDSpec:
     4.7 (local σ/√N).
     """
 
-    noise_multiplier: float
-    sample_rate: float
-    steps: int = 1
+    family: ClassVar[str] = "dpsgd"
+    bound_fields: ClassVar[tuple[str, ...]] = (
+        *PrivacySpec.bound_fields,
+        "steps",
+        "num_clients",
+        "normalizer",
+    )
+
+    noise_multiplier: float | None = 1.2
+    sample_rate: float = 0.1
     max_grad_norm: float = 1.0
-    num_clients: int = 1
     honest_but_curious: bool = False
+    steps: int = 1
+    num_clients: int = 1
     normalizer: float | None = None
-    accounting: AccountingSpec = dataclasses.field(default_factory=AccountingSpec)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         set_ = object.__setattr__
-        sigma = check_finite(
-            "privacy.noise_multiplier", self.noise_multiplier, "must be a finite number >= 0"
-        )
-        check(sigma >= 0, "privacy.noise_multiplier", self.noise_multiplier, "must be >= 0")
-        set_(self, "noise_multiplier", sigma)
+        set_(self, "noise_multiplier", self.noise_or_target(self.noise_multiplier))
         q = check_finite("privacy.sample_rate", self.sample_rate, "must be in [0, 1]")
         check(0 <= q <= 1, "privacy.sample_rate", self.sample_rate, "must be in [0, 1]")
         set_(self, "sample_rate", q)
-        c = check_positive("privacy.max_grad_norm", self.max_grad_norm)
-        set_(self, "max_grad_norm", c)
+        set_(self, "max_grad_norm", check_positive("privacy.max_grad_norm", self.max_grad_norm))
         check(
             isinstance(self.steps, int) and not isinstance(self.steps, bool) and self.steps >= 1,
             "client.steps",
@@ -219,110 +219,89 @@ class DPSGDSpec:
             "must be >= 2 with privacy.honest_but_curious=true",
         )
         if self.normalizer is not None:
-            b = check_positive("client.normalizer", self.normalizer)
-            set_(self, "normalizer", b)
-        check(
-            isinstance(self.accounting, AccountingSpec),
-            "privacy",
-            type(self.accounting).__name__,
-            "accounting must be an AccountingSpec",
-        )
+            set_(self, "normalizer", check_positive("client.normalizer", self.normalizer))
 
     @classmethod
-    def from_privacy(
-        cls,
-        privacy: dict[str, Any],
-        *,
-        steps: int,
-        num_clients: int,
-        normalizer: float | None = None,
-        **overrides: Any,
-    ) -> DPSGDSpec:
-        """From a run's ``privacy`` group (``noise_multiplier`` null = 0 until calibrated).
+    def from_params(cls, p: Params) -> DPSGDSpec:
+        """``fedpriv-account poisson-gaussian``'s keys ``sample_rate``, ``steps`` (per round),
+        ``target_delta``, ``accountant``, ``conversion`` and ``noise_multiplier`` (0 when
+        absent: the CLI calibrates it to ``target_epsilon``)."""
+        return cls(
+            noise_multiplier=p.float("noise_multiplier", 0.0, ge=0.0),
+            sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
+            steps=p.int("steps", ge=1),
+            accountant=p.choice("accountant", ACCOUNTANTS, "pld"),
+            conversion=p.choice("conversion", CONVERSIONS, "default"),
+            target_delta=p.delta("target_delta"),
+        )
+
+    # ---- noise shares -----------------------------------------------------------------
+    @property
+    def sigma(self) -> float:
+        """σ as a number.
 
         Raises
         ------
         ConfigError
-            If ``privacy.sample_rate`` is missing, or for any invalid field.
+            Before calibration (``noise_multiplier=None``).
         """
         check(
-            privacy.get("sample_rate") is not None,
-            "privacy.sample_rate",
-            privacy.get("sample_rate"),
-            "must be given (Poisson sampling rate of each step)",
+            self.noise_multiplier is not None,
+            "privacy.noise_multiplier",
+            None,
+            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
         )
-        kw: dict[str, Any] = dict(
-            noise_multiplier=privacy.get("noise_multiplier") or 0.0,
-            sample_rate=privacy["sample_rate"],
-            max_grad_norm=privacy.get("max_grad_norm", 1.0),
-            honest_but_curious=bool(privacy.get("honest_but_curious") or False),
-            steps=steps,
-            num_clients=num_clients,
-            normalizer=normalizer,
-            accounting=AccountingSpec.from_privacy(privacy),
-        )
-        kw.update(overrides)
-        return cls(**kw)
+        return float(self.noise_multiplier)  # type: ignore[arg-type]
 
-    @classmethod
-    def from_params(cls, p: Params, noise_multiplier: float = 0.0) -> DPSGDSpec:
-        """The spec of ``fedpriv-account poisson-gaussian``'s keys ``sample_rate``, ``steps``
-        (per round), ``target_delta``, ``accountant`` and ``conversion`` (σ given apart)."""
-        return cls(
-            noise_multiplier=noise_multiplier,
-            sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
-            steps=p.int("steps", ge=1),
-            accounting=AccountingSpec(
-                accountant=Accountant(p.choice("accountant", ACCOUNTANTS, "pld")),
-                conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
-                target_delta=p.delta("target_delta"),
-            ),
-        )
+    @property
+    def non_private(self) -> bool:
+        return self.noise_multiplier == 0
 
-    # ---- noise shares -----------------------------------------------------------------
     @property
     def noise_shares(self) -> int:
         """m: clients whose noise the privacy of the sum relies on (N, or N − 1)."""
         return self.num_clients - int(self.honest_but_curious)
 
     @property
+    def client_noise_multiplier(self) -> float:
+        """Each client's share of σ: σ/√m (the third paper's appendix unit, Thm 4.7)."""
+        return self.sigma / math.sqrt(self.noise_shares)
+
+    @property
     def local_noise_stddev(self) -> float:
         """Each client's noise std per step, real units before dividing by B: σ C / √m."""
-        return self.noise_multiplier * self.max_grad_norm / math.sqrt(self.noise_shares)
+        return self.client_noise_multiplier * self.max_grad_norm
 
     # ---- events -----------------------------------------------------------------------
     def step_event(self, noise_multiplier: float | None = None) -> dp_event.DpEvent:
         """The Poisson-subsampled Gaussian of one step's released sum."""
-        sigma = self.noise_multiplier if noise_multiplier is None else noise_multiplier
+        sigma = self.sigma if noise_multiplier is None else noise_multiplier
         return poisson_gaussian_event(sigma, self.sample_rate)
 
-    def round_events(self) -> list[tuple[Any, int]]:
+    def round_events(self) -> EventRuns:
         """One round's release: ``steps`` Poisson-subsampled Gaussians with σ (Thm 4.6)."""
         return [(self.step_event(), self.steps)]
 
-    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
+    def degraded_round_events(self, contributors: int) -> EventRuns:
         """A round whose sum holds only ``contributors`` clients' noise (dropouts):
         σ_eff = σ √(min(contributors − [hbc], m) / m).
 
         Raises
         ------
-        ConfigError
+        UnaccountableRound
             If no trusted client's noise is left in the sum.
         """
         trusted = contributors - int(self.honest_but_curious)
-        check(trusted >= 1, "contributors", contributors, "leave no trusted noise in the sum")
+        if trusted < 1:
+            raise UnaccountableRound(
+                f"contributors={contributors} leave no trusted noise in the sum"
+            )
         frac = min(trusted, self.noise_shares) / self.noise_shares
-        return [(self.step_event(self.noise_multiplier * math.sqrt(frac)), self.steps)]
+        return [(self.step_event(self.sigma * math.sqrt(frac)), self.steps)]
 
-    def local_events(self) -> list[tuple[Any, int]]:
+    def local_events(self) -> EventRuns:
         """One client's own release (its LDP): σ/√m per step (Thm 4.7)."""
-        local = self.noise_multiplier / math.sqrt(self.noise_shares)
-        return [(self.step_event(local), self.steps)]
-
-    def epsilon(self, num_rounds: int) -> float:
-        """Central ε at ``accounting.target_delta`` after ``num_rounds`` full rounds, composed
-        exactly as the run's ledger composes them (its accountant and conversion)."""
-        return self.accounting.epsilon_after(self.round_events(), num_rounds)
+        return [(self.step_event(self.client_noise_multiplier), self.steps)]
 
     def calibrated(self, target_epsilon: float, num_rounds: int) -> DPSGDSpec:
         """The spec with the smallest σ (to 0.1 %) whose :meth:`epsilon` is <= the target.
@@ -335,8 +314,6 @@ class DPSGDSpec:
         ConfigError
             For a non-positive/non-finite target or one that no σ <= 1e6 reaches.
         """
-        from fedpriv.accounting.calibrate import bisect_noise
-
         check(
             isinstance(num_rounds, int) and num_rounds >= 1,
             "num_rounds",
@@ -345,36 +322,62 @@ class DPSGDSpec:
         )
         target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
         if self.sample_rate == 0:
-            return dataclasses.replace(self, noise_multiplier=0.0)
+            return self.with_noise(0.0, target)
 
         def eps_of(spec: DPSGDSpec) -> Any:
-            return lambda s: dataclasses.replace(spec, noise_multiplier=s).epsilon(num_rounds)
+            return lambda s: spec.with_noise(s).epsilon(num_rounds)
 
         hint = None
-        if self.accounting.accountant is Accountant.PLD:
-            rdp = dataclasses.replace(
-                self,
-                accounting=AccountingSpec(
-                    accountant=Accountant.RDP, target_delta=self.accounting.target_delta
-                ),
-            )
+        if self.accountant is Accountant.PLD:
+            rdp = dataclasses.replace(self, accountant=Accountant.RDP)
             s_rdp = bisect_noise(eps_of(rdp), target, field="privacy.noise_multiplier", rtol=0.01)
             hint = (0.75 * s_rdp, s_rdp)
         sigma = bisect_noise(eps_of(self), target, field="privacy.noise_multiplier", hint=hint)
-        return dataclasses.replace(self, noise_multiplier=sigma)
+        return self.with_noise(sigma, target)
 
-    def summary(self) -> dict[str, Any]:
-        """The spec's parameters for ``results.json`` (``normalizer`` included)."""
-        return {
-            "mechanism": "gaussian",
-            "noise_multiplier": self.noise_multiplier,
-            "client_noise_multiplier": self.noise_multiplier / math.sqrt(self.noise_shares),
-            "sample_rate": self.sample_rate,
-            "max_grad_norm": self.max_grad_norm,
-            "steps": self.steps,
-            "noise_shares": self.noise_shares,
-            "normalizer": self.normalizer,
-        }
+    def extra_summary(self) -> dict[str, Any]:
+        """The mechanism, each client's share of σ and the noise shares."""
+        out: dict[str, Any] = {"mechanism": "gaussian", "noise_shares": self.noise_shares}
+        if self.noise_multiplier is not None:
+            out["client_noise_multiplier"] = self.client_noise_multiplier
+        return out
+
+
+def calibrate_noise_multiplier(
+    target_epsilon: float,
+    target_delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str = "pld",
+    conversion: str = "default",
+) -> float:
+    """Smallest DP-SGD ``noise_multiplier`` with ε ≤ ``target_epsilon`` after ``steps`` steps.
+
+    A thin wrapper of :meth:`DPSGDSpec.calibrated` (one round of ``steps`` steps): the run,
+    the CLI and this function share one calibration path, which honours both ``accountant``
+    and ``conversion``.
+
+    Returns
+    -------
+    float
+        σ within 0.1 % of the smallest that meets the target (ε(σ) ≤ target was evaluated).
+        0.0 if ``sample_rate == 0`` (no record is ever used).
+
+    Raises
+    ------
+    ConfigError
+        For out-of-range arguments or an unreachable target.
+    """
+    check(isinstance(steps, int) and steps >= 1, "steps", steps, "must be an integer >= 1")
+    spec = DPSGDSpec(
+        noise_multiplier=0.0,
+        sample_rate=sample_rate,
+        steps=steps,
+        accountant=parse_enum(Accountant, "accountant", accountant),
+        conversion=parse_enum(Conversion, "conversion", conversion),
+        target_delta=target_delta,
+    )
+    return spec.calibrated(target_epsilon, 1).sigma
 
 
 def run_cli(params: dict[str, str]) -> dict[str, Any]:

@@ -34,7 +34,8 @@ from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.skellam import SKELLAM_KEYS, SkellamSpec
-from fedpriv.accounting.spec import Accountant, AccountingSpec, Conversion
+from fedpriv.accounting.vocabulary import Accountant, Conversion
+from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import ConfigError, check
 
 MECHANISMS = ("gaussian", "skellam")

@@ -33,13 +33,9 @@ from fedpriv.accounting.ledger import (
     IntegerRdpEvent,
 )
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.spec import (
-    Accountant,
-    AccountingSpec,
-    Conversion,
-    check_finite,
-    check_positive,
-)
+from fedpriv.accounting.vocabulary import Accountant, Conversion
+from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.common.validate import check_finite, check_positive
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.mechanisms.skellam_noise import (
     DEFAULT_BETA,

@@ -34,7 +34,8 @@ _META = ("name", "num_classes", "input_shape", "provenance", "group_names", "fea
 def shared_dir(dataset_json: str) -> Path:
     """The folder holding the shared copy of the dataset configured by ``dataset_json``."""
     key = hashlib.sha256(dataset_json.encode())
-    data_dir = json.loads(dataset_json).get("data_dir")
+    node = json.loads(dataset_json)
+    data_dir = node.get("fields", node).get("data_dir")
     if data_dir and Path(data_dir).is_dir():
         for f in sorted(Path(data_dir).rglob("*")):
             if f.is_file():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedpriv.accounting.checkin import CheckinVariant
-from fedpriv.accounting.spec import parse_enum
+from fedpriv.common.validate import parse_enum
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.wire import ABSTAIN
 

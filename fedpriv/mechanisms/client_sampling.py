@@ -88,7 +88,7 @@ class CohortSampler:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from fedpriv.accounting.spec import parse_enum
+        from fedpriv.common.validate import parse_enum
 
         kind = parse_enum(ClientSampling, "client_sampling", self.client_sampling)
         object.__setattr__(self, "client_sampling", kind)

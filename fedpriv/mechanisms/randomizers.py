@@ -25,7 +25,7 @@ from dp_accounting import dp_event
 
 from fedpriv.accounting.gdp import analytic_gaussian_sigma, gdp_delta, gdp_epsilon
 from fedpriv.accounting.ledger import FedprivEvent
-from fedpriv.accounting.spec import check_finite, check_positive, parse_enum
+from fedpriv.common.validate import check_finite, check_positive, parse_enum
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.clipping import clip_tensors
 

@@ -26,7 +26,7 @@ from fedpriv.common.errors import check
 from fedpriv.mechanisms.clipping import clip_factor
 from fedpriv.mechanisms.ghost import refuse_cross_sample
 from fedpriv.mechanisms.persample import LossFn, trainable
-from fedpriv.run.algorithm import ClientData
+from fedpriv.data.client_data import ClientData
 
 #: Leaf modules the vectorized path accepts: dense layers and elementwise activations. Models
 #: with others (convolutions, pooling, normalization) keep the sequential per-client path.

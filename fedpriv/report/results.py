@@ -29,19 +29,19 @@ ROUND_FIELDS = (
 )
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # "inf" / "nan": JSON has no literal for them
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     return value
@@ -113,7 +113,7 @@ class RunRecorder:
         writer.writeheader()
         for row in rows:
             writer.writerow({k: row.get(k, "") for k in self._fields})
-        _atomic_write_text(self._csv, buf.getvalue())
+        atomic_write_text(self._csv, buf.getvalue())
 
     def log_round(self, row: dict[str, Any]) -> None:
         """Append one round (keys of :data:`ROUND_FIELDS`, extra keys kept in JSON only)."""
@@ -157,4 +157,4 @@ class RunRecorder:
             "privacy": self.privacy,
             **self.extra,
         }
-        _atomic_write_text(self.out_dir / "results.json", json.dumps(_json_safe(doc), indent=2))
+        atomic_write_text(self.out_dir / "results.json", json.dumps(json_safe(doc), indent=2))

@@ -96,6 +96,8 @@ class Aggregator(ABC):
 
     requires_integer_updates: ClassVar[bool] = False
     uses_secagg_mods: ClassVar[bool] = False
+    #: The modular width of the integer sum (aggregators that require integer updates).
+    bits: int | None = None
 
     @abstractmethod
     def sum_updates(

@@ -1,36 +1,53 @@
-"""The interface of a client algorithm (the local training a Flower client runs).
+"""The interface of a client algorithm: the local training a Flower client runs.
 
-It lives in the core so that :mod:`fedpriv.run.setup` and the runner never import ``clients/``;
-``clients.base`` re-exports it.
+A client algorithm is a frozen dataclass built by the run from the ``client`` config group
+(``_target_``) with the run's privacy spec (``privacy``, of the family the algorithm declares in
+:attr:`ClientAlgorithm.spec_type`), then bound to the run with :meth:`ClientAlgorithm.for_run`.
+It trains locally and holds the BOUND spec, which states the events of its releases and the
+noise it draws: the server's accountant composes exactly what the clients did.
 
-A client algorithm is a frozen dataclass built by Hydra from the ``client`` config group
-(``_target_``), with the run's ``privacy`` group and ``num_clients`` passed in. It trains
-locally and states the privacy events its releases produce, so the server's accountant
-composes exactly what the clients did.
+Capabilities are declared class attributes, never probed: ``integer_updates`` (SecAgg+ needs
+integers), ``hardened_noise``, ``privacy_unit``, ``checks_in`` (the client answers the check-in
+server's query messages and needs ``strategy=checkin``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 import torch
+from flwr.app import Context, Message
 from torch import nn
 
+from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.common.errors import check
+from fedpriv.data.client_data import ClientData
 
-@dataclass(frozen=True)
-class ClientData:
-    """A client's local data: ``x`` of shape ``(n, *input_shape)`` float32, ``y`` ``(n,)`` int64."""
+if TYPE_CHECKING:
+    from fedpriv.run.plan import RunPlan
 
-    x: torch.Tensor
-    y: torch.Tensor
-    partition_id: int
+#: A whole-message handler of a client algorithm: ``(plan, message, context) -> reply``.
+MessageHandler = Callable[["RunPlan", Message, Context], Message]
 
-    def __len__(self) -> int:
-        return int(self.x.shape[0])
+
+class PrivacyUnit(StrEnum):
+    """What one neighbouring dataset differs by: one training record, or a whole client."""
+
+    RECORD = "record"
+    CLIENT = "client"
+
+
+class MessageKind(StrEnum):
+    """The Flower messages a client algorithm may handle whole (:meth:`message_handler`)."""
+
+    TRAIN = "train"
+    QUERY = "query"
 
 
 @dataclass(frozen=True)
@@ -46,8 +63,15 @@ class TrainContext:
     round_config: Mapping[str, float] = field(default_factory=dict)
 
 
+#: What :meth:`ClientAlgorithm.train` returns: the update (parameter name -> tensor) and
+#: diagnostic metrics (never weights).
+TrainResult = tuple[dict[str, torch.Tensor], dict[str, float]]
+
+
 class ClientAlgorithm(ABC):
     """Local training of one client for one server round.
+
+    Subclasses are frozen dataclasses with a field ``privacy`` of their :attr:`spec_type`.
 
     Notes
     -----
@@ -56,61 +80,77 @@ class ClientAlgorithm(ABC):
     over the clients; the contract test checks it equals the count of one client's events.
     """
 
+    #: The privacy spec family the algorithm runs (the class of its ``privacy`` field).
+    spec_type: ClassVar[type[PrivacySpec]] = PrivacySpec
     #: True if ``train`` returns integer residues (required by the SecAgg+ aggregator).
     integer_updates: ClassVar[bool] = False
-    #: True only where group ε is computed (batch clipping); others refuse privacy.group_sizes.
-    supports_group_privacy: ClassVar[bool] = False
     #: True if the noise is hardened against floating-point attacks (Mironov 2012), e.g.
     #: integer Skellam noise; float Gaussian noise is not.
     hardened_noise: ClassVar[bool] = False
-    #: The privacy unit: ``"record"`` (one training record) or ``"client"`` (a whole client).
-    privacy_unit: ClassVar[str] = "record"
+    #: The privacy unit.
+    privacy_unit: ClassVar[PrivacyUnit] = PrivacyUnit.RECORD
+    #: True for random check-in clients: they answer query messages (``strategy=checkin``).
+    checks_in: ClassVar[bool] = False
+
+    privacy: PrivacySpec
+
+    @property
+    def update_bits(self) -> int | None:
+        """The modular width of integer updates (``integer_updates``); ``None``: floats."""
+        return None
 
     @property
     def normalizer(self) -> float:
         """The PUBLIC constant dividing every released quantity (the same for every client).
 
         Never computed from a client's own data size, so the accounted σ holds for every
-        record. Recorded as ``"normalizer"`` in ``privacy_summary()`` and ``results.json``.
-
-        Raises
-        ------
-        NotImplementedError
-            If the algorithm does not state it (every client algorithm must).
+        record. Recorded as ``"normalizer"`` in ``results.json``.
         """
         raise NotImplementedError(f"{type(self).__name__} does not state its public normalizer")
 
     @abstractmethod
-    def train(
-        self, model: nn.Module, data: ClientData, ctx: TrainContext
-    ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    def train(self, model: nn.Module, data: ClientData, ctx: TrainContext) -> TrainResult:
         """Train from the global ``model`` (modified in place) and return ``(update, metrics)``.
 
         ``update`` maps parameter names to tensors (what the aggregator sums); ``metrics``
         are diagnostics only and never weight the aggregation.
         """
 
-    @abstractmethod
-    def round_events(self) -> list[tuple[Any, int]]:
-        """Privacy events of one round's aggregated release, as ``[(event, count), ...]``."""
+    def train_cohort(
+        self, model: nn.Module, datas: Sequence[ClientData], ctxs: Sequence[TrainContext]
+    ) -> tuple[dict[str, torch.Tensor], list[dict[str, float]]]:
+        """:meth:`train` for clients that all start from ``model``, vectorized: the updates
+        stacked ``(k, *param.shape)`` and each client's metrics. Optional: an algorithm that
+        defines it is run this way on dense models (``vmap_clients``).
 
-    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
-        """Events of a round whose sum holds only ``contributors`` of the clients (dropouts).
-
-        Raises ``NotImplementedError`` when the algorithm cannot account for it; the run then
-        stops rather than under-report ε.
+        Raises
+        ------
+        NotImplementedError
+            If the algorithm trains one client at a time (default).
         """
-        raise NotImplementedError(
-            f"{type(self).__name__} cannot account a round with {contributors} clients"
-        )
+        raise NotImplementedError(f"{type(self).__name__} trains one client at a time")
 
-    def for_run(self, cfg: dict[str, Any]) -> ClientAlgorithm:
-        """A copy bound to the run's resolved ``cfg`` (data sizes, model dimension, seed).
+    def trains_cohorts(self) -> bool:
+        """Whether :meth:`train_cohort` is the vectorized form of THIS algorithm's ``train``:
+        the class that defines ``train_cohort`` also defines the ``train`` in use (a subclass
+        that overrides ``train``, e.g. to post-process the update, trains one by one)."""
+        cls = type(self)
+        owner = next(c for c in cls.__mro__ if "train_cohort" in vars(c))
+        return owner is not ClientAlgorithm and cls.train is owner.train
 
-        Called by :func:`fedpriv.run.setup.build_algorithm` on the server and in every client, so
-        both sides hold the same algorithm. Default: ``self``.
-        """
+    def for_run(self, plan: RunPlan) -> Self:
+        """A copy bound to the run (its privacy spec bound to the run's facts: local steps,
+        nominal cohort, normalizer, ...). The server and every worker call it on the same
+        plan, so both sides hold the same algorithm. Default: ``self``."""
         return self
+
+    def calibrated(self, num_rounds: int) -> Self:
+        """A copy whose spec is calibrated to its ``target_epsilon`` after ``num_rounds``."""
+        target = self.privacy.target_epsilon
+        if target is None:
+            return self
+        spec = self.privacy.calibrated(target, num_rounds)
+        return dataclasses.replace(self, privacy=spec)  # type: ignore[type-var]
 
     def decode_sum(
         self, total: dict[str, Any], shapes: dict[str, tuple[int, ...]], server_round: int
@@ -129,34 +169,38 @@ class ClientAlgorithm(ABC):
     ) -> tuple[dict[str, Any], dict[str, float], dict[str, float]]:
         """The server's part of a round, on the decoded SUM: ``(sum to apply, figures for the
         round's row, next round_config)``. An algorithm whose noise the trusted aggregator
-        adds draws it here (so its events and its noise come from one object). Default: the
-        sum as is, no figures, the same config."""
+        adds draws it here, with the parameters of its spec. Default: the sum as is, no
+        figures, the same config."""
         return total, {}, dict(round_config)
 
-    def accounting_epoch(self, server_round: int) -> int | None:
-        """The epoch whose events cover ``server_round`` (recorded once, at its first released
-        round: e.g. random allocation); ``None`` (default): every round is its own event."""
+    def message_handler(self, kind: MessageKind) -> MessageHandler | None:
+        """A handler taking over whole ``kind`` messages (check-in clients: the query and the
+        slot messages); ``None`` (default): the run's worker handler trains the clients a
+        message names."""
         return None
 
-    def local_events(self) -> list[tuple[Any, int]]:
-        """Privacy events of one round for a single client's own release (its LDP); default none."""
-        return []
-
-    def privacy_report(self, rounds: int, target_delta: float) -> dict[str, float]:
-        """Extra per-round privacy figures to print and save (e.g. ε for groups of g samples).
-
-        ``rounds`` is the number of released server rounds so far. Default: none.
-        """
-        return {}
-
     def privacy_summary(self) -> dict[str, Any]:
-        """Mechanism parameters to save in ``results.json``'s ``privacy`` block (default none)."""
-        return {}
+        """The spec's summary with the public ``normalizer`` (``results.json``)."""
+        try:
+            normalizer: float | None = float(self.normalizer)
+        except NotImplementedError:
+            normalizer = None
+        return {**self.privacy.summary(), "normalizer": normalizer}
 
-    def calibrated(
-        self, target_epsilon: float, target_delta: float, num_rounds: int
-    ) -> ClientAlgorithm:
-        """A copy whose noise meets ``target_epsilon`` after ``num_rounds`` rounds."""
-        raise NotImplementedError(
-            f"{type(self).__name__} does not support target_epsilon calibration"
-        )
+
+def check_spec(algorithm: ClientAlgorithm, family: type[PrivacySpec]) -> None:
+    """Refuse a privacy spec of another family than the one ``algorithm`` runs.
+
+    Raises
+    ------
+    ConfigError
+        ``privacy='checkin' does not fit LocalDPSGD: use privacy=dpsgd``.
+    """
+    spec = algorithm.privacy
+    check(
+        isinstance(spec, family),
+        "privacy",
+        spec.family if isinstance(spec, PrivacySpec) else type(spec).__name__,
+        f"does not fit {type(algorithm).__name__}: use privacy={family.family} "
+        "(or leave privacy unset: the client option selects its family)",
+    )

@@ -57,6 +57,8 @@ from typing import IO, Any
 import numpy as np
 
 from fedpriv.common.errors import ConfigError, check
+from fedpriv.report.results import atomic_write_text
+from fedpriv.run.strategy import Strategy
 
 CHECKPOINT_NAME = "checkpoint.npz"
 STARTED_NAME = "round_started.json"
@@ -210,10 +212,8 @@ def mark_started(
 ) -> None:
     """Write ``round_started.json`` (secure mode): round ``server_round`` may be released.
     ``marker_id`` names this attempt of the round (a fresh one for each attempt)."""
-    from fedpriv.report.results import _atomic_write_text
-
     marker = {"round": int(server_round), "contributors": contributors, "id": marker_id}
-    _atomic_write_text(Path(run_dir) / STARTED_NAME, json.dumps(marker))
+    atomic_write_text(Path(run_dir) / STARTED_NAME, json.dumps(marker))
 
 
 def new_marker_id() -> str:
@@ -285,11 +285,22 @@ def strategy_resumable(target: str) -> bool:
     or unimportable target counts as resumable here: building it reports the real error)."""
     from hydra.utils import get_class
 
+
     try:
         cls = get_class(target)
     except Exception:
         return True
-    return bool(getattr(cls, "resumable", False))
+    return not (isinstance(cls, type) and issubclass(cls, Strategy)) or cls.resumable
+
+
+def not_resumable(run_dir: str, strategy: str) -> ConfigError:
+    """The refusal of ``resume=RUN_DIR`` for a strategy that writes no checkpoint."""
+    return ConfigError(
+        "resume",
+        run_dir,
+        f"cannot be continued: strategy {strategy} writes no checkpoint "
+        f"(resume supports {', '.join(RESUMABLE_STRATEGIES)})",
+    )
 
 
 def check_resumable(run_dir: Path, overrides: list[str]) -> None:
@@ -310,13 +321,8 @@ def check_resumable(run_dir: Path, overrides: list[str]) -> None:
         "has no config_resolved.yaml: not a fedpriv run directory",
     )
     target = _strategy_target(run_dir)
-    check(
-        strategy_resumable(target),
-        "resume",
-        str(run_dir),
-        f"cannot be continued: strategy {target} writes no checkpoint "
-        f"(resume supports {', '.join(RESUMABLE_STRATEGIES)})",
-    )
+    if not strategy_resumable(target):
+        raise not_resumable(str(run_dir), target)
     ckpt = load(run_dir)
     if run_status(run_dir) == "complete":
         given = parse_overrides(overrides).get("num_rounds")

@@ -17,7 +17,6 @@ declares ``uses_secagg_mods`` every message names no clients and node ``i`` is c
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,21 +47,6 @@ def numpy_state(state: dict[str, np.ndarray]) -> dict[str, Any]:
     import torch
 
     return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
-
-
-def check_pull_interval(value: object) -> None:
-    """Refuse a ``strategy.pull_interval`` that is not a number of seconds in (0, 1].
-
-    Raises
-    ------
-    ConfigError
-        ``strategy.pull_interval='abc' must be a number of seconds in (0, 1]``.
-    """
-    from fedpriv.common.errors import ConfigError
-
-    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else -1
-    if not (math.isfinite(number) and 0 < number <= 1):
-        raise ConfigError("strategy.pull_interval", value, "must be a number of seconds in (0, 1]")
 
 
 def split_cohort(cohort: Sequence[int], num_workers: int) -> list[list[int]]:

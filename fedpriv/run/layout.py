@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
-
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 
@@ -37,34 +35,32 @@ class Layout:
     cohort: CohortSampler
 
 
-def local_actors(cfg: dict[str, Any]) -> int | None:
+def local_actors(plan: RunPlan) -> int | None:
     """Client actors a LOCAL Ray instance of this config can run at once (``None``: a cluster).
 
     ``floor(CPUs / client_resources.num_cpus)`` (CPUs: ``ray_init_args.num_cpus``, else the
     machine's), also bounded by ``floor(GPUs / client_resources.num_gpus)`` when GPUs are asked.
     """
-    ray_args = cfg.get("ray_init_args") or {}
+    ray_args = plan.ray_init_args
     if (ray_args.get("address") or os.environ.get("RAY_ADDRESS") or "local") != "local":
         return None
-    res = cfg["client_resources"]
     cpus = ray_args.get("num_cpus")
     cpus = (os.cpu_count() or 1) if cpus is None else cpus  # 0 is a value, not "unset"
-    actors = math.floor(float(cpus) / float(res["num_cpus"]) + 1e-9)
-    if float(res.get("num_gpus", 0)) > 0:
+    actors = math.floor(float(cpus) / plan.num_cpus + 1e-9)
+    if plan.num_gpus > 0:
         import torch
 
         gpus = ray_args.get("num_gpus") or torch.cuda.device_count()
         if gpus:
-            actors = min(actors, math.floor(float(gpus) / float(res["num_gpus"]) + 1e-9))
+            actors = min(actors, math.floor(float(gpus) / plan.num_gpus + 1e-9))
     return actors
 
 
-def no_actor_error(cfg: dict[str, Any]) -> ConfigError:
-    """Why a local Ray instance of ``cfg`` has room for no client actor (one line)."""
-    res = cfg["client_resources"]
-    given = (cfg.get("ray_init_args") or {}).get("num_cpus")
+def no_actor_error(plan: RunPlan) -> ConfigError:
+    """Why a local Ray instance of ``plan`` has room for no client actor (one line)."""
+    given = plan.ray_init_args.get("num_cpus")
     cpus = (os.cpu_count() or 1) if given is None else given
-    if float(res["num_cpus"]) > float(cpus) + 1e-9:
+    if plan.num_cpus > float(cpus) + 1e-9:
         where = (
             f"ray_init_args.num_cpus={given} (the local Ray instance's CPUs)"
             if given is not None
@@ -72,33 +68,18 @@ def no_actor_error(cfg: dict[str, Any]) -> ConfigError:
         )
         return ConfigError(
             "client_resources.num_cpus",
-            res["num_cpus"],
+            plan.num_cpus,
             f"must be <= {where}: no client actor could start",
         )
     return ConfigError(
         "client_resources.num_gpus",
-        res.get("num_gpus"),
+        plan.num_gpus,
         "must be <= the GPUs of the local Ray instance: no client actor could start",
     )
 
 
-def cohort_sampler(cfg: dict[str, Any]) -> CohortSampler:
-    """The run's :class:`CohortSampler` (validated: ConfigError naming the field); an absent or
-    null ``client_sampling`` is ``all``, any other value must name a sampling."""
-    sampling = cfg.get("client_sampling")
-    return CohortSampler(
-        num_clients=int(cfg["num_clients"]),
-        client_sampling=ClientSampling.ALL if sampling is None else sampling,
-        client_sample_rate=cfg.get("client_sample_rate"),
-        num_sampled_clients=cfg.get("num_sampled_clients"),
-        allocation_window=cfg.get("allocation_window"),
-        rounds_per_client=cfg.get("rounds_per_client"),
-        seed=int(cfg["seed"]),
-    )
-
-
-def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> Layout:
-    """Resolve and check ``num_workers`` and the client sampling of ``cfg``.
+def plan_layout(plan: RunPlan, *, secagg: bool, virtual_clients: bool) -> Layout:
+    """Resolve and check ``num_workers`` and the client sampling of ``plan``.
 
     ``secagg``: the aggregator registers SecAgg+ mods; ``virtual_clients``: the strategy sends
     worker messages. Default ``num_workers``: one per client actor of the local Ray instance
@@ -112,8 +93,8 @@ def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> 
         one-node-per-client, client sampling the strategy or aggregator cannot run, or a bad
         sampling parameter (:class:`CohortSampler`).
     """
-    cohort = cohort_sampler(cfg)
-    n, given = int(cfg["num_clients"]), cfg.get("num_workers")
+    cohort = plan.cohort
+    n, given = plan.num_clients, plan.num_workers
     one_per_client = secagg or not virtual_clients
     why = "aggregator=secaggplus" if secagg else "this strategy"
     if cohort.client_sampling is not ClientSampling.ALL and one_per_client:
@@ -123,9 +104,9 @@ def plan_layout(cfg: dict[str, Any], *, secagg: bool, virtual_clients: bool) -> 
             f"is not supported with {why} (every client trains every round): use "
             "client_sampling=all",
         )
-    actors = local_actors(cfg)
+    actors = local_actors(plan)
     if actors is not None and actors < 1:
-        raise no_actor_error(cfg)
+        raise no_actor_error(plan)
     if one_per_client:
         check(
             given is None or int(given) == n,

@@ -1,8 +1,8 @@
-"""A run's privacy bookkeeping: the ledgers that the client algorithm's events feed.
+"""A run's privacy bookkeeping: the ledgers that the privacy spec's events feed.
 
 The central ledger holds the events of each aggregated release (what the server and the
 world see); the local ledger holds one client's own release (its LDP guarantee). Only the
-client algorithm's declared events enter them, once per successful round.
+run's spec's events enter them, once per released round: the spec that sized the noise.
 """
 
 from __future__ import annotations
@@ -10,57 +10,40 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.spec import AccountingSpec, NeighboringRelation, parse_enum
+from fedpriv.accounting.ledger import IncompatibleEventsError, PrivacyLedger
+from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec
+from fedpriv.common.errors import ConfigError
 
 
 class RunPrivacy:
-    """Central and local ledgers of a run, fed once per successful server round.
+    """Central and local ledgers of a run, fed once per released server round.
 
     Parameters
     ----------
-    algorithm : ClientAlgorithm
-        Supplies ``round_events()`` and ``local_events()``.
-    privacy : dict
-        The run's ``privacy`` group (accountant, conversion, target_delta, stop_at_epsilon);
-        the first three become :attr:`spec`, an :class:`AccountingSpec` (enums, validated).
-
-    Raises
-    ------
-    ConfigError
-        For an accountant, conversion or δ the :class:`AccountingSpec` refuses.
+    spec : PrivacySpec
+        The run's bound (and calibrated) spec: its ``round_events``, ``local_events``,
+        ``degraded_round_events`` and ``accounting_epoch``.
+    nominal_cohort : int
+        The clients whose noise a full round's sum holds; a round with fewer contributors is
+        accounted with the spec's degraded events.
     """
 
-    def __init__(self, algorithm: Any, privacy: dict[str, Any]) -> None:
-        self.algorithm = algorithm
-        relation = parse_enum(
-            NeighboringRelation,
-            "neighboring_relation",
-            getattr(algorithm, "neighboring_relation", NeighboringRelation.ADD_REMOVE),
-        )
-        self.spec = AccountingSpec.from_privacy(privacy, neighboring_relation=relation)
-        self.target_delta = float(self.spec.target_delta)
-        self.stop_at_epsilon = privacy.get("stop_at_epsilon")
-        self._privacy = {
-            "accountant": self.spec.accountant.value,
-            "conversion": self.spec.conversion.value,
-            "target_delta": self.target_delta,
-        }
-        self.central: PrivacyLedger = self.spec.ledger()
-        self.local: PrivacyLedger | None = self.spec.ledger() if algorithm.local_events() else None
+    def __init__(self, spec: PrivacySpec, nominal_cohort: int) -> None:
+        self.spec = spec
+        self.nominal_cohort = int(nominal_cohort)
+        self.target_delta = float(spec.target_delta)
+        self.stop_at_epsilon = spec.stop_at_epsilon
+        self.central: PrivacyLedger = spec.accounting.ledger()
+        self.local: PrivacyLedger | None = spec.accounting.ledger() if spec.local_events() else None
         self.rounds = 0
         self.epochs: set[int] = set()  # accounting epochs already recorded (whole-epoch events)
-        self.analysis = (
-            ""  # what answers for the central ε (PrivacyLedger.analysis), set by check()
-        )
 
     def record_round(self, contributors: int | None = None, server_round: int = 0) -> None:
         """Compose one round's events into both ledgers.
 
-        ``contributors`` < ``num_clients`` (dropouts) composes the algorithm's weaker
-        ``degraded_round_events`` instead. A round whose accounting epoch
-        (``algorithm.accounting_epoch``) is already recorded adds nothing centrally: the
-        epoch's events cover all of its rounds.
+        ``contributors`` below the nominal cohort (dropouts) composes the spec's weaker
+        ``degraded_round_events`` instead. A round whose accounting epoch is already recorded
+        adds nothing centrally: the epoch's events cover all of its rounds.
         """
         epoch = self._epoch(server_round)
         if epoch is None or epoch not in self.epochs:
@@ -69,7 +52,7 @@ class RunPrivacy:
         if epoch is not None:
             self.epochs.add(epoch)
         if self.local is not None:
-            for event, count in self.algorithm.local_events():
+            for event, count in self.spec.local_events():
                 self.local.record(event, count)
         self.rounds += 1
 
@@ -91,24 +74,27 @@ class RunPrivacy:
         self.epochs = {int(e) for e in state.get("epochs", [])}
 
     def _epoch(self, server_round: int) -> int | None:
-        epoch_of = getattr(self.algorithm, "accounting_epoch", None)
-        return epoch_of(server_round) if server_round and epoch_of is not None else None
+        return self.spec.accounting_epoch(server_round) if server_round else None
 
-    def round_events(self, contributors: int | None = None) -> list[tuple[Any, int]]:
-        """The events of a round whose sum holds ``contributors`` clients' noise (``None``: all
-        the algorithm's noise shares); fewer: the algorithm's ``degraded_round_events``."""
-        if contributors is None or contributors >= self.algorithm.num_clients:
-            return self.algorithm.round_events()
-        return self.algorithm.degraded_round_events(contributors)
+    def round_events(self, contributors: int | None = None) -> EventRuns:
+        """The events of a round whose sum holds ``contributors`` clients' noise (``None``: the
+        nominal cohort); fewer: the spec's ``degraded_round_events``."""
+        if contributors is None or contributors >= self.nominal_cohort:
+            return self.spec.round_events()
+        return self.spec.degraded_round_events(contributors)
 
-    def check(self) -> RunPrivacy:
+    def check(self) -> str:
         """Compose one round into scratch ledgers, so an accountant that cannot account the
-        algorithm's events is refused before training (ConfigError naming the field); sets
-        :attr:`analysis` and returns ``self``."""
-        from fedpriv.accounting.ledger import IncompatibleEventsError
-        from fedpriv.common.errors import ConfigError
+        spec's events is refused before training; returns what answers for the central ε
+        (``PrivacyLedger.analysis``).
 
-        trial = RunPrivacy(self.algorithm, self._privacy)
+        Raises
+        ------
+        ConfigError
+            Naming ``privacy.accountant`` when it cannot account the events, or
+            ``privacy.<noise>`` when the accountant cannot compute with its value.
+        """
+        trial = RunPrivacy(self.spec, self.nominal_cohort)
         try:
             trial.record_round()
             trial.epsilon()
@@ -118,8 +104,14 @@ class RunPrivacy:
                 self.spec.accountant.value,
                 f"cannot account this client algorithm: {exc}",
             ) from None
-        self.analysis = trial.central.analysis()
-        return self
+        except ArithmeticError as exc:  # e.g. sigma=1e300: beyond double precision
+            raise ConfigError(
+                f"privacy.{self.spec.calibrates}",
+                _noise_of(self.spec),
+                f"is outside what the accountant can compute ({type(exc).__name__}: {exc}); "
+                "use a realistic value",
+            ) from None
+        return trial.central.analysis()
 
     def epsilon(self) -> float:
         """Central ε at ``target_delta`` (0 before any release)."""
@@ -134,8 +126,8 @@ class RunPrivacy:
     def next_round_exceeds_budget(
         self, contributors: int | None = None, server_round: int = 0
     ) -> bool:
-        """Whether composing one more round (of ``contributors`` clients' noise, ``None``: all
-        noise shares) would push ε above ``stop_at_epsilon`` (a round of an epoch already
+        """Whether composing one more round (of ``contributors`` clients' noise, ``None``: the
+        nominal cohort) would push ε above ``stop_at_epsilon`` (a round of an epoch already
         recorded adds nothing)."""
         if self.stop_at_epsilon is None:
             return False
@@ -147,3 +139,8 @@ class RunPrivacy:
             trial.record(event, count)
         eps = trial.get_epsilon(self.target_delta)
         return not math.isfinite(eps) or eps > float(self.stop_at_epsilon)
+
+
+def _noise_of(spec: PrivacySpec) -> Any:
+    """The value of the spec's noise parameter, for a message."""
+    return spec.summary().get(spec.calibrates)

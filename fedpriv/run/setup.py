@@ -1,4 +1,4 @@
-"""Builds a run's parts from its resolved config (plain dicts): data, model, algorithm, device.
+"""Builds a run's parts from its plan: data, partition, model, client algorithm, device.
 
 Used by the server (evaluation, validation) and by every virtual client, which rebuild the
 same deterministic partition from ``seed``.
@@ -6,15 +6,16 @@ same deterministic partition from ``seed``.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 
+from fedpriv.common import payload
 from fedpriv.common.errors import ConfigError, build_error, check
 from fedpriv.data import (
     ArrayDataset,
@@ -27,6 +28,7 @@ from fedpriv.data.partition import PackedPartition
 from fedpriv.data.shared import load_shared, share
 from fedpriv.models.zoo import build_model
 from fedpriv.run.algorithm import ClientAlgorithm
+from fedpriv.run.plan import DatasetPlan, Device, PartitionKind, PartitionPlan, RunPlan
 
 
 @lru_cache(maxsize=2)
@@ -34,153 +36,155 @@ def _dataset(dataset_json: str) -> ArrayDataset:
     shared = load_shared(dataset_json)
     if shared is not None:
         return shared
-    d = json.loads(dataset_json)
-    return load_dataset(d["name"], d.get("data_dir"), **(d.get("options") or {}))
+    d = payload.loads(dataset_json, DatasetPlan)
+    return load_dataset(d.name, d.data_dir, **dict(d.options))
 
 
-def run_dataset(cfg: dict[str, Any]) -> ArrayDataset:
+def run_dataset(plan: RunPlan) -> ArrayDataset:
     """The run's dataset (cached per process; a large one memory-mapped from the copy the
     driver shared, :mod:`fedpriv.data.shared`)."""
-    return _dataset(json.dumps(cfg["dataset"], sort_keys=True))
+    return _dataset(payload.dumps(plan.dataset))
 
 
-def share_run_dataset(cfg: dict[str, Any]) -> Path | None:
+def share_run_dataset(plan: RunPlan) -> Path | None:
     """Write the run's (large) dataset for every process to map; this process maps it too.
 
     Returns the folder to delete when the run ends (``None``: small data, nothing shared).
     """
-    key = json.dumps(cfg["dataset"], sort_keys=True)
-    folder = share(key, run_dataset(cfg))
+    key = payload.dumps(plan.dataset)
+    folder = share(key, run_dataset(plan))
     if folder is not None:
         _dataset.cache_clear()
     return folder
 
 
 @lru_cache(maxsize=2)
-def _partitions(key: str) -> PackedPartition:
-    cfg = json.loads(key)
-    ds = run_dataset(cfg)
-    part, n = cfg["partition"], cfg["num_clients"]
+def _partitions(dataset_json: str, part_json: str, n: int, seed: int) -> PackedPartition:
+    ds = _dataset(dataset_json)
+    part = payload.loads(part_json, PartitionPlan)
     check(
         n <= len(ds.y_train),
         "num_clients",
         n,
         f"must be <= the {len(ds.y_train)} training samples of {ds.name}",
     )
-    rng = np.random.default_rng([int(cfg["seed"]), 7919])
-    if part["name"] == "iid":
+    rng = np.random.default_rng([seed, 7919])
+    if part.name is PartitionKind.IID:
         return PackedPartition(partition_iid(len(ds.y_train), n, rng))
-    if part["name"] == "dirichlet":
+    if part.name is PartitionKind.DIRICHLET:
         return PackedPartition(
-            partition_dirichlet(
-                ds.y_train, n, float(part["alpha"]), rng, min_size=int(part["min_size"])
-            )
+            partition_dirichlet(ds.y_train, n, part.alpha, rng, min_size=part.min_size)
         )
-    if part["name"] == "natural":
-        check(
-            ds.groups_train is not None,
-            "partition.name",
-            "natural",
-            f"needs a dataset with natural clients; {ds.name} has none",
-        )
-        parts = partition_natural(ds.groups_train)  # type: ignore[arg-type]
-        check(
-            len(parts) == n,
-            "num_clients",
-            n,
-            f"must equal the {len(parts)} natural clients of {ds.name}",
-        )
-        return PackedPartition(parts)
-    raise ConfigError(
-        "partition.name", part["name"], "must be one of ('iid', 'dirichlet', 'natural')"
+    check(
+        ds.groups_train is not None,
+        "partition.name",
+        "natural",
+        f"needs a dataset with natural clients; {ds.name} has none",
     )
+    parts = partition_natural(ds.groups_train)  # type: ignore[arg-type]
+    check(
+        len(parts) == n,
+        "num_clients",
+        n,
+        f"must equal the {len(parts)} natural clients of {ds.name}",
+    )
+    return PackedPartition(parts)
 
 
-def partitions(cfg: dict[str, Any]) -> PackedPartition:
+def partitions(plan: RunPlan) -> PackedPartition:
     """Index arrays of every client's training data (deterministic from ``seed``)."""
-    key = json.dumps(
-        {k: cfg[k] for k in ("dataset", "partition", "num_clients", "seed")}, sort_keys=True
+    return _partitions(
+        payload.dumps(plan.dataset), payload.dumps(plan.partition), plan.num_clients, plan.seed
     )
-    return _partitions(key)
 
 
-def client_partition(cfg: dict[str, Any], partition_id: int) -> tuple[np.ndarray, np.ndarray]:
+def client_partition(plan: RunPlan, partition_id: int) -> tuple[np.ndarray, np.ndarray]:
     """``(x, y)`` of client ``partition_id``: ``(n, *input_shape)`` float32, ``(n,)`` int64."""
-    ds = run_dataset(cfg)
-    idx = partitions(cfg)[partition_id]
+    ds = run_dataset(plan)
+    idx = partitions(plan)[partition_id]
     return ds.x_train[idx], ds.y_train[idx]
 
 
-def build_model_for(cfg: dict[str, Any]) -> torch.nn.Module:
+def build_model_for(plan: RunPlan) -> torch.nn.Module:
     """The configured model, initialised deterministically from ``seed``."""
-    ds = run_dataset(cfg)
-    torch.manual_seed(int(cfg["seed"]))
-    m = cfg["model"]
+    ds = run_dataset(plan)
+    torch.manual_seed(plan.seed)
     return build_model(
-        m["name"], tuple(ds.input_shape), ds.num_classes, hidden=tuple(m.get("hidden") or (256,))
+        plan.model.name, tuple(ds.input_shape), ds.num_classes, hidden=plan.model.hidden
     )
 
 
-def build_algorithm(cfg: dict[str, Any]) -> Any:
-    """Instantiate the ``client`` group's ``_target_`` with the run's privacy and the number of
-    clients whose noise a round's sum holds: ``num_clients``, or the sampled cohort's nominal
-    size (:attr:`fedpriv.mechanisms.client_sampling.CohortSampler.nominal_size`).
+def algorithm_class(node: Mapping[str, Any]) -> type[ClientAlgorithm]:
+    """The class the ``client`` node's ``_target_`` names.
 
     Raises
     ------
     ConfigError
-        If the target cannot be imported or rejects its fields.
+        If it cannot be imported or is not a :class:`ClientAlgorithm`.
     """
-    target = cfg["client"].get("_target_")
-    from fedpriv.run.layout import cohort_sampler
-
-    cohort = cohort_sampler(cfg)
+    target = node.get("_target_")
     try:
-        algo = instantiate(
-            cfg["client"],
-            privacy=dict(cfg["privacy"]),
-            num_clients=cohort.nominal_size,
-            _convert_="all",
-        )
-    except ConfigError as exc:
-        if exc.field != "num_clients" or cohort.nominal_size == cohort.num_clients:
-            raise
-        field = "client_sample_rate" if cohort.varies else "num_sampled_clients"
-        given = cohort.client_sample_rate if cohort.varies else cohort.num_sampled_clients
-        raise ConfigError(
-            field,
-            given,
-            f"gives a nominal cohort of {cohort.nominal_size} client(s), and the client "
-            f"algorithm refuses it: {exc.allowed}",
-        ) from None
-    except Exception as exc:  # Hydra wraps import and constructor errors
-        raise build_error("client", cfg["client"], exc) from None
+        cls = get_class(str(target))
+    except Exception as exc:  # Hydra raises ImportError/ValueError variants
+        raise build_error("client", node, exc) from None
     check(
-        isinstance(algo, ClientAlgorithm),
+        isinstance(cls, type) and issubclass(cls, ClientAlgorithm),
         "client._target_",
         target,
         "must be a fedpriv.run.algorithm.ClientAlgorithm subclass",
     )
-    groups = cfg["privacy"].get("group_sizes")
-    check(
-        groups is None or type(algo).supports_group_privacy,
-        "privacy.group_sizes",
-        groups,
-        f"must be null: {type(algo).__name__} computes no group privacy "
-        "(only batch-clipping clients do)",
+    return cls
+
+
+def build_algorithm(plan: RunPlan) -> ClientAlgorithm:
+    """The ``client`` group's algorithm with the run's privacy spec, bound to the run
+    (:meth:`ClientAlgorithm.for_run`); the server and every worker build it the same way.
+
+    Raises
+    ------
+    ConfigError
+        If the target cannot be imported, rejects its fields or the privacy spec's family.
+    """
+    cls = algorithm_class(plan.client)
+    try:
+        factory = instantiate(dict(plan.client), _partial_=True, _convert_="all")
+        algorithm = factory(privacy=plan.privacy)
+    except ConfigError:
+        raise
+    except Exception as exc:  # Hydra wraps import and constructor errors
+        raise build_error("client", plan.client, exc) from None
+    check(isinstance(algorithm, cls), "client._target_", plan.client.get("_target_"), "failed")
+    try:
+        return algorithm.for_run(plan)
+    except ConfigError as exc:
+        raise nominal_cohort_error(plan, exc) from None
+
+
+def nominal_cohort_error(plan: RunPlan, exc: ConfigError) -> ConfigError:
+    """``exc`` about ``num_clients`` restated for the sampled cohort that set the nominal size
+    (``client_sample_rate`` or ``num_sampled_clients``); other errors as they are."""
+    cohort = plan.cohort
+    if exc.field != "num_clients" or cohort.nominal_size == cohort.num_clients:
+        return exc
+    field = "client_sample_rate" if cohort.varies else "num_sampled_clients"
+    given = cohort.client_sample_rate if cohort.varies else cohort.num_sampled_clients
+    return ConfigError(
+        field,
+        given,
+        f"gives a nominal cohort of {cohort.nominal_size} client(s), and the client "
+        f"algorithm refuses it: {exc.allowed}",
     )
-    return algo.for_run(cfg)
 
 
-def resolve_device(cfg: dict[str, Any]) -> torch.device:
+def resolve_device(plan: RunPlan) -> torch.device:
     """``cuda`` if configured (``device`` auto/cuda with ``client_resources.num_gpus > 0``) and
     present, else ``cpu``."""
-    want, gpus = cfg.get("device", "auto"), float(cfg["client_resources"]["num_gpus"])
-    if want == "cuda" or (want == "auto" and gpus > 0):
+    want = plan.device
+    if want is Device.CUDA or (want is Device.AUTO and plan.num_gpus > 0):
         check(
             torch.cuda.is_available(),
             "device",
-            want,
+            want.value,
             "asks for CUDA but no GPU is visible (use device=cpu)",
         )
         return torch.device("cuda")

@@ -43,7 +43,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedpriv.common.errors import ConfigError, check
+from fedpriv.accounting.client_level import ClientLevelSpec
+from fedpriv.accounting.dpsgd import DPSGDSpec
+from fedpriv.common.errors import check
+from fedpriv.mechanisms.client_sampling import ClientSampling
+from fedpriv.run.algorithm import ClientAlgorithm, PrivacyUnit
 from fedpriv.run.audit.bound import (
     count_guesses,
     epsilon_lower_bound,
@@ -63,13 +67,13 @@ from fedpriv.run.audit.canaries import (
     record_canaries,
     with_canaries,
 )
+from fedpriv.run.plan import RunPlan
 
 __all__ = [
     "AUDIT_STREAM",
     "CLIENT_CANARIES",
     "GUESS_FRACTION",
     "RECORD_CANARIES",
-    "AuditKind",
     "AuditMethod",
     "ClientCanaries",
     "RecordCanaries",
@@ -87,12 +91,6 @@ __all__ = [
 ]
 
 
-class AuditKind(StrEnum):
-    """What ``audit`` inserts into the run."""
-
-    CANARIES = "canaries"
-
-
 class AuditMethod(StrEnum):
     """How the canaries are built and scored (``results.json``: ``audit_method``)."""
 
@@ -100,49 +98,31 @@ class AuditMethod(StrEnum):
     CLIENTS = "one-run canary clients, cosine scores (Andrew et al. 2024; bound: Steinke et al.)"
 
 
-def check_audit(cfg: Mapping[str, Any], algorithm: Any) -> None:
+def check_audit(plan: RunPlan, algorithm: ClientAlgorithm) -> None:
     """Refuse, before anything runs, an audit the run cannot do.
 
     Raises
     ------
     ConfigError
-        ``audit`` not null/canaries; ``audit_confidence`` outside (0, 1); a record-level
-        algorithm not accounted as Poisson-sampled local DP-SGD; a client-level run with
-        adaptive clipping, integer updates or a cohort sampling other than
-        ``all``/``poisson``; a check-in strategy.
+        A check-in client; a record-level algorithm not accounted as Poisson-sampled local
+        DP-SGD; a client-level run with adaptive clipping, integer updates or a cohort
+        sampling other than ``all``/``poisson``.
     """
-    kind = cfg.get("audit")
-    if kind is None:
+    if plan.audit is None:
         return
-    allowed = tuple(k.value for k in AuditKind)
-    if kind not in allowed:
-        raise ConfigError("audit", kind, f"must be null or one of {allowed}")
-    conf = cfg.get("audit_confidence", 0.95)
-    check(
-        isinstance(conf, (int, float)) and 0 < float(conf) < 1,
-        "audit_confidence",
-        conf,
-        "must be in (0, 1), e.g. 0.95",
-    )
+    kind = plan.audit.value
     supported = (
         "is supported for client=dpsgd (record level) and client=client_level with fixed "
         "clipping, float updates and client_sampling=all|poisson"
     )
-    if hasattr(algorithm, "query_handler"):
-        raise ConfigError("audit", kind, supported)
-    unit = getattr(algorithm, "privacy_unit", "record")
-    if unit == "record":
-        from fedpriv.accounting.dpsgd import DPSGDSpec
-
-        if type(getattr(algorithm, "spec", None)) is not DPSGDSpec:
-            raise ConfigError("audit", kind, supported)
+    check(not algorithm.checks_in, "audit", kind, supported)
+    if algorithm.privacy_unit is PrivacyUnit.RECORD:
+        check(type(algorithm.privacy) is DPSGDSpec, "audit", kind, supported)
         return
-    if unit != "client" or bool(getattr(algorithm, "integer_updates", False)):
-        raise ConfigError("audit", kind, supported)
-    if getattr(algorithm, "target_unclipped_quantile", None) is not None:
-        raise ConfigError("audit", kind, supported)
-    if str(cfg.get("client_sampling", "all")) not in ("all", "poisson"):
-        raise ConfigError("audit", kind, supported)
+    check(not algorithm.integer_updates, "audit", kind, supported)
+    check(algorithm.initial_round_config() == {}, "audit", kind, supported)  # adaptive clip
+    sampling = plan.cohort.client_sampling
+    check(sampling in (ClientSampling.ALL, ClientSampling.POISSON), "audit", kind, supported)
 
 
 @dataclass
@@ -166,35 +146,37 @@ class RunAudit:
 
     @classmethod
     def for_run(
-        cls, cfg: Mapping[str, Any], algorithm: Any, model: torch.nn.Module
+        cls, plan: RunPlan, algorithm: ClientAlgorithm, model: torch.nn.Module
     ) -> RunAudit | None:
         """The run's audit (``None`` when ``audit`` is null); ``model`` holds the initial
         (public, seeded) state the scores are measured from."""
-        if cfg.get("audit") is None:
+        if plan.audit is None:
             return None
-        check_audit(cfg, algorithm)
+        check_audit(plan, algorithm)
         initial = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
-        unit = str(getattr(algorithm, "privacy_unit", "record"))
+        unit = algorithm.privacy_unit
         audit = cls(
-            unit=unit,
-            confidence=float(cfg.get("audit_confidence", 0.95)),
-            delta=float(cfg["privacy"]["target_delta"]),
+            unit=unit.value,
+            confidence=plan.audit_confidence,
+            delta=plan.privacy.target_delta,
             initial_state=initial,
         )
-        if unit == "record":
-            audit.records = record_canaries(cfg)
+        if unit is PrivacyUnit.RECORD:
+            audit.records = record_canaries(plan)
             audit._initial_losses = audit.records.losses(model)
             m, method = audit.records.m, AuditMethod.RECORDS
         else:
             shapes = {k: tuple(p.shape) for k, p in model.named_parameters() if p.requires_grad}
-            sampling = str(cfg.get("client_sampling", "all"))
-            rate = float(cfg["client_sample_rate"]) if sampling == "poisson" else 1.0
-            seed = int(cfg["seed"])
-            audit.clients = ClientCanaries(seed, shapes, inclusion(seed, CLIENT_CANARIES), rate)
-            audit.clip_norm = float(cfg["privacy"]["clipping_norm"])
+            cohort = plan.cohort
+            rate = cohort.client_sample_rate if cohort.varies else None
+            seed = plan.seed
+            included = inclusion(seed, CLIENT_CANARIES)
+            audit.clients = ClientCanaries(seed, shapes, included, float(rate or 1.0))
+            spec = algorithm.privacy
+            audit.clip_norm = spec.clipping_norm if isinstance(spec, ClientLevelSpec) else 1.0
             m, method = CLIENT_CANARIES, AuditMethod.CLIENTS
         audit.summary = {
-            "audit": AuditKind.CANARIES.value,
+            "audit": plan.audit.value,
             "audit_method": method.value,
             "audit_confidence": audit.confidence,
             "audit_num_canaries": m,

@@ -7,17 +7,17 @@ on every node and on resume.
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 import torch
 
 from fedpriv.common.errors import check
+from fedpriv.run.algorithm import PrivacyUnit
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.setup import algorithm_class, run_dataset
 
 #: Spawn key of the audit's draws (inclusion, canary contents, canary sampling).
 AUDIT_STREAM = 0xA0D17
@@ -51,17 +51,15 @@ class RecordCanaries:
     included: np.ndarray
 
     @classmethod
-    def for_run(cls, cfg: Mapping[str, Any]) -> RecordCanaries:
-        from fedpriv.run.setup import run_dataset
-
-        ds = run_dataset(dict(cfg))
-        n, seed = len(ds.y_train), int(cfg["seed"])
+    def for_run(cls, plan: RunPlan) -> RecordCanaries:
+        ds = run_dataset(plan)
+        n, seed = len(ds.y_train), plan.seed
         m = min(RECORD_CANARIES, n // 6)
         check(m >= 10, "audit", "canaries", f"needs >= 60 training records ({n} here)")
         x = ood_inputs(ds.x_train, m, _rng(seed, 1))
         rng = _rng(seed, 4)
         y = rng.integers(0, ds.num_classes, size=m).astype(np.int64)
-        owner = np.arange(m) % int(cfg["num_clients"])
+        owner = np.arange(m) % plan.num_clients
         return cls(x, y, owner, inclusion(seed, m))
 
     @property
@@ -100,43 +98,27 @@ def ood_inputs(x_train: np.ndarray, m: int, rng: np.random.Generator) -> np.ndar
     return g.astype(np.float32).reshape(m, *x_train.shape[1:])
 
 
-def _cfg_key(cfg: Mapping[str, Any]) -> str:
-    keys = ("dataset", "seed", "num_clients", "audit")
-    return json.dumps({k: cfg.get(k) for k in keys}, sort_keys=True)
-
-
 @lru_cache(maxsize=2)
-def _record_canaries(key: str) -> RecordCanaries:
-    return RecordCanaries.for_run(json.loads(key))
+def _record_canaries(plan_json: str) -> RecordCanaries:
+    return RecordCanaries.for_run(RunPlan.from_payload(plan_json))
 
 
-def record_canaries(cfg: Mapping[str, Any]) -> RecordCanaries:
+def record_canaries(plan: RunPlan) -> RecordCanaries:
     """The run's canary records (built once per process, the same on every node)."""
-    return _record_canaries(_cfg_key(cfg))
+    return _record_canaries(plan.to_payload())
 
 
 def with_canaries(
-    cfg: Mapping[str, Any], partition_id: int, x: torch.Tensor, y: torch.Tensor
+    plan: RunPlan, partition_id: int, x: torch.Tensor, y: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Client ``partition_id``'s rows with its included canary records appended (as is when
     the run is not audited, or is a client-level run)."""
-    if cfg.get("audit") is None or not _record_unit(cfg):
+    if plan.audit is None or algorithm_class(plan.client).privacy_unit is not PrivacyUnit.RECORD:
         return x, y
-    cx, cy = record_canaries(cfg).rows_for(partition_id)
+    cx, cy = record_canaries(plan).rows_for(partition_id)
     if len(cy) == 0:
         return x, y
     return torch.cat([x, torch.from_numpy(cx)]), torch.cat([y, torch.from_numpy(cy)])
-
-
-@lru_cache(maxsize=4)
-def _unit_of(client_json: str) -> str:
-    from hydra.utils import get_class
-
-    return str(getattr(get_class(json.loads(client_json)["_target_"]), "privacy_unit", "record"))
-
-
-def _record_unit(cfg: Mapping[str, Any]) -> bool:
-    return _unit_of(json.dumps(cfg["client"], sort_keys=True)) == "record"
 
 
 @dataclass(frozen=True)
