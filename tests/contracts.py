@@ -33,7 +33,7 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from scipy.stats import norm
 
-from fedpriv.accounting.ledger import IncompatibleEventsError, PrivacyLedger
+from fedpriv.accounting.ledger import IncompatibleEventsError, IntegerRdpEvent, PrivacyLedger
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
 
@@ -273,22 +273,18 @@ class CoupledRng(np.random.Generator):
         return self._noise.laplace(*args, **kw)
 
 
-def compose_config(overrides: Sequence[str]) -> dict[str, Any]:
-    """The resolved run config (plain dicts) for ``overrides``, composed by Hydra from conf/."""
-    return json.loads(_compose_json(tuple(overrides)))
+def plan_for(overrides: Sequence[str]) -> Any:
+    """The prepared run plan for ``overrides`` (composed by Hydra from conf/, validated, the
+    privacy spec bound and calibrated as a run does: :func:`fedpriv.run.prepare.prepare`)."""
+    return _plan(tuple(overrides))
 
 
 @lru_cache(maxsize=32)
-def _compose_json(overrides: tuple[str, ...]) -> str:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+def _plan(overrides: tuple[str, ...]) -> Any:
+    from fedpriv.run.config import compose_config
+    from fedpriv.run.prepare import prepare
 
-    from fedpriv.run.config import conf_dir, register_schema
-
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return json.dumps(OmegaConf.to_container(cfg, resolve=True))
+    return prepare(compose_config(list(overrides)))[0]
 
 
 def accounted_sigma(events: list[tuple[Any, int]]) -> float:
@@ -303,9 +299,9 @@ def accounted_sigma(events: list[tuple[Any, int]]) -> float:
         inner = event.event if isinstance(event, dp_event.PoissonSampledDpEvent) else event
         if isinstance(inner, dp_event.GaussianDpEvent):
             sigma = inner.noise_multiplier
-        elif hasattr(inner, "mu") and hasattr(inner, "l2_sensitivity"):
-            sigma = math.sqrt(2 * inner.mu) / inner.l2_sensitivity
-        elif hasattr(inner, "noise_multiplier"):
+        elif isinstance(inner, IntegerRdpEvent) and hasattr(inner, "l2_sensitivity"):
+            sigma = math.sqrt(2 * inner.mu) / inner.l2_sensitivity  # type: ignore[attr-defined]
+        elif hasattr(inner, "noise_multiplier"):  # an event, never an algorithm
             sigma = inner.noise_multiplier
         else:
             raise TypeError(f"no noise multiplier known for {inner!r}")
@@ -374,15 +370,16 @@ class ClientAlgorithmContract:
         return []
 
     # ---- building
-    def config(self, extra: Sequence[str] = ()) -> dict[str, Any]:
-        return compose_config([*BASE, *self.overrides, *extra])
+    def config(self, extra: Sequence[str] = ()) -> Any:
+        """The prepared :class:`~fedpriv.run.plan.RunPlan` of the contract's overrides."""
+        return plan_for([*BASE, *self.overrides, *extra])
 
-    def build(self, cfg: dict[str, Any]) -> Any:
+    def build(self, cfg: Any) -> Any:
         from fedpriv.run.setup import build_algorithm
 
         return build_algorithm(cfg)
 
-    def measurement_config(self, partition: str, shared_data: Any) -> dict[str, Any]:
+    def measurement_config(self, partition: str, shared_data: Any) -> Any:
         from fedpriv.run.setup import partitions
 
         extra = [*PARTITIONS[partition], *self.partition_overrides.get(partition, [])]
@@ -398,7 +395,7 @@ class ClientAlgorithmContract:
     # ---- one client's serialized reply
     @staticmethod
     def reply_bytes(
-        algorithm: Any, cfg: dict[str, Any], x: np.ndarray, y: np.ndarray, pid: int, seed: int
+        algorithm: Any, cfg: Any, x: np.ndarray, y: np.ndarray, pid: int, seed: int
     ) -> bytes:
         from fedpriv.mechanisms.noise import make_generator
         from fedpriv.data.client_data import ClientData
@@ -417,7 +414,7 @@ class ClientAlgorithmContract:
         return serialize_reply(update, metrics)
 
     @staticmethod
-    def released_sum(algorithm: Any, cfg: dict[str, Any], replies: list[bytes]) -> np.ndarray:
+    def released_sum(algorithm: Any, cfg: Any, replies: list[bytes]) -> np.ndarray:
         """Sum the parsed replies as ``fedpriv.run.aggregation.sum_replies`` does, decode the
         sum with ``algorithm.decode_sum``, flatten (float64)."""
         from fedpriv.run.aggregation import sum_replies
@@ -429,7 +426,7 @@ class ClientAlgorithmContract:
         return np.concatenate([np.asarray(decoded[k], dtype=np.float64).ravel() for k in shapes])
 
     def neighbour_data(
-        self, cfg: dict[str, Any], pid: int, x: np.ndarray, y: np.ndarray
+        self, cfg: Any, pid: int, x: np.ndarray, y: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         from fedpriv.run.setup import run_dataset
 
@@ -454,7 +451,7 @@ class ClientAlgorithmContract:
         order = sorted(range(len(sizes)), key=lambda i: (sizes[i], i))
         return sorted(set(order[:3] + order[-1:]))
 
-    def effective_sigmas(self, cfg: dict[str, Any]) -> tuple[float, dict[int, float]]:
+    def effective_sigmas(self, cfg: Any) -> tuple[float, dict[int, float]]:
         """``(accounted σ, {client: measured effective σ of its neighbouring record})``.
 
         Noise std of the released SUM per coordinate: over K noise seeds with the same data
@@ -466,10 +463,10 @@ class ClientAlgorithmContract:
         from fedpriv.run.setup import build_model_for, client_partition
 
         algorithm = self.build(cfg)
-        sigma = accounted_sigma(algorithm.round_events())
-        relation = str(getattr(algorithm, "neighboring_relation", "add_remove"))
+        sigma = accounted_sigma(algorithm.privacy.round_events())
+        relation = algorithm.privacy.neighboring_relation.value
         halve = self.neighbour == "replace" and relation == "add_remove"
-        n_clients = int(cfg["num_clients"])
+        n_clients = cfg.num_clients
         dim = sum(p.numel() for p in build_model_for(cfg).parameters())
         seeds = list(range(11, 11 + self.noise_seed_count(dim)))
         data = [client_partition(cfg, i) for i in range(n_clients)]
@@ -524,8 +521,6 @@ class ClientAlgorithmContract:
 
     def test_normalizer_is_public_and_recorded(self) -> None:
         algorithm = self.build(self.config())
-        if not hasattr(type(algorithm), "normalizer"):
-            pytest.skip(f"{type(algorithm).__name__} has no `normalizer` yet (issue 11)")
         value = float(algorithm.normalizer)
         assert math.isfinite(value) and value > 0
         assert algorithm.privacy_summary().get("normalizer") == pytest.approx(value, rel=0)
@@ -543,21 +538,21 @@ class ClientAlgorithmContract:
         rounds, with the run's accountant and conversion) is <= target and within 1%."""
         from fedpriv.run.run_privacy import RunPrivacy
 
-        cfg = self.config(
-            [
-                *self.calibration_overrides,
-                f"privacy.accountant={accountant}",
-                f"privacy.conversion={conversion}",
-            ]
-        )
-        delta = float(cfg["privacy"]["target_delta"])
         try:
-            algorithm = self.build(cfg)
-            RunPrivacy(algorithm, cfg["privacy"]).check()
+            cfg = self.config(
+                [
+                    *self.calibration_overrides,
+                    f"privacy.accountant={accountant}",
+                    f"privacy.conversion={conversion}",
+                ]
+            )
         except ConfigError as exc:
             pytest.skip(f"{accountant}/{conversion} refused before training: {exc}")
-        tuned = algorithm.calibrated(self.target_epsilon, delta, self.num_rounds)
-        run = RunPrivacy(tuned, cfg["privacy"]).check()
+        spec = self.build(cfg).privacy
+        tuned = spec.calibrated(self.target_epsilon, self.num_rounds)
+        assert tuned is not spec and tuned.calibrated_from_target_epsilon == self.target_epsilon
+        run = RunPrivacy(tuned, cfg.cohort.nominal_size)
+        run.check()
         for _ in range(self.num_rounds):
             run.record_round()
         eps = run.epsilon()
@@ -575,7 +570,7 @@ class ClientAlgorithmContract:
         metrics = reply.content.metric_records[METRICS_KEY]
         if "noise_draws" not in metrics:
             pytest.skip(f"{type(algorithm).__name__} reports no `noise_draws` metric yet")
-        expected = sum(count for _, count in algorithm.round_events())
+        expected = sum(count for _, count in algorithm.privacy.round_events())
         assert metrics["noise_draws"] == expected
 
 
@@ -597,3 +592,137 @@ class AggregatorContract:
 
     def test_non_finite_update_is_never_summed(self, *args: Any) -> None:
         raise NotImplementedError("every aggregator must say how it keeps NaN/inf out")
+
+
+# --------------------------------------------------------------------------- privacy specs
+
+
+class PrivacySpecContract:
+    """Contract of one privacy family's spec (:class:`fedpriv.accounting.privacy_spec.
+    PrivacySpec`); subclass and fill the hooks.
+
+    Hooks
+    -----
+    spec_class : type
+        The family's spec class (enrollment: every family has a contract subclass).
+    make_spec() -> spec
+        A bound, valid spec with a numeric noise parameter (a small run's).
+    cli_params(spec) -> dict or None
+        ``fedpriv-account`` parameters that must build a spec with the same round events
+        (``None``: the family's analysis has no parameters for this spec).
+    bad_noise : value
+        A value of the noise parameter the spec must refuse.
+    num_rounds, target_epsilon : calibration test settings.
+    """
+
+    spec_class: ClassVar[type] = object
+    bad_noise: ClassVar[Any] = -1.0
+    num_rounds: ClassVar[int] = 3
+    target_epsilon: ClassVar[float] = 3.0
+
+    def make_spec(self) -> Any:
+        raise NotImplementedError
+
+    def cli_params(self, spec: Any) -> dict[str, str] | None:
+        return None
+
+    def epsilon(self, spec: Any, rounds: int) -> float:
+        return float(spec.epsilon(rounds))
+
+    def test_is_of_its_class_and_family(self) -> None:
+        spec = self.make_spec()
+        assert type(spec) is self.spec_class
+        assert spec.family and spec.family == self.spec_class.family
+
+    def test_payload_round_trip_gives_the_same_spec_and_events(self) -> None:
+        from fedpriv.accounting.privacy_spec import PrivacySpec
+        from fedpriv.common import payload
+
+        spec = self.make_spec()
+        back = payload.loads(payload.dumps(spec), PrivacySpec)
+        assert back == spec and type(back) is type(spec)
+        assert self.epsilon(back, 2) == self.epsilon(spec, 2)
+
+    def test_payload_of_another_type_is_refused(self) -> None:
+        from fedpriv.common import payload
+        from fedpriv.mechanisms.client_sampling import CohortSampler
+
+        with pytest.raises(TypeError):
+            payload.loads(payload.dumps(self.make_spec()), CohortSampler)
+
+    def test_config_schema_is_the_unbound_fields_with_the_spec_defaults(self) -> None:
+        import dataclasses
+
+        from fedpriv.accounting.privacy_spec import config_schema
+
+        schema = {f.name: f for f in dataclasses.fields(config_schema(self.spec_class))}
+        fields = {f.name: f for f in dataclasses.fields(self.spec_class) if f.init}
+        assert set(schema) - {"_target_"} == set(fields) - set(self.spec_class.bound_fields)
+        for name in set(schema) - {"_target_"}:
+            given = fields[name].default
+            if given is dataclasses.MISSING:
+                given = fields[name].default_factory()  # type: ignore[misc]
+            want = schema[name].default
+            if want is dataclasses.MISSING:
+                want = schema[name].default_factory()  # type: ignore[misc]
+            assert want == (list(given) if isinstance(given, tuple) else given), name
+
+    def test_calibrated_is_a_new_spec_meeting_the_target(self) -> None:
+        spec = self.make_spec()
+        tuned = spec.calibrated(self.target_epsilon, self.num_rounds)
+        assert tuned is not spec and type(tuned) is type(spec)
+        assert tuned.target_epsilon is None
+        assert tuned.calibrated_from_target_epsilon == self.target_epsilon
+        eps = self.epsilon(tuned, self.num_rounds)
+        assert 0.99 * self.target_epsilon <= eps <= self.target_epsilon
+
+    def test_summary_is_json_and_names_the_family(self) -> None:
+        spec = self.make_spec()
+        summary = spec.summary()
+        assert summary["family"] == spec.family
+        json.loads(json.dumps(summary))
+
+    def test_bound_refuses_a_config_field(self) -> None:
+        spec = self.make_spec()
+        with pytest.raises(TypeError):
+            spec.bound(target_delta=1e-3)
+
+    def test_refuses_a_bad_noise_parameter_naming_it(self) -> None:
+        import dataclasses
+
+        spec = self.make_spec()
+        with pytest.raises(ConfigError) as err:
+            dataclasses.replace(spec, **{spec.calibrates: self.bad_noise})
+        assert err.value.field == f"privacy.{spec.calibrates}"
+
+    def test_a_degraded_round_never_costs_less(self) -> None:
+        from fedpriv.accounting.privacy_spec import UnaccountableRound
+
+        spec = self.make_spec()
+        try:
+            events = spec.degraded_round_events(1)
+        except (UnaccountableRound, ConfigError):
+            return
+        ledger = spec.accounting.ledger()
+        for event, count in events:
+            ledger.record(event, count)
+        assert ledger.get_epsilon(spec.target_delta) >= self.epsilon(spec, 1) * (1 - 1e-9)
+
+    def test_local_release_never_costs_less_than_the_central_one(self) -> None:
+        spec = self.make_spec()
+        if not spec.local_events():
+            return
+        ledger = spec.accounting.ledger()
+        for event, count in spec.local_events():
+            ledger.record(event, count)
+        assert ledger.get_epsilon(spec.target_delta) >= self.epsilon(spec, 1) * (1 - 1e-9)
+
+    def test_cli_builds_the_same_events(self) -> None:
+        spec = self.make_spec()
+        params = self.cli_params(spec)
+        if params is None:
+            pytest.skip(f"{type(spec).__name__}: no fedpriv-account parameters for this spec")
+        from fedpriv.accounting.params import Params
+
+        built = type(spec).from_params(Params(params, spec.family))
+        assert built.round_events() == spec.round_events()

@@ -29,12 +29,9 @@ Google's dp_accounting (``dp_event.py``): events apart from accountants; jax_pri
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
-import types
-import typing
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Self, get_type_hints
+from typing import Any, ClassVar, Self
 
 from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.accounting.params import Params
@@ -45,6 +42,7 @@ from fedpriv.accounting.vocabulary import (
     NoiseSource,
 )
 from fedpriv.common.errors import check
+from fedpriv.common.schema import dataclass_schema, plain
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
 
 #: A family's events: ``[(event, count), ...]`` (dp-accounting ``DpEvent`` or ``FedprivEvent``).
@@ -247,9 +245,7 @@ class PrivacySpec(ABC):
     def summary(self) -> dict[str, Any]:
         """The spec for ``results.json``'s ``privacy`` block: the family, every field (enums
         as their values), and :meth:`extra_summary`."""
-        fields = {
-            f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.init
-        }
+        fields = {f.name: _summary_value(getattr(self, f.name)) for f in dataclasses.fields(self)}
         return {"family": self.family, **fields, **self.extra_summary()}
 
     def extra_summary(self) -> dict[str, Any]:
@@ -263,52 +259,18 @@ class PrivacySpec(ABC):
         parameter may be missing: the CLI then calibrates it to ``target_epsilon``)."""
 
 
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return value
-
-
 def config_schema(spec_cls: type[PrivacySpec]) -> type:
     """The Hydra structured config of ``spec_cls``: its fields that are not bound by the run,
     with their types (enums as strings) and defaults, and ``_target_`` naming the class.
 
     The spec's defaults are the only defaults: ``conf/privacy/<family>.yaml`` states none.
     """
-    hints = get_type_hints(spec_cls)
-    rows: list[tuple[str, Any, Any]] = []
-    for f in dataclasses.fields(spec_cls):
-        if not f.init or f.name in spec_cls.bound_fields:
-            continue
-        kind = hints[f.name]
-        kind = _config_type(kind)
-        if f.default is not dataclasses.MISSING:
-            default = dataclasses.field(default=_plain(f.default))
-        elif f.default_factory is not dataclasses.MISSING:
-            value = _plain(f.default_factory())
-            default = dataclasses.field(default_factory=lambda v=value: v)
-        else:
-            raise TypeError(f"{spec_cls.__name__}.{f.name} needs a default to be configurable")
-        rows.append((f.name, kind, default))
-    target = f"{spec_cls.__module__}.{spec_cls.__qualname__}"
-    rows.append(("_target_", str, dataclasses.field(default=target)))
-    return dataclasses.make_dataclass(f"{spec_cls.__name__}Config", rows)
+    return dataclass_schema(spec_cls, skip=spec_cls.bound_fields)
 
 
-def _config_type(kind: Any) -> Any:
-    """An OmegaConf-friendly annotation: StrEnum fields become ``str``."""
-    if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        return str
-    args = typing.get_args(kind)
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        inner = [_config_type(a) for a in args if a is not type(None)]
-        return typing.Optional[inner[0]] if len(inner) == 1 else Any  # noqa: UP007
-    if typing.get_origin(kind) is tuple:
-        return list[args[0]] if args else list[Any]
-    return kind
+def _summary_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _summary_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return plain(value)

@@ -7,15 +7,21 @@ code 2), before anything is trained or written.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from fedpriv.common.errors import ConfigError, check
-from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.config import check_known_keys, compose_config, conf_dir, register_schema
+from fedpriv.run.migration import check_argv, renamed_key
+
+#: The config groups an argument may pick an option of.
+GROUPS = ("dataset", "partition", "model", "privacy", "client", "sampler", "strategy", "aggregator")
 
 
 def _main(cfg: DictConfig) -> float | None:
@@ -81,39 +87,67 @@ def _one_line(exc: BaseException) -> str:
 
 
 def precheck(argv: list[str]) -> None:
-    """Compose the config once with the command's overrides and exit with one line if Hydra
-    rejects a value (wrong type, unknown key or option). Skipped for sweeps and Hydra flags."""
+    """Compose the config once with the command's overrides and exit with one line (exit 2)
+    if it would be refused: an old key (``docs/migration.md``), a value Hydra rejects (wrong
+    type, unknown option), or a key outside the schema (``+foo=1``). Skipped for sweeps and
+    Hydra flags (each job is checked when it starts)."""
+    try:
+        check_argv(argv)
+    except ConfigError as exc:
+        fail(exc)
     if any(a.startswith("-") for a in argv) or any("," in a for a in argv):
         return
-    from hydra import compose, initialize_config_dir
-
     overrides = [a for a in argv if not a.lstrip("+~").startswith("hydra")]
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            compose(config_name="config", overrides=overrides)
+        cfg = compose_config(overrides)
     except Exception as exc:
-        print(f"fedpriv: error: {_one_line(exc)}", file=sys.stderr)
-        sys.exit(2)
+        key = _failed_key(exc)
+        renamed = renamed_key(key)
+        given = [a.split("=", 1)[1] for a in argv if a.lstrip("+~").split("=")[0] == key]
+        fail(renamed.error(given[-1] if given else None) if renamed else _one_line(exc))
+    try:
+        check_known_keys(cfg)
+    except ConfigError as exc:
+        fail(exc)
+
+
+def fail(reason: object) -> NoReturn:
+    """Print ``fedpriv: error: REASON`` and exit 2."""
+    print(f"fedpriv: error: {reason}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _failed_key(exc: BaseException) -> str:
+    """The dotted key a Hydra composition error names ('' if none)."""
+    text = str(exc.__cause__ or exc)
+    for pattern in (r"full_key: (\S+)", r"override '([\w.]+)'", r"Key '(\w+)' not in '(\w+)'"):
+        found = re.search(pattern, text)
+        if found:
+            return found.group(1)
+    return ""
 
 
 def print_help(argv: list[str]) -> None:
-    """``fedpriv [GROUP=OPTION ...] --help``: the config groups, then the commented
-    ``conf/config.yaml`` and the files of the groups named on the command line (their
-    comments describe every field)."""
+    """``fedpriv [GROUP=OPTION ...] --help``: the config groups and their options, then every
+    field with its default and type, top-level keys first, for the options the command names
+    (the defaults otherwise): the classes' own defaults, the only ones."""
     conf = conf_dir()
     print("usage: fedpriv [GROUP=OPTION ...] [KEY=VALUE ...] [-m for a sweep] [--help]\n")
     print("Config groups (GROUP=OPTION):")
     for folder in sorted(p for p in conf.iterdir() if p.is_dir()):
         options = ", ".join(sorted(f.stem for f in folder.glob("*.yaml")))
         print(f"  {folder.name}: {options}")
-    files = [conf / "config.yaml"]
-    for arg in argv:
-        group, _, option = arg.lstrip("+").partition("=")
-        if option and (conf / group / f"{option}.yaml").is_file():
-            files.append(conf / group / f"{option}.yaml")
-    for f in files:
-        print(f"\n== {f.relative_to(conf.parent)} ==\n{f.read_text().rstrip()}")
-    print("\nName a group's option before --help to see its fields (fedpriv client=dpsgd --help).")
+    picks = [a for a in argv if "=" in a and not a.startswith("-")]
+    try:
+        cfg = compose_config([a for a in picks if a.split("=")[0].lstrip("+") in GROUPS])
+    except Exception as exc:
+        fail(_one_line(exc))
+    print("\nFields and defaults (KEY=VALUE; a group's fields as GROUP.KEY=VALUE):\n")
+    print(OmegaConf.to_yaml(cfg).rstrip())
+    print(
+        "\nName a group's option before --help to see its fields (fedpriv client=checkin "
+        "--help); each class documents its fields (e.g. python -m pydoc clients.local_dpsgd)."
+    )
 
 
 def resume_argv(argv: list[str]) -> list[str]:

@@ -91,6 +91,8 @@ class ClientAlgorithm(ABC):
     privacy_unit: ClassVar[PrivacyUnit] = PrivacyUnit.RECORD
     #: True for random check-in clients: they answer query messages (``strategy=checkin``).
     checks_in: ClassVar[bool] = False
+    #: Fields :meth:`for_run` binds from the run (not config keys).
+    bound_fields: ClassVar[tuple[str, ...]] = ()
 
     privacy: PrivacySpec
 
