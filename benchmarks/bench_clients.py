@@ -291,7 +291,7 @@ class TimelineSampler(MemorySampler):
 def note_releases(times: list[float], t0: float) -> Iterator[None]:
     """Append ``time.monotonic() - t0`` to ``times`` whenever the run records a round (this
     process's :meth:`fedpriv.run.runner.Job.round_released`, wrapped; what it does is unchanged)."""
-    from fedpriv.run.runner import Job
+    from fedpriv.run.job import Job
 
     original = Job.round_released
 

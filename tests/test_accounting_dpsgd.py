@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fedpriv.accounting.ledger import PrivacyLedger
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon, poisson_gaussian_event
 from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.accounting.privacy_spec import UnaccountableRound
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -209,7 +209,7 @@ def _spec(**kw: object) -> DPSGDSpec:
 
 
 def test_spec_epsilon_is_dp_accounting_over_steps_times_rounds() -> None:
-    spec = _spec(accounting=AccountingSpec(accountant="pld", target_delta=1e-5))
+    spec = _spec(accountant="pld", target_delta=1e-5)
     acc = pld_privacy_accountant.PLDAccountant()
     acc.compose(dp_event.PoissonSampledDpEvent(0.05, dp_event.GaussianDpEvent(1.1)), 5 * 20)
     # same accountant, same discretization: equal up to float summation order
@@ -226,7 +226,7 @@ def test_spec_local_and_degraded_events() -> None:
     assert fewer.event.noise_multiplier == pytest.approx(1.1 * math.sqrt(4 / 7))
     ((full, _),) = spec.degraded_round_events(8)
     assert full == spec.round_events()[0][0]
-    with pytest.raises(ConfigError, match="contributors=1"):
+    with pytest.raises(UnaccountableRound, match="contributors=1"):
         spec.degraded_round_events(1)
 
 
@@ -259,8 +259,8 @@ def test_spec_refuses_in_one_line(kw: dict[str, object], field: str) -> None:
 def test_spec_calibration_uses_its_own_accountant_and_conversion(
     accountant: str, conversion: str
 ) -> None:
-    acc = AccountingSpec(accountant=accountant, conversion=conversion, target_delta=1e-5)
-    spec = _spec(accounting=acc).calibrated(2.0, 10)
+    spec = _spec(accountant=accountant, conversion=conversion, target_delta=1e-5)
+    spec = spec.calibrated(2.0, 10)
     eps = spec.epsilon(10)
     assert 0.99 * 2.0 <= eps <= 2.0
     # the ledger the run builds from the same events agrees
@@ -278,7 +278,7 @@ def test_cli_num_rounds_composes_steps_per_round() -> None:
     assert (
         per_round["epsilon"]
         == flat["epsilon"]
-        == _spec(accounting=AccountingSpec(accountant="rdp")).epsilon(20)
+        == _spec(accountant="rdp").epsilon(20)
     )
     cal = run_cli(
         {

@@ -40,7 +40,11 @@ from fedpriv.data.client_data import ClientData
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.engine import node_messages
 from fedpriv.run.run_privacy import RunPrivacy
-from fedpriv.run.runner import Job, dropped_note, header_line, noise_facts, prepare, run_experiment
+from fedpriv.run.job import Job
+from fedpriv.run.round_log import dropped_note
+from fedpriv.run.header import header_line, noise_facts
+from fedpriv.run.prepare import prepare
+from fedpriv.run.runner import run_experiment
 from strategies.fedavg import DPFedAvg
 
 REPO = Path(__file__).resolve().parents[1]

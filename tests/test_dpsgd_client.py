@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from clients.local_dpsgd import LocalDPSGD
+from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.noise import make_generator
 from fedpriv.models.zoo import build_model
@@ -40,8 +41,7 @@ def test_noiseless_full_batch_step_matches_manual_clipped_sgd() -> None:
         steps=1,
         lr=0.5,
         normalizer=7.0,
-        privacy={"noise_multiplier": 0.0, "max_grad_norm": 0.3, "sample_rate": 1.0},
-        num_clients=4,
+        privacy=DPSGDSpec(noise_multiplier=0.0, max_grad_norm=0.3, sample_rate=1.0, num_clients=4),
     )
     update, metrics = algo.train(model, data, _ctx())
     # manual: per-example autograd, clip each to C, sum, divide by the public normalizer B = 7
@@ -59,7 +59,7 @@ def test_noiseless_full_batch_step_matches_manual_clipped_sgd() -> None:
     for k, t in total.items():
         torch.testing.assert_close(update[k], -0.5 * t / 7.0, rtol=1e-5, atol=1e-6)
     assert metrics["steps"] == 1 and metrics["examples"] == len(data)
-    assert metrics["noise_draws"] == 1 == sum(c for _, c in algo.round_events())
+    assert metrics["noise_draws"] == 1 == sum(c for _, c in algo.privacy.round_events())
 
 
 def test_empty_batches_take_noise_only_steps() -> None:
@@ -69,8 +69,7 @@ def test_empty_batches_take_noise_only_steps() -> None:
         steps=4,
         lr=1.0,
         normalizer=1.0,
-        privacy={"noise_multiplier": 1.0, "max_grad_norm": 1.0, "sample_rate": 1e-9},
-        num_clients=1,
+        privacy=DPSGDSpec(noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=1e-9, num_clients=1),
     )
     update, metrics = algo.train(model, data, _ctx())
     assert metrics["empty_batches"] == 4 and metrics["examples"] == 0
@@ -88,4 +87,4 @@ def test_empty_batches_take_noise_only_steps() -> None:
 )
 def test_bad_client_fields(kw: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
-        LocalDPSGD(privacy={"noise_multiplier": 1.0}, num_clients=2, **kw)
+        LocalDPSGD(privacy=DPSGDSpec(noise_multiplier=1.0, num_clients=2), **kw)

@@ -40,9 +40,8 @@ from fedpriv.common.wire import UPDATE_KEY
 from fedpriv.mechanisms.noise import make_generator
 from fedpriv.data.client_data import ClientData
 from fedpriv.run.algorithm import TrainContext
-from fedpriv.run.runner import to_container
 from fedpriv.run.setup import build_algorithm, build_model_for, client_partition
-from tests.test_integration import _cfg
+from tests.contracts import plan_for
 
 SIGMA = 1.2
 LR = 1.0
@@ -61,7 +60,7 @@ def serialized_reply(update: dict[str, torch.Tensor]) -> np.ndarray:
     return np.concatenate([a.numpy().astype(np.float64).ravel() for a in arrays.values()])
 
 
-def reply(algo: LocalDPSGD, cfg: dict[str, Any], data: ClientData, seed: int) -> np.ndarray:
+def reply(algo: LocalDPSGD, cfg: Any, data: ClientData, seed: int) -> np.ndarray:
     # float64 model and data: the influence of one record is a difference of two sums of up
     # to 54,000 clipped gradients, which float32 rounding would blur by several per cent.
     model = build_model_for(cfg).double()
@@ -72,12 +71,12 @@ def reply(algo: LocalDPSGD, cfg: dict[str, Any], data: ClientData, seed: int) ->
         device=torch.device("cpu"),
     )
     update, metrics = algo.train(model, data, ctx)
-    assert metrics["noise_draws"] == sum(c for _, c in algo.round_events())
+    assert metrics["noise_draws"] == sum(c for _, c in algo.privacy.round_events())
     return serialized_reply(update)
 
 
 def effective_sigma(
-    cfg: dict[str, Any], algo_of: Any, clients: range
+    cfg: Any, algo_of: Any, clients: range
 ) -> tuple[float, float, float]:
     """(σ_eff, summed-noise std, largest influence) measured from serialized replies."""
     variances, influences = [], []
@@ -86,7 +85,7 @@ def effective_sigma(
         data = ClientData(torch.from_numpy(x).double(), torch.from_numpy(y), i)
         rest = ClientData(data.x[1:], data.y[1:], i)  # record 0 removed
         algo = algo_of(len(data))
-        quiet = dataclasses.replace(algo, privacy={**algo.privacy, "noise_multiplier": 0.0})
+        quiet = dataclasses.replace(algo, privacy=algo.privacy.with_noise(0.0))
         # distinct noise seeds per client, as in a run ([seed, round, partition_id])
         base = reply(quiet, cfg, data, 1000 * i)
         noisy = [reply(algo, cfg, data, 1000 * i + 1 + k) for k in range(SEEDS)]
@@ -96,19 +95,17 @@ def effective_sigma(
     return std / max(influences), std, max(influences)
 
 
-def run_cfg(overrides: list[str]) -> dict[str, Any]:
-    return to_container(
-        _cfg(
-            [
-                "model=logistic",
-                "client.steps=1",
-                f"client.lr={LR}",
-                "privacy.sample_rate=1.0",
-                f"privacy.noise_multiplier={SIGMA}",
-                f"privacy.max_grad_norm={CLIP}",
-                *overrides,
-            ]
-        )
+def run_cfg(overrides: list[str]) -> Any:
+    return plan_for(
+        [
+            "model=logistic",
+            "client.steps=1",
+            f"client.lr={LR}",
+            "privacy.sample_rate=1.0",
+            f"privacy.noise_multiplier={SIGMA}",
+            f"privacy.max_grad_norm={CLIP}",
+            *overrides,
+        ]
     )
 
 
@@ -118,12 +115,12 @@ PARTITIONS = {
 }
 
 
-def check_partition(cfg: dict[str, Any], tol: float, skewed: bool) -> None:
+def check_partition(cfg: Any, tol: float, skewed: bool) -> None:
     algo = build_algorithm(cfg)
     assert isinstance(algo, LocalDPSGD)
-    ((event, steps),) = algo.round_events()
+    ((event, steps),) = algo.privacy.round_events()
     assert steps == 1 and event.noise_multiplier == SIGMA  # q = 1: the plain Gaussian
-    n = int(cfg["num_clients"])
+    n = cfg.num_clients
     sigma, std, infl = effective_sigma(cfg, lambda _n: algo, range(n))
     # The public normalizer B: influence of a record is exactly γC/B, noise std γσC/B.
     b = algo.bound_normalizer

@@ -28,7 +28,8 @@ from hydra import compose, initialize_config_dir
 from fedpriv.run import client_app
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.engine import client_rows, node_messages, worker_messages
-from fedpriv.run.runner import prepare, run_experiment
+from fedpriv.run.prepare import prepare
+from fedpriv.run.runner import run_experiment
 from fedpriv.run.setup import build_model_for
 from tests.contracts import parse_reply
 

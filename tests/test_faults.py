@@ -22,7 +22,9 @@ from hydra import compose, initialize_config_dir
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.run_privacy import RunPrivacy
-from fedpriv.run.runner import RunFailed, prepare, run_experiment
+from fedpriv.run.round_log import RunFailed
+from fedpriv.run.prepare import prepare
+from fedpriv.run.runner import run_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["num_clients=4", "model=logistic", "progress=false", "client.steps=2", "plot=false"]

@@ -16,7 +16,8 @@ from hydra import compose, initialize_config_dir
 from fedpriv.accounting.secagg import secagg_dpsgd
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.config import conf_dir, register_schema
-from fedpriv.run.runner import prepare, run_experiment
+from fedpriv.run.prepare import prepare
+from fedpriv.run.runner import run_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = [

@@ -10,6 +10,7 @@ import torch
 from scipy import stats
 
 from clients.local_dpsgd import LocalDPSGD
+from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.noise import add_gaussian_noise, make_generator
 from fedpriv.mechanisms.samplers import PoissonSampler
@@ -32,8 +33,7 @@ def test_gaussian_noise_std() -> None:
 def test_local_noise_sums_to_sigma_c() -> None:
     sigma, clip, n = 1.3, 0.5, 10
     algo = LocalDPSGD(
-        privacy={"noise_multiplier": sigma, "max_grad_norm": clip, "sample_rate": 0.1},
-        num_clients=n,
+        privacy=DPSGDSpec(noise_multiplier=sigma, max_grad_norm=clip, sample_rate=0.1, num_clients=n)
     )
     assert algo.local_noise_stddev == pytest.approx(sigma * clip / math.sqrt(n), rel=1e-12)
     gens = [make_generator(100 + i) for i in range(n)]
@@ -47,13 +47,13 @@ def test_local_noise_sums_to_sigma_c() -> None:
 
 def test_honest_but_curious_noise_share() -> None:
     algo = LocalDPSGD(
-        privacy={
-            "noise_multiplier": 2.0,
-            "max_grad_norm": 1.0,
-            "sample_rate": 0.1,
-            "honest_but_curious": True,
-        },
-        num_clients=5,
+        privacy=DPSGDSpec(
+            noise_multiplier=2.0,
+            max_grad_norm=1.0,
+            sample_rate=0.1,
+            honest_but_curious=True,
+            num_clients=5,
+        )
     )
     assert algo.local_noise_stddev == pytest.approx(2.0 / math.sqrt(4))  # N-1 clients must suffice
 

@@ -15,7 +15,8 @@ import pytest
 
 from fedpriv.cli.account import run as account
 from fedpriv.run.run_privacy import RunPrivacy
-from fedpriv.run.runner import prepare, run_experiment
+from fedpriv.run.prepare import prepare
+from fedpriv.run.runner import run_experiment
 from tests.test_faults import _cfg
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
