@@ -25,11 +25,11 @@ from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite
+from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.noise import add_gaussian_noise
 from fedpriv.mechanisms.persample import clipped_grad_sum, trainable
 from fedpriv.mechanisms.samplers import PoissonSampler
 from fedpriv.mechanisms.vmap_clients import cohort_clipped_grad_sums, padded_batches
-from fedpriv.data.client_data import ClientData
 from fedpriv.run.algorithm import ClientAlgorithm, TrainContext, check_spec
 from fedpriv.run.plan import RunPlan
 from fedpriv.run.setup import run_dataset
@@ -150,7 +150,9 @@ class LocalDPSGD(ClientAlgorithm):
             empty += int(idx.numel() == 0)
             total += int(idx.numel())
             x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
-            sums, _ = clipped_grad_sum(model, summed_cross_entropy, x, y, self.privacy.max_grad_norm)
+            sums, _ = clipped_grad_sum(
+                model, summed_cross_entropy, x, y, self.privacy.max_grad_norm
+            )
             noisy = self.noise(sums, ctx.generator)
             with torch.no_grad():
                 for k, g in noisy.items():
@@ -177,7 +179,8 @@ class LocalDPSGD(ClientAlgorithm):
         ``ctxs[j].generator`` in the same order as :meth:`train`, and every update step is the
         same elementwise arithmetic, so each result equals ``train(model, datas[j], ctxs[j])``
         up to the float rounding of the batched per-sample gradients
-        (:func:`fedpriv.mechanisms.vmap_clients.cohort_clipped_grad_sums`). ``model`` is not modified.
+        (:func:`fedpriv.mechanisms.vmap_clients.cohort_clipped_grad_sums`). ``model`` is not
+        modified.
         """
         normalizer = self.bound_normalizer
         sampler = PoissonSampler(self.privacy.sample_rate)

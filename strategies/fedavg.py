@@ -73,7 +73,10 @@ class DPFedAvg(Strategy):
         self.server_optimizer = parse_enum(
             ServerOptimizer, "strategy.server_optimizer", self.server_optimizer
         )
-        for name, v in (("server_momentum", self.server_momentum), ("server_beta2", self.server_beta2)):
+        for name, v in (
+            ("server_momentum", self.server_momentum),
+            ("server_beta2", self.server_beta2),
+        ):
             check(0 <= v < 1, f"strategy.{name}", v, "must be in [0, 1)")
         check(self.server_tau > 0, "strategy.server_tau", self.server_tau, "must be > 0")
 

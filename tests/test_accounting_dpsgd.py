@@ -15,9 +15,8 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedpriv.accounting.dpsgd import DPSGDSpec, poisson_gaussian_epsilon, poisson_gaussian_event
 from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon, poisson_gaussian_event
-from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.privacy_spec import UnaccountableRound
 from fedpriv.common.errors import ConfigError
 
@@ -275,11 +274,7 @@ def test_cli_num_rounds_composes_steps_per_round() -> None:
     keys = {"noise_multiplier": "1.1", "sample_rate": "0.05", "target_delta": "1e-5"}
     per_round = run_cli({**keys, "steps": "5", "num_rounds": "20", "accountant": "rdp"})
     flat = run_cli({**keys, "steps": "100", "accountant": "rdp"})
-    assert (
-        per_round["epsilon"]
-        == flat["epsilon"]
-        == _spec(accountant="rdp").epsilon(20)
-    )
+    assert per_round["epsilon"] == flat["epsilon"] == _spec(accountant="rdp").epsilon(20)
     cal = run_cli(
         {
             **{k: v for k, v in keys.items() if k != "noise_multiplier"},

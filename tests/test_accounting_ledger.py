@@ -12,11 +12,11 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from fedpriv.accounting.ledger import PrivacyLedger
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import (
     FedprivEvent,
     IncompatibleEventsError,
+    PrivacyLedger,
     event_from_dict,
     event_to_dict,
 )

@@ -21,9 +21,9 @@ from fedpriv.run.config import compose_config
 from fedpriv.run.prepare import prepare
 from fedpriv.run.run_privacy import RunPrivacy
 
-GOLDEN = json.loads(
-    (Path(__file__).parent / "golden" / "behaviour_400af8e.json").read_text()
-)["cases"]
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "behaviour_400af8e.json").read_text())[
+    "cases"
+]
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 #: Old override -> its new spelling (a key renamed for one family, an option folded away).
 NEW_SPELLING: dict[str, str] = {}

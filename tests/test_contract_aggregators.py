@@ -29,8 +29,8 @@ from fedpriv.run.aggregation import (
     RoundFailed,
 )
 from fedpriv.run.engine import named_clients, node_messages, worker_messages
-from fedpriv.run.secagg_codec import flatten_update
 from fedpriv.run.job import wait_for_nodes
+from fedpriv.run.secagg_codec import flatten_update
 from strategies.secaggplus import SecAggPlusAggregator
 from tests.contracts import AggregatorContract, parse_reply, serialize_reply
 

@@ -1,5 +1,5 @@
-"""Every privacy family's spec runs the same contract (:class:`tests.contracts.PrivacySpecContract`):
-payload round trip, config schema, calibration to a new spec, summary, refusals, degraded and
+"""Every privacy family's spec runs the same contract
+(:class:`tests.contracts.PrivacySpecContract`): payload round trip, config schema, calibration to a new spec, summary, refusals, degraded and
 local rounds never cheaper, the CLI building the same events."""
 
 from __future__ import annotations

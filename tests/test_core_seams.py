@@ -11,7 +11,7 @@ import json
 import math
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,12 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 from clients.local_dpsgd import LocalDPSGD
+from fedpriv.accounting.dpsgd import DPSGDSpec
+from fedpriv.accounting.privacy_spec import EventRuns, UnaccountableRound
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NoiseSource
-from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
+from fedpriv.data.client_data import ClientData
 from fedpriv.run.aggregation import (
     NON_FINITE,
     AggregateResult,
@@ -36,14 +38,14 @@ from fedpriv.run.aggregation import (
     aggregator_class,
 )
 from fedpriv.run.algorithm import ClientAlgorithm, TrainContext
-from fedpriv.data.client_data import ClientData
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.engine import node_messages
-from fedpriv.run.run_privacy import RunPrivacy
-from fedpriv.run.job import Job
-from fedpriv.run.round_log import dropped_note
 from fedpriv.run.header import header_line, noise_facts
-from fedpriv.run.prepare import prepare
+from fedpriv.run.job import ServerJob
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.prepare import prepare, run_layout
+from fedpriv.run.round_log import RoundLog, dropped_note
+from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.runner import run_experiment
 from strategies.fedavg import DPFedAvg
 
@@ -86,12 +88,18 @@ def _cfg(overrides: list[str]) -> Any:
             "privacy.target_epsilon=inf must be a finite number > 0",
         ),
         ("privacy.target_delta=nan", "privacy.target_delta=nan must be a finite number in (0, 1)"),
-        ("privacy.sample_rate=nan", "privacy.sample_rate=nan must be a finite number in (0, 1]"),
+        ("privacy.sample_rate=nan", "privacy.sample_rate=nan must be a finite number in [0, 1]"),
         ("privacy.stop_at_epsilon=inf", "privacy.stop_at_epsilon=inf must be a finite number > 0"),
-        ("privacy.local_delta=nan", "privacy.local_delta=nan must be a finite number in [0, 1)"),
-        ("privacy.clipping_norm=inf", "privacy.clipping_norm=inf must be a finite number > 0"),
         (
-            "privacy.checkin_probability=nan",
+            "client=checkin,privacy.local_delta=nan",
+            "privacy.local_delta=nan must be a finite number in [0, 1)",
+        ),
+        (
+            "client=client_level,privacy.clipping_norm=inf",
+            "privacy.clipping_norm=inf must be a finite number > 0",
+        ),
+        (
+            "client=checkin,privacy.checkin_probability=nan",
             "privacy.checkin_probability=nan must be a finite number in (0, 1]",
         ),
         ("round_timeout=inf", "round_timeout=inf must be a finite number > 0 (seconds)"),
@@ -197,25 +205,30 @@ def test_dropped_note_names_reasons() -> None:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class NoDegradedSpec(DPSGDSpec):
+    """A spec that cannot account a round with dropouts (the base class's default)."""
+
+    def degraded_round_events(self, contributors: int) -> EventRuns:
+        raise UnaccountableRound(f"cannot account a round with {contributors} clients")
+
+
 @dataclass(frozen=True)
 class NoDegradedEvents(ClientAlgorithm):
-    """A client algorithm that cannot account a round with dropouts (base class default)."""
+    """A client algorithm stating no normalizer (the base class's default)."""
 
-    privacy: dict[str, Any] | None = None
-    num_clients: int = 2
+    privacy: DPSGDSpec = DPSGDSpec(num_clients=2)
 
     def train(
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         raise AssertionError("not called")
 
-    def round_events(self) -> list[tuple[Any, int]]:
-        return LocalDPSGD(steps=2, privacy={"noise_multiplier": 1.0}).round_events()
-
 
 class _Recorder:
     def __init__(self) -> None:
         self.rounds: list[dict[str, Any]] = []
+        self.out_dir = Path("/nonexistent")
 
     def log_round(self, row: dict[str, Any]) -> None:
         self.rounds.append(row)
@@ -241,14 +254,18 @@ class _OneRoundAggregator(Aggregator):
         return AggregateResult(dict(r.total), r.num_clients, dict(r.metrics), dict(r.dropped))
 
 
-def _job(algorithm: Any, result: AggregateResult, tmp_cfg: dict[str, Any]) -> Job:
-    return Job(tmp_cfg, algorithm, _OneRoundAggregator(result), _Recorder(), _Display())  # type: ignore[arg-type]
+def _job(algorithm: Any, result: AggregateResult, plan: RunPlan) -> ServerJob:
+    plan = plan.with_privacy(algorithm.privacy)
+    privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
+    log = RoundLog(privacy, _Recorder(), _Display(), None, False)  # type: ignore[arg-type]
+    aggregator = _OneRoundAggregator(result)
+    return ServerJob(plan, algorithm, aggregator, run_layout(plan), log)
 
 
 @pytest.fixture(scope="module")
-def run_cfg() -> dict[str, Any]:
-    cfg, _ = prepare(_cfg([*TINY, "num_rounds=1"]))
-    return cfg
+def run_cfg() -> RunPlan:
+    plan, _ = prepare(_cfg([*TINY, "num_rounds=1"]))
+    return plan
 
 
 class _NodeGrid:
@@ -256,13 +273,14 @@ class _NodeGrid:
         return [11, 12]
 
 
-def test_round_without_degraded_events_fails_unreleased(run_cfg: dict[str, Any]) -> None:
+def test_round_without_degraded_events_fails_unreleased(run_cfg: RunPlan) -> None:
     total = {"weight": np.ones((10, 64)), "bias": np.ones(10)}
     result = AggregateResult(total, 1, dropped={NON_FINITE: 1})
-    job = _job(NoDegradedEvents(num_clients=2), result, run_cfg)
+    spec = NoDegradedSpec(noise_multiplier=1.0, num_clients=2, steps=2, normalizer=1.0)
+    job = _job(LocalDPSGD(steps=2, normalizer=1.0, privacy=spec), result, run_cfg)
     start = job.initial_state()
-    final = DPFedAvg().run(_NodeGrid(), job)  # type: ignore[arg-type]
-    [row] = job.recorder.rounds  # type: ignore[attr-defined]
+    final = DPFedAvg().start(_NodeGrid(), job)  # type: ignore[arg-type]
+    [row] = job.log.recorder.rounds
     assert row["status"] == "failed" and "1 client dropped: non-finite update" in row["message"]
     assert job.privacy.rounds == 0 and job.privacy.epsilon() == 0.0  # nothing accounted
     for key, value in start.items():
@@ -270,7 +288,7 @@ def test_round_without_degraded_events_fails_unreleased(run_cfg: dict[str, Any])
 
 
 def test_degraded_round_accounts_survivors_and_mean_divides_by_num_clients(
-    run_cfg: dict[str, Any],
+    run_cfg: RunPlan,
 ) -> None:
     _, algorithm = prepare(_cfg([*TINY, "num_rounds=1"]))
     start_job = _job(algorithm, AggregateResult({}, 2), run_cfg)
@@ -278,16 +296,16 @@ def test_degraded_round_accounts_survivors_and_mean_divides_by_num_clients(
     total = {k: np.full(s, 0.5) for k, s in shapes.items()}
     job = _job(algorithm, AggregateResult(total, 1, dropped={NON_FINITE: 1}), run_cfg)
     start = job.initial_state()
-    final = DPFedAvg().run(_NodeGrid(), job)  # type: ignore[arg-type]
-    [row] = job.recorder.rounds  # type: ignore[attr-defined]
+    final = DPFedAvg().start(_NodeGrid(), job)  # type: ignore[arg-type]
+    [row] = job.log.recorder.rounds
     assert row["status"] == "ok" and row["clients_dropped"] == 1
     assert row["dropped"] == "1 client dropped: non-finite update"
     for key, value in start.items():  # the PUBLIC num_clients=2 divides, not the 1 survivor
         np.testing.assert_allclose(final[key], value + 0.5 / 2, rtol=0, atol=1e-7)
-    spec = AccountingSpec.from_privacy(run_cfg["privacy"])
-    degraded = spec.epsilon(algorithm.degraded_round_events(1))
+    spec = algorithm.privacy.accounting
+    degraded = spec.epsilon(algorithm.privacy.degraded_round_events(1))
     assert row["epsilon"] == pytest.approx(degraded, rel=1e-12)
-    assert degraded > spec.epsilon(algorithm.round_events())  # half the noise: larger ε
+    assert degraded > spec.epsilon(algorithm.privacy.round_events())  # half the noise: larger ε
 
 
 # ---- end to end: a plug-in client whose partition 0 sends NaN ------------------------------
@@ -318,10 +336,10 @@ def test_nan_client_is_dropped_and_round_accounted_with_survivors(
     assert [r["dropped"] for r in res["rounds"]] == ["1 client dropped: non-finite update"] * 2
     assert all(math.isfinite(r["loss"]) for r in res["rounds"])
     _, algorithm = prepare(_cfg(overrides))
-    spec = AccountingSpec.from_privacy(res["config"]["privacy"])
-    expected = spec.epsilon(algorithm.degraded_round_events(1) * 2)  # 2 rounds, 1 survivor
+    spec = algorithm.privacy.accounting
+    expected = spec.epsilon(algorithm.privacy.degraded_round_events(1) * 2)  # 2 rounds, 1 left
     assert res["privacy"]["epsilon"] == pytest.approx(expected, rel=1e-9)
-    assert res["privacy"]["epsilon"] > spec.epsilon(algorithm.round_events() * 2)
+    assert res["privacy"]["epsilon"] > spec.epsilon(algorithm.privacy.round_events() * 2)
     out = capsys.readouterr().out
     assert out.count("1 client dropped: non-finite update") == 2
     # item 7 in results.json and the header
@@ -354,12 +372,13 @@ def test_noise_multiplier_zero_warns_and_marks_run_non_private(
 
 
 # ---- item 7: noise source, hardening, normalizer (unit) ------------------------------------
-def test_noise_facts_and_header_line(run_cfg: dict[str, Any]) -> None:
+def test_noise_facts_and_header_line(run_cfg: RunPlan) -> None:
     _, algorithm = prepare(_cfg([*TINY, "num_rounds=1"]))
-    facts = noise_facts(algorithm, run_cfg["privacy"])
+    facts = noise_facts(algorithm)
     assert facts["noise_source"] == NoiseSource.SEEDED
     assert facts["float_noise_hardened"] is False and facts["non_private"] is False
-    secure = noise_facts(algorithm, {**run_cfg["privacy"], "secure_mode": True})
+    secure_spec = replace(algorithm.privacy, secure_mode=True)
+    secure = noise_facts(replace(algorithm, privacy=secure_spec))
     assert secure["noise_source"] == NoiseSource.SECURE
     facts = {**facts, "normalizer": 64.0}
     line = header_line(run_cfg, facts, "pld", Path("/tmp/out"))
@@ -384,15 +403,15 @@ def test_normalizer_default_raises_naming_the_class() -> None:
 
 
 # ---- item 8: group sizes, enums, capabilities ---------------------------------------------
-def test_group_sizes_default_null_and_refused_without_group_privacy() -> None:
-    cfg, algorithm = prepare(_cfg([*TINY]))
-    assert cfg["privacy"]["group_sizes"] is None
-    assert type(algorithm).supports_group_privacy is False
+def test_group_sizes_are_a_setting_of_the_batch_clipping_family_only() -> None:
+    from fedpriv.run.config import check_known_keys
+
+    with pytest.raises(Exception, match="group_sizes"):  # the dpsgd schema has no such key
+        _cfg([*TINY, "privacy.group_sizes=[1,2]"])
     with pytest.raises(ConfigError) as info:
-        prepare(_cfg([*TINY, "privacy.group_sizes=[1,2]"]))
-    assert str(info.value) == (
-        "privacy.group_sizes=[1, 2] must be null: LocalDPSGD computes no group privacy "
-        "(only batch-clipping clients do)"
+        check_known_keys(_cfg([*TINY, "+privacy.group_sizes=[1,2]"]))
+    assert str(info.value).startswith(
+        "privacy.group_sizes=[1, 2] is not a setting of privacy=dpsgd (its keys: "
     )
 
 
@@ -410,8 +429,8 @@ def test_accountant_and_conversion_are_enums() -> None:
     with pytest.raises(ConfigError) as info:
         prepare(_cfg([*TINY, "privacy.conversion=mironov"]))
     assert "needs privacy.accountant=rdp" in str(info.value)
-    cfg, algorithm = prepare(_cfg([*TINY, "privacy.accountant=rdp", "privacy.conversion=mironov"]))
-    spec = RunPrivacy(algorithm, cfg["privacy"]).spec
+    plan, algorithm = prepare(_cfg([*TINY, "privacy.accountant=rdp", "privacy.conversion=mironov"]))
+    spec = plan.privacy
     assert spec.accountant is Accountant.RDP and spec.conversion is Conversion.MIRONOV
 
 

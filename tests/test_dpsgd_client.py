@@ -12,9 +12,9 @@ from torch import nn
 from clients.local_dpsgd import LocalDPSGD
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.common.errors import ConfigError
+from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.noise import make_generator
 from fedpriv.models.zoo import build_model
-from fedpriv.data.client_data import ClientData
 from fedpriv.run.algorithm import TrainContext
 
 

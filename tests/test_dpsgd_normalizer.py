@@ -37,8 +37,8 @@ from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
 from clients.local_dpsgd import LocalDPSGD
 from fedpriv.common.wire import UPDATE_KEY
-from fedpriv.mechanisms.noise import make_generator
 from fedpriv.data.client_data import ClientData
+from fedpriv.mechanisms.noise import make_generator
 from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.setup import build_algorithm, build_model_for, client_partition
 from tests.contracts import plan_for
@@ -75,9 +75,7 @@ def reply(algo: LocalDPSGD, cfg: Any, data: ClientData, seed: int) -> np.ndarray
     return serialized_reply(update)
 
 
-def effective_sigma(
-    cfg: Any, algo_of: Any, clients: range
-) -> tuple[float, float, float]:
+def effective_sigma(cfg: Any, algo_of: Any, clients: range) -> tuple[float, float, float]:
     """(σ_eff, summed-noise std, largest influence) measured from serialized replies."""
     variances, influences = [], []
     for i in clients:

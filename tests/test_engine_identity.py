@@ -15,7 +15,6 @@ For every client algorithm of the FedAvg strategies, the same seed gives
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from hydra import compose, initialize_config_dir
 from fedpriv.run import client_app
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.engine import client_rows, node_messages, worker_messages
+from fedpriv.run.plan import RunPlan
 from fedpriv.run.prepare import prepare
 from fedpriv.run.runner import run_experiment
 from fedpriv.run.setup import build_model_for
@@ -55,10 +55,10 @@ def _cfg(overrides: list[str]) -> Any:
         return compose(config_name="config", overrides=overrides)
 
 
-def _run_cfg(name: str, extra: list[str] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def _run_cfg(name: str, extra: list[str] = ()) -> RunPlan:  # type: ignore[assignment]
     base = [f"num_clients={N}", "model=logistic", "num_rounds=2", "progress=false"]
-    run_cfg, _ = prepare(_cfg(base + ALGORITHMS[name] + list(extra)))
-    return run_cfg
+    plan, _ = prepare(_cfg(base + ALGORITHMS[name] + list(extra)))
+    return plan
 
 
 def _wire_rows(reply: Any) -> Any:
@@ -66,7 +66,7 @@ def _wire_rows(reply: Any) -> Any:
     return client_rows(parse_reply(recorddict_to_proto(reply.content).SerializeToString()))
 
 
-def _node_update(run_cfg: dict[str, Any], state: dict, pid: int, server_round: int) -> dict:
+def _node_update(run_cfg: RunPlan, state: dict, pid: int, server_round: int) -> dict:
     msg = node_messages([pid + 1], state, server_round)[0]
     ctx = Context(
         run_id=1,
@@ -75,22 +75,21 @@ def _node_update(run_cfg: dict[str, Any], state: dict, pid: int, server_round: i
         state=RecordDict(),
         run_config={},
     )
-    rows = _wire_rows(client_app.train_handler(run_cfg, msg, ctx))
+    rows = _wire_rows(client_app.train_handler(run_cfg.to_payload(), msg, ctx))
     return {k: v[0] for k, v in rows.arrays.items()}
 
 
-def _worker_updates(run_cfg: dict[str, Any], state: dict, server_round: int) -> dict[int, dict]:
-    cfg_json = json.dumps(run_cfg, sort_keys=True)
+def _worker_updates(run_cfg: RunPlan, state: dict, server_round: int) -> dict[int, dict]:
     out: dict[int, dict] = {}
     for msg in worker_messages([1, 2], list(range(N)), state, server_round):
-        rows = _wire_rows(client_app.worker_train_handler(run_cfg, cfg_json, msg))
+        rows = _wire_rows(client_app.worker_train_handler(run_cfg.to_payload(), msg))
         assert not rows.errors
         for i, pid in enumerate(rows.ids):
             out[pid] = {k: v[i] for k, v in rows.arrays.items()}
     return out
 
 
-def _state(run_cfg: dict[str, Any]) -> dict[str, np.ndarray]:
+def _state(run_cfg: RunPlan) -> dict[str, np.ndarray]:
     return {k: v.detach().numpy() for k, v in build_model_for(run_cfg).state_dict().items()}
 
 
@@ -178,8 +177,8 @@ def test_subclass_overriding_train_is_never_vectorized() -> None:
         "vmap_clients=true",
     ]
     run_cfg = _run_cfg("dpsgd", overrides)
-    algorithm = client_app._algorithm(json.dumps(run_cfg, sort_keys=True))
-    assert not client_app.cohort_is_train(algorithm)
+    algorithm = client_app.worker_algorithm(run_cfg.to_payload())
+    assert not algorithm.trains_cohorts()
     for pid, update in _worker_updates(run_cfg, _state(run_cfg), 1).items():
         norm = float(
             np.sqrt(sum(float((v.astype(np.float64) ** 2).sum()) for v in update.values()))

@@ -21,9 +21,9 @@ from hydra import compose, initialize_config_dir
 
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.config import conf_dir, register_schema
-from fedpriv.run.run_privacy import RunPrivacy
-from fedpriv.run.round_log import RunFailed
 from fedpriv.run.prepare import prepare
+from fedpriv.run.round_log import RunFailed
+from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.runner import run_experiment
 
 REPO = Path(__file__).resolve().parents[1]
@@ -238,8 +238,9 @@ def test_help_describes_the_fields_of_the_named_groups() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "client: batch_clipping, checkin," in proc.stdout
-    assert "round_failure: drop     # a client that raises" in proc.stdout  # conf/config.yaml
-    assert "noise_placement: server         # server (trusted aggregator)" in proc.stdout
+    # every field with its default and the description its class documents
+    assert "round_failure: drop  # A client that raises, times out or sends NaN" in proc.stdout
+    assert "  noise_placement: server  # The trusted aggregator adds the noise" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -44,9 +44,7 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    return {
-        module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))
-    }
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))}
 
 
 def imports_of(path: Path, known: set[str]) -> set[tuple[str, int]]:

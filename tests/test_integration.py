@@ -95,9 +95,9 @@ def test_plugin_example_runs(tmp_path: Path) -> None:
     ("override", "message"),
     [
         ("privacy.noise_multiplier=-1", "privacy.noise_multiplier=-1.0 must be >= 0"),
-        ("privacy.max_grad_norm=0", "privacy.max_grad_norm=0.0 must be > 0"),
-        ("privacy.sample_rate=1.5", "privacy.sample_rate=1.5 must be in (0, 1]"),
-        ("privacy.target_delta=1", "privacy.target_delta=1.0 must be in (0, 1)"),
+        ("privacy.max_grad_norm=0", "privacy.max_grad_norm=0.0 must be a finite number > 0"),
+        ("privacy.sample_rate=1.5", "privacy.sample_rate=1.5 must be a finite number in [0, 1]"),
+        ("privacy.target_delta=1", "privacy.target_delta=1.0 must be a finite number in (0, 1)"),
         ("num_clients=0", "num_clients=0 must be >= 1"),
         ("num_clients=100000", "num_clients=100000 must be <= the 6000 training samples"),
         ("client.steps=0", "client.steps=0 must be an integer >= 1"),
@@ -107,7 +107,7 @@ def test_plugin_example_runs(tmp_path: Path) -> None:
         ("+client.stpes=3", "client.stpes=3 is not a parameter of clients.local_dpsgd.LocalDPSGD"),
         (
             "client._target_=nope.Nope",
-            "client._target_='nope.Nope' could not be built: Error locating target",
+            "client._target_='nope.Nope' could not be built: Error loading 'nope.Nope'",
         ),
         ("device=cuda", "no GPU is visible")
         if not __import__("torch").cuda.is_available()

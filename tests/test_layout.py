@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import ClientSampling
-from fedpriv.run.layout import cohort_sampler, local_actors, plan_layout
+from fedpriv.run.layout import local_actors, plan_layout
+from fedpriv.run.plan import RunPlan, sampling_of
+from tests.plans import node_with, plan_with
 
 
-def _cfg(**top: Any) -> dict[str, Any]:
-    cfg: dict[str, Any] = {
+def _cfg(**top: Any) -> RunPlan:
+    base: dict[str, Any] = {
         "num_clients": 10,
         "seed": 0,
         "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
         "ray_init_args": {"num_cpus": 2, "address": None},
     }
-    cfg.update(top)
-    return cfg
+    for key, value in top.items():
+        base[key] = {**base[key], **value} if key in ("client_resources",) else value
+    return plan_with(**base)
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +38,10 @@ def _no_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_local_actors_is_floor_of_cpus_over_client_cpus(
     cpus: int, per_client: float, actors: int
 ) -> None:
-    cfg = _cfg(client_resources={"num_cpus": per_client, "num_gpus": 0.0})
-    cfg["ray_init_args"]["num_cpus"] = cpus
+    cfg = _cfg(
+        client_resources={"num_cpus": per_client, "num_gpus": 0.0},
+        ray_init_args={"num_cpus": cpus, "address": None},
+    )
     assert local_actors(cfg) == actors
 
 
@@ -66,7 +72,8 @@ def test_default_workers_on_a_cluster_is_num_clients() -> None:
     assert plan_layout(cfg, secagg=False, virtual_clients=True).num_workers == 10
     # on a cluster the CPUs are not known here: any count up to num_clients is accepted
     assert (
-        plan_layout({**cfg, "num_workers": 7}, secagg=False, virtual_clients=True).num_workers == 7
+        plan_layout(replace(cfg, num_workers=7), secagg=False, virtual_clients=True).num_workers
+        == 7
     )
 
 
@@ -139,11 +146,14 @@ def test_client_sampling_refused_with_one_node_per_client(
 
 
 def test_cohort_sampler_reads_the_top_level_keys() -> None:
-    s = cohort_sampler(_cfg(client_sampling="fixed_size", num_sampled_clients=4, seed=9))
+    node = node_with(client_sampling="fixed_size", num_sampled_clients=4, seed=9)
+    s = sampling_of(node)
     assert (s.num_clients, s.num_sampled_clients, s.seed) == (10, 4, 9)
     assert s.client_sampling is ClientSampling.FIXED_SIZE
-    assert cohort_sampler(_cfg()).client_sampling is ClientSampling.ALL  # key absent: all
-    assert cohort_sampler(_cfg(client_sampling=None)).client_sampling is ClientSampling.ALL
+    node = node_with()
+    node.pop("client_sampling")
+    assert sampling_of(node).client_sampling is ClientSampling.ALL  # key absent: all
+    assert sampling_of(node_with(client_sampling=None)).client_sampling is ClientSampling.ALL
 
 
 @pytest.mark.parametrize(
@@ -159,7 +169,7 @@ def test_client_resources_above_the_cpus_are_refused(
     with pytest.raises(ConfigError) as info:
         plan_layout(cfg, secagg=secagg, virtual_clients=virtual)
     assert str(info.value) == (
-        "client_resources.num_cpus=3 must be <= ray_init_args.num_cpus=2 (the local Ray "
+        "client_resources.num_cpus=3.0 must be <= ray_init_args.num_cpus=2 (the local Ray "
         "instance's CPUs): no client actor could start"
     )
 
@@ -172,10 +182,12 @@ def test_no_actor_messages_name_the_machine_or_zero_cpus(monkeypatch: pytest.Mon
             _cfg(client_resources=res, ray_init_args={}), secagg=False, virtual_clients=True
         )
     assert str(info.value).startswith(
-        "client_resources.num_cpus=4 must be <= this machine's 2 CPUs (ray_init_args"
+        "client_resources.num_cpus=4.0 must be <= this machine's 2 CPUs (ray_init_args"
     )
     # ray_init_args.num_cpus=0 is a (useless) value, not "unset": Ray would start with no CPU
     cfg = _cfg(ray_init_args={"num_cpus": 0})
     assert local_actors(cfg) == 0
-    with pytest.raises(ConfigError, match=r"num_cpus=1 must be <= ray_init_args.num_cpus=0 \(the"):
+    with pytest.raises(
+        ConfigError, match=r"num_cpus=1.0 must be <= ray_init_args.num_cpus=0 \(the"
+    ):
         plan_layout(cfg, secagg=False, virtual_clients=True)

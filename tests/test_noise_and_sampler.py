@@ -33,7 +33,9 @@ def test_gaussian_noise_std() -> None:
 def test_local_noise_sums_to_sigma_c() -> None:
     sigma, clip, n = 1.3, 0.5, 10
     algo = LocalDPSGD(
-        privacy=DPSGDSpec(noise_multiplier=sigma, max_grad_norm=clip, sample_rate=0.1, num_clients=n)
+        privacy=DPSGDSpec(
+            noise_multiplier=sigma, max_grad_norm=clip, sample_rate=0.1, num_clients=n
+        )
     )
     assert algo.local_noise_stddev == pytest.approx(sigma * clip / math.sqrt(n), rel=1e-12)
     gens = [make_generator(100 + i) for i in range(n)]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from fedpriv.cli.account import run as account
-from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.prepare import prepare
+from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.runner import run_experiment
 from tests.test_faults import _cfg
 
@@ -70,9 +70,9 @@ def test_checkin_table_epsilons(row: str, variant: str, eps0: float) -> None:
 
 def test_default_run_epsilon() -> None:
     """`make run`: ε after 20 rounds (δ = 1e-5), from the run's own accountant."""
-    run_cfg, algorithm = prepare(_cfg([]))
-    privacy = RunPrivacy(algorithm, run_cfg["privacy"])
-    for r in range(1, int(run_cfg["num_rounds"]) + 1):
+    plan, _ = prepare(_cfg([]))
+    privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
+    for r in range(1, plan.num_rounds + 1):
         privacy.record_round(None, r)
     assert round(privacy.epsilon(), 2) == _figure(r"\| 20 \| \*\*[\d.]+\*\* \| \*\*([\d.]+)\*\*")
 

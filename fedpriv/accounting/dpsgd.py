@@ -190,8 +190,9 @@ class DPSGDSpec(PrivacySpec):
         super().__post_init__()
         set_ = object.__setattr__
         set_(self, "noise_multiplier", self.noise_or_target(self.noise_multiplier))
-        q = check_finite("privacy.sample_rate", self.sample_rate, "must be in [0, 1]")
-        check(0 <= q <= 1, "privacy.sample_rate", self.sample_rate, "must be in [0, 1]")
+        q_range = "must be a finite number in [0, 1]"
+        q = check_finite("privacy.sample_rate", self.sample_rate, q_range)
+        check(0 <= q <= 1, "privacy.sample_rate", self.sample_rate, q_range)
         set_(self, "sample_rate", q)
         set_(self, "max_grad_norm", check_positive("privacy.max_grad_norm", self.max_grad_norm))
         check(

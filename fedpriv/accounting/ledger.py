@@ -644,6 +644,7 @@ def _checked(x: float, what: str) -> float:
 def _quiet_rdp_order_warnings() -> None:
     """dp-accounting logs a warning each time a fractional RDP order fails to converge and is
     excluded; excluding it is correct (the bound uses the other orders), so it is not shown."""
+
     class _Filter(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
             return "failed to converge" not in record.getMessage()

@@ -113,8 +113,9 @@ class PrivacySpec(ABC):
             self.secure_mode,
             "must be true or false",
         )
-        delta = check_finite("privacy.target_delta", self.target_delta, "must be in (0, 1)")
-        check(0 < delta < 1, "privacy.target_delta", self.target_delta, "must be in (0, 1)")
+        delta_range = "must be a finite number in (0, 1)"
+        delta = check_finite("privacy.target_delta", self.target_delta, delta_range)
+        check(0 < delta < 1, "privacy.target_delta", self.target_delta, delta_range)
         set_(self, "target_delta", delta)
         check(
             self.conversion is Conversion.DEFAULT or self.accountant is Accountant.RDP,

@@ -14,14 +14,12 @@ from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from fedpriv.cli.help import print_help as help_text
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.run.config import check_known_keys, compose_config, conf_dir, register_schema
 from fedpriv.run.migration import check_argv, renamed_key
-
-#: The config groups an argument may pick an option of.
-GROUPS = ("dataset", "partition", "model", "privacy", "client", "sampler", "strategy", "aggregator")
 
 
 def _main(cfg: DictConfig) -> float | None:
@@ -127,29 +125,6 @@ def _failed_key(exc: BaseException) -> str:
     return ""
 
 
-def print_help(argv: list[str]) -> None:
-    """``fedpriv [GROUP=OPTION ...] --help``: the config groups and their options, then every
-    field with its default and type, top-level keys first, for the options the command names
-    (the defaults otherwise): the classes' own defaults, the only ones."""
-    conf = conf_dir()
-    print("usage: fedpriv [GROUP=OPTION ...] [KEY=VALUE ...] [-m for a sweep] [--help]\n")
-    print("Config groups (GROUP=OPTION):")
-    for folder in sorted(p for p in conf.iterdir() if p.is_dir()):
-        options = ", ".join(sorted(f.stem for f in folder.glob("*.yaml")))
-        print(f"  {folder.name}: {options}")
-    picks = [a for a in argv if "=" in a and not a.startswith("-")]
-    try:
-        cfg = compose_config([a for a in picks if a.split("=")[0].lstrip("+") in GROUPS])
-    except Exception as exc:
-        fail(_one_line(exc))
-    print("\nFields and defaults (KEY=VALUE; a group's fields as GROUP.KEY=VALUE):\n")
-    print(OmegaConf.to_yaml(cfg).rstrip())
-    print(
-        "\nName a group's option before --help to see its fields (fedpriv client=checkin "
-        "--help); each class documents its fields (e.g. python -m pydoc clients.local_dpsgd)."
-    )
-
-
 def resume_argv(argv: list[str]) -> list[str]:
     """``resume=RUN_DIR``: refuse (one line, exit 2) a directory that cannot continue, and
     point Hydra at it (``hydra.run.dir=RUN_DIR``, no new ``.hydra/``), so that the run's
@@ -188,7 +163,7 @@ def main() -> None:
         sys.path.insert(0, os.getcwd())
     if any(a in ("-h", "--help") for a in sys.argv[1:]):
         try:
-            print_help(sys.argv[1:])
+            print(help_text(sys.argv[1:]))
             sys.stdout.flush()
         except BrokenPipeError:  # `fedpriv --help | head`: the reader has gone
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

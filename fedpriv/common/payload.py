@@ -35,7 +35,9 @@ def encode(value: Any) -> Any:
     """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         cls = type(value)
-        fields = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        fields = {
+            f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init
+        }
         return {TYPE_KEY: f"{cls.__module__}.{cls.__qualname__}", FIELDS_KEY: fields}
     if isinstance(value, Enum):
         return value.value

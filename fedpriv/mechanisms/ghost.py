@@ -17,8 +17,8 @@ computes only the output gradients ``b = dL/dz`` (``L`` = summed loss, so ``b_i`
 Supported parameterized layers: ``nn.Linear`` (any leading dims after the batch) and
 ``nn.Conv2d`` (stride, padding incl. ``"same"`` and non-zero padding modes, dilation, groups,
 with or without bias), matched by exact type. Everything else with parameters makes
-:func:`fast_path_blocker` return a reason, and :func:`fedpriv.mechanisms.persample.clipped_grad_sum` then
-uses the exact torch.func reference path.
+:func:`fast_path_blocker` return a reason, and :func:`fedpriv.mechanisms.persample.clipped_grad_sum`
+then uses the exact torch.func reference path.
 
 Assumptions (shared with Opacus): the model is batch-first and treats samples independently
 outside the supported layers, and ``loss_fn`` returns the *sum* of per-sample losses. Runtime

@@ -2,8 +2,8 @@
 
 ``clipped_grad_sum`` returns ``sum_i [grad_i]_C`` over a batch, the quantity DP-SGD adds noise
 to (Abadi et al. 2016, Algorithm 1). The reference path materializes per-sample gradients
-with ``torch.func.vmap(grad(...))``; the book-keeping fast path (``fedpriv.mechanisms.ghost``) is used
-when the model allows it and returns the same value up to float rounding.
+with ``torch.func.vmap(grad(...))``; the book-keeping fast path (``fedpriv.mechanisms.ghost``) is
+used when the model allows it and returns the same value up to float rounding.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def clipped_grad_sum(
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Sum over the batch of per-sample gradients clipped to ``max_grad_norm``.
 
-    Dispatches to the book-keeping fast path (:mod:`fedpriv.mechanisms.ghost`) when every parameterized
-    module is a supported layer (``nn.Linear``, ``nn.Conv2d``) and its runtime guards pass;
+    Dispatches to the book-keeping fast path (:mod:`fedpriv.mechanisms.ghost`) when every
+    parameterized module is a supported layer (``nn.Linear``, ``nn.Conv2d``) and its runtime guards pass;
     otherwise to :func:`reference_clipped_grad_sum` (torch.func). Both return the same value up
     to float rounding. Parameters and returns as in :func:`reference_clipped_grad_sum`.
 

@@ -23,10 +23,10 @@ import torch
 from torch import nn
 
 from fedpriv.common.errors import check
+from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.clipping import clip_factor
 from fedpriv.mechanisms.ghost import refuse_cross_sample
 from fedpriv.mechanisms.persample import LossFn, trainable
-from fedpriv.data.client_data import ClientData
 
 #: Leaf modules the vectorized path accepts: dense layers and elementwise activations. Models
 #: with others (convolutions, pooling, normalization) keep the sequential per-client path.

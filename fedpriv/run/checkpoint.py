@@ -10,8 +10,8 @@ written to ``checkpoint.npz.tmp``, flushed to disk, then renamed over the old on
 ledger and round number always belong together.
 
 Randomness. Every generator of a round is a function of ``(seed, round[, client id])``: the
-cohort (:meth:`fedpriv.mechanisms.client_sampling.CohortSampler.draw`), the trusted aggregator's noise
-(:func:`fedpriv.mechanisms.noise.server_generator`), each client's generators
+cohort (:meth:`fedpriv.mechanisms.client_sampling.CohortSampler.draw`), the trusted aggregator's
+noise (:func:`fedpriv.mechanisms.noise.server_generator`), each client's generators
 (:func:`fedpriv.run.client_app.client_context`), async staleness. None carries state from one
 round to the next, so a checkpoint holds no RNG state: round ``k+1`` after a resume draws
 what it would have drawn without the interruption.
@@ -284,7 +284,6 @@ def strategy_resumable(target: str) -> bool:
     """Whether the strategy class named ``target`` declares ``resumable = True`` (an unknown
     or unimportable target counts as resumable here: building it reports the real error)."""
     from hydra.utils import get_class
-
 
     try:
         cls = get_class(target)

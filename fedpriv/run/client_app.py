@@ -24,16 +24,16 @@ from flwr.clientapp import ClientApp
 
 from fedpriv.common.notices import quiet_known_notices
 from fedpriv.common.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
+from fedpriv.data.client_data import ClientData
 from fedpriv.data.shared import release_pages
 from fedpriv.mechanisms.noise import make_generator
 from fedpriv.mechanisms.vmap_clients import chunk_size, dense_chain
 from fedpriv.run.aggregation import aggregator_class
-from fedpriv.data.client_data import ClientData
 from fedpriv.run.algorithm import ClientAlgorithm, MessageKind, TrainContext
-from fedpriv.run.plan import RunPlan
-from fedpriv.run.secagg_codec import SECAGG_MODS
 from fedpriv.run.audit import with_canaries
 from fedpriv.run.engine import named_clients, round_config_of, row_blocks, stacked_reply
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.secagg_codec import SECAGG_MODS
 from fedpriv.run.setup import (
     build_algorithm,
     build_model_for,

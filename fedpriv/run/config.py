@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
-
 from hydra.utils import get_class
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from fedpriv.accounting.privacy_spec import PrivacySpec, config_schema
 from fedpriv.common.errors import ConfigError
@@ -87,23 +86,54 @@ class RunConfig:
 
     Attributes
     ----------
-    seed : every random draw of a seeded run is a function of it and the round.
-    num_clients : registered clients; ``num_rounds``: server rounds.
-    num_workers : Flower nodes, each training many virtual clients (null: one per Ray actor).
-    vmap_clients : train a worker's clients together, batched (null: auto, dense models).
-    client_sampling : ``all`` | ``poisson`` (``client_sample_rate``) | ``fixed_size``
-        (``num_sampled_clients``) | ``random_allocation`` (``allocation_window`` rounds per
-        epoch, ``rounds_per_client`` of them per client).
-    device : ``auto`` | ``cpu`` | ``cuda`` (auto: CUDA when ``client_resources.num_gpus`` > 0).
-    round_timeout : seconds a round waits for replies (the first round 120 s more).
-    round_failure : a client that raises, times out or sends non-finite values: ``drop`` (a
-        dropout, accounted with the survivors' noise) | ``stop`` (the run fails).
-    resume : a run directory to continue in place.
-    audit : ``canaries``: an empirical lower bound on ε beside the accounted one, at
-        ``audit_confidence``.
-    ray_init_args : passed to ``ray.init`` (null values left out; ``address`` joins a cluster
-        within ``ray_connect_timeout_s``).
-    progress, save_model, plot : the progress bar, ``model.npz``, ``curves.png``.
+    seed : int
+        Every random draw of a seeded run is a function of it, the round and the client.
+    num_clients : int
+        Registered clients (ids ``0..num_clients-1``), >= 1.
+    num_rounds : int
+        Server rounds, >= 1.
+    num_workers : int or null
+        Flower nodes, each training many virtual clients (null: one per Ray actor).
+    vmap_clients : bool or null
+        Train a worker's clients together, batched (null: auto, on dense models).
+    client_sampling : str
+        all | poisson (client_sample_rate) | fixed_size (num_sampled_clients) | random_allocation.
+    client_sample_rate : float or null
+        Each client's probability of joining a round's cohort (client_sampling=poisson).
+    num_sampled_clients : int or null
+        Clients per round, drawn without replacement (client_sampling=fixed_size).
+    allocation_window : int or null
+        Rounds per epoch t of random allocation (client_sampling=random_allocation).
+    rounds_per_client : int or null
+        Rounds k of each epoch a client takes part in (client_sampling=random_allocation).
+    device : str
+        auto | cpu | cuda (auto: CUDA when client_resources.num_gpus > 0).
+    round_timeout : float
+        Seconds a round waits for replies (the first round 120 s more: Ray starts then).
+    progress : bool
+        Show the progress bar.
+    save_model : bool
+        Write the final model to model.npz.
+    plot : bool
+        Write curves.png (accuracy and ε against the round).
+    client_resources : ClientResources
+        Ray resources of one client actor (num_cpus, num_gpus).
+    ray_init_args : dict
+        Passed to ray.init (null values left out); address joins an existing cluster.
+    ray_connect_timeout_s : float
+        Seconds to reach ray_init_args.address before giving up.
+    round_failure : str
+        A client that raises, times out or sends NaN: drop (accounted) | stop (run fails).
+    resume : str or null
+        A run directory to continue in place.
+    audit : str or null
+        canaries: an empirical lower bound on ε beside the accounted one.
+    audit_confidence : float
+        Confidence level of the audit's lower bound, in (0, 1).
+    dataset, partition, model : group
+        The data set, its split over the clients, the model.
+    privacy, client, strategy, aggregator : group
+        The privacy family's spec, the client algorithm, the server strategy, the aggregator.
     """
 
     seed: int = 0

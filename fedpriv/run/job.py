@@ -199,7 +199,9 @@ class ServerJob:
         missing = self.cohort_size > result.num_clients
         if self.plan.round_failure is RoundFailure.STOP and missing:
             raise RunFailed(
-                self.log.stop_line(server_round, result.errors, result, cohort_size=self.cohort_size)
+                self.log.stop_line(
+                    server_round, result.errors, result, cohort_size=self.cohort_size
+                )
             )
         if result.num_clients < self.privacy.nominal_cohort:
             try:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
+from fedpriv.run.plan import RunPlan
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,14 @@ from fedpriv.run.audit import check_audit
 from fedpriv.run.config import check_all_finite, check_known_keys, to_container
 from fedpriv.run.layout import Layout, plan_layout
 from fedpriv.run.migration import check_migrated
-from fedpriv.run.plan import DatasetPlan, ModelPlan, PartitionPlan, RoundFailure, RunPlan, sampling_of
+from fedpriv.run.plan import (
+    DatasetPlan,
+    ModelPlan,
+    PartitionPlan,
+    RoundFailure,
+    RunPlan,
+    sampling_of,
+)
 from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.setup import (
     build_algorithm,
@@ -174,7 +181,11 @@ def check_engine(plan: RunPlan, algorithm: ClientAlgorithm) -> None:
         check_varying_cohort(plan.privacy, layout.cohort)
     agg_cls = aggregator_class(plan.aggregator)
     if agg_cls.requires_integer_updates:
-        hint = "client_level_skellam" if algorithm.privacy_unit is PrivacyUnit.CLIENT else "skellam_dpsgd"
+        hint = (
+            "client_level_skellam"
+            if algorithm.privacy_unit is PrivacyUnit.CLIENT
+            else "skellam_dpsgd"
+        )
         check(
             algorithm.integer_updates,
             "aggregator",

@@ -141,7 +141,7 @@ class RoundLog:
         """
         self.client_errors(server_round, error.errors)
         if policy is RoundFailure.STOP:
-            raise RunFailed(self.stop_line(server_round, error.errors, None, str(error)))
+            raise RunFailed(self.stop_line(server_round, error.errors, None, reason=str(error)))
         self.write(
             {
                 "server_round": server_round,
@@ -209,8 +209,8 @@ class RoundLog:
         server_round: int,
         errors: list[str],
         result: AggregateResult | None,
-        reason: str = "",
         cohort_size: int = 0,
+        reason: str = "",
     ) -> str:
         """The one line ending a run under ``round_failure=stop``."""
         first = errors[0].splitlines()[0] if errors else ""

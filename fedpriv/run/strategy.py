@@ -203,5 +203,5 @@ class Strategy(ABC):
         """The strategy's state for the checkpoint, as flat arrays (default: none)."""
         return {}
 
-    def restore_checkpoint_state(self, arrays: State) -> None:
+    def restore_checkpoint_state(self, arrays: State) -> None:  # noqa: B027 (a hook)
         """Inverse of :meth:`checkpoint_state` (default: nothing to restore)."""
