@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.fedpriv-installed
 
-.PHONY: install run test lint bench bench-accounting gpu-check data mnist-full clean
+.PHONY: install run test test-all lint bench bench-accounting gpu-check data mnist-full clean
 
 install: $(STAMP)
 
@@ -21,8 +21,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/fedpriv $(ARGS)
 
+# The fast tier: lint, types and every test not marked slow (at most 10 minutes on 2 cores).
 test: lint
-	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" --durations=20 tests $(PYTEST_ARGS)
+
+# Everything, the slow end-to-end runs included (what .ci/run runs).
+test-all: lint
+	$(PY) -m pytest -q --durations=20 tests $(PYTEST_ARGS)
 
 # ruff (lint + format check) and mypy on the packages; part of `make test`, so CI runs them.
 lint: $(STAMP)

@@ -54,7 +54,7 @@ class AsyncDPFedAvg(DPFedAvg):
         If ``max_staleness`` is negative or ``server_lr`` not > 0.
     """
 
-    max_staleness: int = 0
+    max_staleness: int = 2
     seed: int = 0
     _history: list[State] = field(default_factory=list, init=False)  # the last max_staleness+1
     _ages: list[int] = field(default_factory=list, init=False)  # the current round's

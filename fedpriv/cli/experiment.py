@@ -91,6 +91,7 @@ def precheck(argv: list[str]) -> None:
     Hydra flags (each job is checked when it starts)."""
     try:
         check_argv(argv)
+        check_run_dirs(argv)
     except ConfigError as exc:
         fail(exc)
     if any(a.startswith("-") for a in argv) or any("," in a for a in argv):
@@ -107,6 +108,25 @@ def precheck(argv: list[str]) -> None:
         check_known_keys(cfg)
     except ConfigError as exc:
         fail(exc)
+
+
+def check_run_dirs(argv: list[str]) -> None:
+    """Refuse a ``hydra.run.dir`` / ``hydra.sweep.dir`` that cannot be a directory (a file on
+    its path) before Hydra tries to create it.
+
+    Raises
+    ------
+    ConfigError
+        ``hydra.run.dir=README.md/run is not a directory path: README.md is a file``.
+    """
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key not in ("hydra.run.dir", "hydra.sweep.dir") or not value:
+            continue
+        path = Path(value)
+        for part in [path, *path.parents]:
+            if part.exists() and not part.is_dir():
+                raise ConfigError(key, value, f"is not a directory path: {part} is a file")
 
 
 def fail(reason: object) -> NoReturn:

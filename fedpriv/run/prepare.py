@@ -16,7 +16,7 @@ from omegaconf import DictConfig
 
 from fedpriv.accounting.privacy_spec import PrivacySpec, UnaccountableRound
 from fedpriv.common.errors import ConfigError, build_error, check
-from fedpriv.mechanisms.client_sampling import CohortSampler
+from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.mechanisms.vmap_clients import dense_chain
 from fedpriv.run.aggregation import Aggregator, IdealAggregator, aggregator_class
 from fedpriv.run.algorithm import ClientAlgorithm, PrivacyUnit
@@ -179,6 +179,8 @@ def check_engine(plan: RunPlan, algorithm: ClientAlgorithm) -> None:
     layout = run_layout(plan)
     if layout.cohort.varies:
         check_varying_cohort(plan.privacy, layout.cohort)
+        if not plan.secure_mode:
+            check_someone_trains(plan)
     agg_cls = aggregator_class(plan.aggregator)
     if agg_cls.requires_integer_updates:
         hint = (
@@ -209,6 +211,32 @@ def check_varying_cohort(spec: PrivacySpec, cohort: CohortSampler) -> None:
             f"round with fewer than {cohort.nominal_size} clients: use "
             "client_sampling=fixed_size",
         ) from None
+
+
+def check_someone_trains(plan: RunPlan) -> None:
+    """Refuse a seeded run whose cohorts are empty in every round (nothing would train).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``num_rounds`` and what the sampling draws.
+    """
+    cohort = plan.cohort
+    if any(len(cohort.draw(r)) for r in range(1, plan.num_rounds + 1)):
+        return
+    if cohort.client_sampling is ClientSampling.RANDOM_ALLOCATION:
+        why = (
+            f"each client takes part in rounds_per_client={cohort.rounds_per_client} of every "
+            f"allocation_window={cohort.allocation_window} rounds, and none chose these"
+        )
+    else:
+        why = f"client_sample_rate={cohort.client_sample_rate} samples nobody in them"
+    raise ConfigError(
+        "num_rounds",
+        plan.num_rounds,
+        f"would train nothing: no client is drawn in any of its rounds ({why}); "
+        "raise num_rounds or the sampling rate",
+    )
 
 
 def strategy_class(plan: RunPlan) -> type[Strategy]:
