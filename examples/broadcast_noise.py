@@ -41,7 +41,8 @@ def broadcast_noise(
 
 @dataclass(frozen=True)
 class BroadcastNoiseDPSGD(LocalDPSGD):
-    """:class:`~clients.local_dpsgd.LocalDPSGD` with one noise scalar per tensor (see the module)."""
+    """:class:`~clients.local_dpsgd.LocalDPSGD` with one noise scalar per tensor (see the
+    module)."""
 
     def noise(
         self, sums: dict[str, torch.Tensor], generator: torch.Generator

@@ -21,7 +21,8 @@ from fedpriv.run.algorithm import TrainContext
 
 @dataclass(frozen=True)
 class FaultyDPSGD(LocalDPSGD):
-    """:class:`~clients.local_dpsgd.LocalDPSGD` whose client ``fail_client`` fails in ``fail_round``."""
+    """:class:`~clients.local_dpsgd.LocalDPSGD` whose client ``fail_client`` fails in
+    ``fail_round``."""
 
     fail_round: int = 2
     fail_client: int = 0

@@ -18,10 +18,11 @@ from torch import nn
 
 from clients.local_dpsgd import LocalDPSGD
 from fedpriv.common.errors import check
-from fedpriv.mechanisms.clipping import clip_tensors
-from fedpriv.run.aggregation import AggregateResult
 from fedpriv.data.client_data import ClientData
+from fedpriv.mechanisms.clipping import clip_tensors
 from fedpriv.run.algorithm import TrainContext
+from fedpriv.run.job import ServerJob
+from fedpriv.run.strategy import State
 from strategies.fedavg import DPFedAvg
 
 
@@ -45,17 +46,18 @@ class ClippedDeltaDPSGD(LocalDPSGD):
 
 @dataclass
 class DPFedAvgM(DPFedAvg):
-    """DP FedAvg with server momentum (FedAvgM, Hsu et al. 2019) on the private mean."""
+    """DP FedAvg with server momentum (FedAvgM, Hsu et al. 2019) on the private mean, written
+    as the strategy hook ``aggregate_train`` (the released sum in, the new model out)."""
 
     server_momentum: float = 0.9
-    _velocity: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _velocity: dict[str, np.ndarray] = field(default_factory=dict, repr=False, init=False)
 
-    def apply(
-        self, state: dict[str, np.ndarray], result: AggregateResult, divisor: float
-    ) -> dict[str, np.ndarray]:
+    def aggregate_train(
+        self, server_round: int, state: State, total: State, job: ServerJob
+    ) -> tuple[State, dict[str, float]]:
         new = dict(state)
-        for key, total in result.total.items():
-            v = self.server_momentum * self._velocity.get(key, 0.0) + total / divisor
+        for key, value in total.items():
+            v = self.server_momentum * self._velocity.get(key, 0.0) + value / job.mean_divisor
             self._velocity[key] = v
             new[key] = (state[key] + self.server_lr * v).astype(state[key].dtype)
-        return new
+        return new, {}

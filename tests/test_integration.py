@@ -84,7 +84,7 @@ def test_plugin_example_runs(tmp_path: Path) -> None:
         "client._target_=examples.plugins.ClippedDeltaDPSGD",
         "+client.max_delta_norm=0.5",
         "strategy._target_=examples.plugins.DPFedAvgM",
-        "+strategy.server_momentum=0.9",
+        "strategy.server_momentum=0.9",
     ]
     summary = run_experiment(_cfg(overrides), tmp_path)
     assert summary["status"] == "complete"
@@ -157,3 +157,35 @@ def test_cli_bad_config_exits_with_one_line(tmp_path: Path, override: str, messa
     assert len(lines) == 1 and lines[0].startswith("fedpriv: error: "), proc.stderr
     assert message in lines[0]
     assert not (out / "results.json").exists()
+
+
+@pytest.mark.slow
+def test_a_strategy_written_against_the_base_runs_end_to_end(tmp_path: Path) -> None:
+    """examples/growing_cohort.py (issue 23, item 4): plugged in by ``strategy._target_``,
+    its rounds accounted as they run: round r's sum holds 2r clients' noise of the 4 the
+    shares are sized for, so its events are the local DP-SGD steps with σ √(2r / 4)."""
+    overrides = [
+        "num_clients=4",
+        "num_rounds=2",
+        "client.steps=2",
+        "model=logistic",
+        "progress=false",
+        "ray_init_args.num_cpus=2",
+        "strategy=custom",
+        "strategy._target_=examples.growing_cohort.GrowingCohortDPFedAvg",
+        "+strategy.initial_clients=2",
+        "+strategy.growth=2",
+    ]
+    summary = run_experiment(_cfg(overrides), tmp_path)
+    assert summary["status"] == "complete"
+    rows = summary["rounds"]
+    assert [r["cohort_size"] for r in rows] == [2, 4]
+    assert [r["cohort_grown_to"] for r in rows] == [2.0, 4.0]
+    assert [r["clients_dropped"] for r in rows] == [0, 0]
+    acc = pld_privacy_accountant.PLDAccountant()
+    step = lambda s: dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(s))  # noqa: E731
+    acc.compose(step(1.2 * math.sqrt(2 / 4)), 2)  # round 1: 2 of 4 noise shares
+    assert rows[0]["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-3)
+    acc.compose(step(1.2), 2)  # round 2: every share
+    assert rows[1]["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-3)
+    assert rows[0]["epsilon"] > _pld_epsilon(1.2, 0.1, 2, 1e-5)  # fewer shares, more ε

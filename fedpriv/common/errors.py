@@ -55,7 +55,8 @@ def build_error(group: str, node: Mapping[str, Any], exc: BaseException) -> Conf
     target = node.get("_target_")
     key = unknown_key(node, exc)
     if key is not None:
-        return ConfigError(f"{group}.{key}", node[key], f"is not a parameter of {target}")
+        hint = f" (a class of your own with only its fields: {group}=custom {group}._target_=...)"
+        return ConfigError(f"{group}.{key}", node[key], f"is not a parameter of {target}{hint}")
     text = " ".join(
         str(exc).replace("set env var HYDRA_FULL_ERROR=1 to see chained exception.", "").split()
     )
