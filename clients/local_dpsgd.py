@@ -98,7 +98,7 @@ class LocalDPSGD(ClientAlgorithm):
         mom = check_finite("client.momentum", self.momentum)
         check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
         check_spec(self, DPSGDSpec)
-        bound = {"steps": self.steps}
+        bound: dict[str, float | int] = {"steps": self.steps}
         if self.normalizer is not None:
             bound["normalizer"] = self.normalizer
         object.__setattr__(self, "privacy", self.privacy.bound(**bound))

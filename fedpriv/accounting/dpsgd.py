@@ -231,8 +231,8 @@ class DPSGDSpec(PrivacySpec):
             noise_multiplier=p.float("noise_multiplier", 0.0, ge=0.0),
             sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
             steps=p.int("steps", ge=1),
-            accountant=p.choice("accountant", ACCOUNTANTS, "pld"),
-            conversion=p.choice("conversion", CONVERSIONS, "default"),
+            accountant=Accountant(p.choice("accountant", ACCOUNTANTS, "pld")),
+            conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
             target_delta=p.delta("target_delta"),
         )
 

@@ -74,12 +74,12 @@ def describe(node: DictConfig, docs: dict[str, str], indent: str = "") -> list[s
         doc = docs.get(str(key), "")
         comment = f"  # {doc}" if doc else ""
         if isinstance(value, DictConfig) and len(value):
-            lines.append(f"{indent}{key}:{comment}")
+            lines.append(f"{indent}{key!s}:{comment}")
             lines += describe(value, field_docs(_class_of(str(key), value)), indent + "  ")
         else:
             plain = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
             shown = json.dumps(plain) if isinstance(plain, (list, dict)) else _scalar(plain)
-            lines.append(f"{indent}{key}: {shown}{comment}")
+            lines.append(f"{indent}{key!s}: {shown}{comment}")
     return lines
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -23,7 +23,9 @@ from typing import Any, ClassVar
 import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
+from hydra.utils import get_class
 
+from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
 from fedpriv.run.engine import ClientRows, client_rows, clients_in
 
@@ -233,22 +235,25 @@ def sum_rows(parts: Sequence[ClientRows]) -> AggregateResult:
     return result
 
 
-def aggregator_class(node: dict[str, Any] | None) -> type:
-    """The class named by an ``aggregator`` config node's ``_target_`` (default: ideal).
+def aggregator_class(node: Mapping[str, Any] | None) -> type[Aggregator]:
+    """The :class:`Aggregator` class an ``aggregator`` config node's ``_target_`` names
+    (default: ideal).
 
     Raises
     ------
     ConfigError
-        If ``_target_`` cannot be imported or is not a class.
+        If ``_target_`` cannot be imported or is not an :class:`Aggregator`.
     """
-    from hydra.utils import get_class
-
-    from fedpriv.common.errors import ConfigError
-
     target = str((node or {}).get("_target_") or "fedpriv.run.aggregation.IdealAggregator")
+    allowed = "must name an importable fedpriv.run.aggregation.Aggregator class"
     try:
-        return get_class(target)
+        cls = get_class(target)
     except Exception:  # Hydra raises ImportError/ValueError variants
-        raise ConfigError(
-            "aggregator._target_", target, "must name an importable Aggregator class"
-        ) from None
+        raise ConfigError("aggregator._target_", target, allowed) from None
+    check(
+        isinstance(cls, type) and issubclass(cls, Aggregator),
+        "aggregator._target_",
+        target,
+        allowed,
+    )
+    return cls

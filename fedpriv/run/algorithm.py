@@ -81,7 +81,7 @@ class ClientAlgorithm(ABC):
     """
 
     #: The privacy spec family the algorithm runs (the class of its ``privacy`` field).
-    spec_type: ClassVar[type[PrivacySpec]] = PrivacySpec
+    spec_type: ClassVar[type[PrivacySpec]] = PrivacySpec  # type: ignore[type-abstract]
     #: True if ``train`` returns integer residues (required by the SecAgg+ aggregator).
     integer_updates: ClassVar[bool] = False
     #: True if the noise is hardened against floating-point attacks (Mironov 2012), e.g.
@@ -138,7 +138,7 @@ class ClientAlgorithm(ABC):
         that overrides ``train``, e.g. to post-process the update, trains one by one)."""
         cls = type(self)
         owner = next(c for c in cls.__mro__ if "train_cohort" in vars(c))
-        return owner is not ClientAlgorithm and cls.train is owner.train
+        return owner is not ClientAlgorithm and vars(owner).get("train") is _train_of(cls)
 
     def for_run(self, plan: RunPlan) -> Self:
         """A copy bound to the run (its privacy spec bound to the run's facts: local steps,
@@ -206,3 +206,8 @@ def check_spec(algorithm: ClientAlgorithm, family: type[PrivacySpec]) -> None:
         f"does not fit {type(algorithm).__name__}: use privacy={family.family} "
         "(or leave privacy unset: the client option selects its family)",
     )
+
+
+def _train_of(cls: type) -> object:
+    """The ``train`` function ``cls`` uses (the first class of its MRO that defines one)."""
+    return next(vars(c)["train"] for c in cls.__mro__ if "train" in vars(c))

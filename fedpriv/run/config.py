@@ -192,7 +192,9 @@ def option_target(path: Path) -> str:
     node = OmegaConf.load(path)
     if not isinstance(node, DictConfig) or "_target_" not in node:
         raise ConfigError(str(path), None, "must name its class with _target_")
-    return str(node._get_node("_target_")._value())  # "???": a slot for the user's class
+    plain = OmegaConf.to_container(node)
+    assert isinstance(plain, dict)
+    return str(plain["_target_"])  # "???": a slot for the user's own class
 
 
 def register_schema(conf: Path | None = None) -> None:
@@ -276,7 +278,7 @@ def check_known_keys(cfg: DictConfig) -> None:
         known = {f.name for f in fields(schema)} | {"hydra"}
         for key in node.keys():
             if key not in known:
-                name = f"{where}.{key}" if where else str(key)
+                name = f"{where}.{key!s}" if where else str(key)
                 raise ConfigError(
                     name,
                     OmegaConf.to_container(node)[key] if OmegaConf.is_config(node) else None,  # type: ignore[index]
@@ -301,7 +303,7 @@ def check_privacy_keys(node: Any) -> None:
     for key in node.keys():
         if key not in known and key != "calibrated_from_target_epsilon":
             raise ConfigError(
-                f"privacy.{key}",
+                f"privacy.{key!s}",
                 node.get(key),
                 f"is not a setting of privacy={family.family} (its keys: "
                 + ", ".join(sorted(known - {"_target_"}))

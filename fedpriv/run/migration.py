@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import ConfigError
 
 
@@ -113,6 +114,7 @@ def _family_of(node: Any) -> str:
     if not isinstance(node, Mapping):
         return ""
     try:
-        return str(get_class(str(node.get("_target_"))).family)
+        cls = get_class(str(node.get("_target_")))
     except Exception:  # an unknown target is reported when the spec is built
         return ""
+    return cls.family if isinstance(cls, type) and issubclass(cls, PrivacySpec) else ""
