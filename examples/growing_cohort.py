@@ -18,8 +18,8 @@ import numpy as np
 from flwr.app import Message
 
 from fedpriv.common.errors import check
-from fedpriv.run.job import ServerJob
-from fedpriv.run.strategy import State, Strategy
+from fedpriv.run.job import ServerJob, State
+from fedpriv.run.strategy import Strategy
 
 
 @dataclass

@@ -21,8 +21,7 @@ from fedpriv.common.errors import check
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.clipping import clip_tensors
 from fedpriv.run.algorithm import TrainContext
-from fedpriv.run.job import ServerJob
-from fedpriv.run.strategy import State
+from fedpriv.run.job import ServerJob, State
 from strategies.fedavg import DPFedAvg
 
 

@@ -30,8 +30,7 @@ from flwr.app import Message
 
 from fedpriv.common.errors import check
 from fedpriv.run.algorithm import ClientAlgorithm, PrivacyUnit
-from fedpriv.run.job import ServerJob
-from fedpriv.run.strategy import State
+from fedpriv.run.job import ServerJob, State
 from strategies.fedavg import DPFedAvg
 
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from fedpriv.common.errors import check
 from fedpriv.common.validate import parse_enum
-from fedpriv.run.job import ServerJob
-from fedpriv.run.strategy import State, Strategy
+from fedpriv.run.job import ServerJob, State
+from fedpriv.run.strategy import Strategy
 
 
 class ServerOptimizer(StrEnum):

@@ -35,7 +35,7 @@ def _main(cfg: DictConfig) -> float | None:
         sys.exit(2)
     try:
         if cfg.get("resume"):  # continue RUN_DIR in place with its own resolved config
-            from fedpriv.run.checkpoint import resume_config
+            from fedpriv.run.resume import resume_config
 
             cfg = resume_config(Path(cfg.resume), list(HydraConfig.get().overrides.task))
             out_dir = Path(cfg.resume)
@@ -155,7 +155,7 @@ def resume_argv(argv: list[str]) -> list[str]:
         sys.exit(2)
     if not given or given[-1] == "null":
         return argv
-    from fedpriv.run.checkpoint import resume_config
+    from fedpriv.run.resume import resume_config
 
     run_dir = os.path.abspath(given[-1])
     try:

@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedpriv.run.sweep import MANIFEST
+#: The sweep's manifest file (one record per job), written by :mod:`fedpriv.run.sweep`.
+MANIFEST = "sweep.json"
 
 FIGURES = ("accuracy", "epsilon", "delta", "wall_time_s", "status", "message")
 REPLICATES = ("seed",)  # varied for repetition: averaged over, never a line of its own

@@ -10,7 +10,9 @@ Strategies (:class:`fedpriv.run.strategy.Strategy`) use it; none reaches into th
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from flwr.app import Message
 from flwr.serverapp import Grid
@@ -28,7 +30,29 @@ from fedpriv.run.plan import RoundFailure, RunPlan
 from fedpriv.run.round_log import RoundLog, RunFailed, dropped_note
 from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.setup import build_model_for, run_dataset
-from fedpriv.run.strategy import Released, State
+
+#: The global model: parameter name -> array.
+State = dict[str, np.ndarray]
+
+
+@dataclass
+class Released:
+    """A round's release, as :meth:`Strategy.train_round` returns it.
+
+    Attributes
+    ----------
+    state : State
+        The new global model.
+    result : AggregateResult
+        What the aggregator revealed (its ``num_clients`` contributors' noise is in the sum).
+    figures : dict[str, float]
+        The strategy's figures for the round's row (e.g. ``mean_staleness``).
+    """
+
+    state: State
+    result: AggregateResult
+    figures: dict[str, float] = field(default_factory=dict)
+
 
 #: Extra seconds of the first round's ``round_timeout`` (Ray starts the client actors then).
 STARTUP_ALLOWANCE_S = 120.0

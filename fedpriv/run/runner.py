@@ -37,6 +37,7 @@ from fedpriv.run.layout import Layout
 from fedpriv.run.plan import RunPlan
 from fedpriv.run.prepare import build_server, check_privacy, prepare, run_layout
 from fedpriv.run.ray_session import release_stuck_clients, start_ray
+from fedpriv.run.resume import not_resumable
 from fedpriv.run.round_log import RoundLog
 from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.setup import share_run_dataset
@@ -111,7 +112,7 @@ def open_run(plan: RunPlan, strategy: Strategy, out_dir: Path) -> OpenRun:
     if plan.resume:  # fedpriv resume=RUN_DIR: continue in place (fedpriv.run.checkpoint)
         out_dir = Path(plan.resume)
         if not type(strategy).resumable:
-            raise checkpoint.not_resumable(str(out_dir), type(strategy).__name__)
+            raise not_resumable(str(out_dir), type(strategy).__name__)
         ckpt = checkpoint.load(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = checkpoint.lock_run(out_dir, "resume" if ckpt is not None else "hydra.run.dir")

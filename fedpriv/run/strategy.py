@@ -27,41 +27,16 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
-import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
 from fedpriv.common.errors import ConfigError, check
-from fedpriv.run.aggregation import AggregateResult, RoundFailed
+from fedpriv.run.aggregation import RoundFailed
 from fedpriv.run.algorithm import ClientAlgorithm
-
-if TYPE_CHECKING:
-    from fedpriv.run.job import ServerJob
-
-#: The global model: parameter name -> array.
-State = dict[str, np.ndarray]
-
-
-@dataclass
-class Released:
-    """A round's release, as :meth:`Strategy.train_round` returns it.
-
-    Attributes
-    ----------
-    state : State
-        The new global model.
-    result : AggregateResult
-        What the aggregator revealed (its ``num_clients`` contributors' noise is in the sum).
-    figures : dict[str, float]
-        The strategy's figures for the round's row (e.g. ``mean_staleness``).
-    """
-
-    state: State
-    result: AggregateResult
-    figures: dict[str, float] = field(default_factory=dict)
+from fedpriv.run.job import Released, ServerJob, State
 
 
 def check_pull_interval(value: object) -> None:

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.common.errors import check
+from fedpriv.report.sweep_report import MANIFEST
 
-MANIFEST = "sweep.json"
 # overrides the launcher sets itself for every job (a user's value for them is dropped)
 OWN_KEYS = (
     "hydra.run.dir",
