@@ -89,6 +89,8 @@ class EventContract:
         Slack allowed in the monotonicity checks (0 = exact).
     """
 
+    #: The event class the contract covers (enrollment: tests/test_contract_enrollment.py).
+    event_class: ClassVar[type] = object
     noise_levels: ClassVar[tuple[float, ...]] = ()
     counts: ClassVar[tuple[int, ...]] = (1, 3, 10)
     accountant: ClassVar[str] = "pld"
@@ -102,6 +104,9 @@ class EventContract:
 
     def make_event(self, noise: float) -> Any:
         raise NotImplementedError
+
+    def test_event_class_is_declared(self) -> None:
+        assert type(self.make_event(self.noise_levels[-1])) is self.event_class
 
     def incompatible_partner(self) -> Any:
         return None
@@ -586,6 +591,9 @@ class AggregatorContract:
     integers only). The shared tests compare the sum with the numpy sum of the updates and
     with every other aggregator's sum of the same round.
     """
+
+    #: The aggregator class the contract covers (enrollment).
+    aggregator_class: ClassVar[type] = object
 
     def result(self, one_round: dict[str, Any]) -> Any:
         raise NotImplementedError

@@ -146,6 +146,7 @@ class _Contract(AggregatorContract):
 
 class TestIdealAggregator(_Contract):
     name = "ideal"
+    aggregator_class = IdealAggregator
 
     @pytest.mark.usefixtures("task_identity")
     @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
@@ -218,6 +219,7 @@ def _stacked_reply(ups: dict[int, dict[str, np.ndarray]], failed: dict[int, str]
 
 class TestSecAggPlusAggregator(_Contract):
     name = "secaggplus"
+    aggregator_class = SecAggPlusAggregator
 
     @pytest.mark.parametrize("bad", [math.nan, math.inf])
     def test_non_finite_update_is_never_summed(self, bad: float) -> None:
