@@ -402,8 +402,8 @@ class ClientAlgorithmContract:
     def reply_bytes(
         algorithm: Any, cfg: Any, x: np.ndarray, y: np.ndarray, pid: int, seed: int
     ) -> bytes:
-        from fedpriv.mechanisms.noise import make_generator
         from fedpriv.data.client_data import ClientData
+        from fedpriv.mechanisms.noise import make_generator
         from fedpriv.run.algorithm import TrainContext
         from fedpriv.run.setup import build_model_for
 
