@@ -26,11 +26,20 @@ class Renamed:
     def error(self, value: Any) -> ConfigError:
         """The one-line refusal of the old key."""
         scope = f" ({self.where})" if self.where else ""
-        return ConfigError(self.old, value, f"was renamed{scope}: use {self.new} (docs/migration.md)")
+        return ConfigError(
+            self.old, value, f"was renamed{scope}: use {self.new} (docs/migration.md)"
+        )
 
 
 #: Config keys (dotted) that changed name.
-RENAMED_KEYS: tuple[Renamed, ...] = ()
+RENAMED_KEYS: tuple[Renamed, ...] = (
+    Renamed(
+        "privacy.max_grad_norm",
+        "privacy.clipping_norm",
+        family="batch_clipping",
+        where="privacy=batch_clipping: the clip of a group's update",
+    ),
+)
 
 #: ``_target_`` class paths that moved: old path -> new path.
 MOVED_TARGETS: dict[str, str] = {
@@ -50,8 +59,11 @@ def renamed_key(key: str, family: str | None = None) -> Renamed | None:
     """The rename entry of a dotted config ``key`` (for privacy ``family``; ``None``: any
     family); ``None`` when the key was not renamed."""
     return next(
-        (r for r in RENAMED_KEYS if r.old == key and family in (None, r.family) or (
-            r.old == key and not r.family)),
+        (
+            r
+            for r in RENAMED_KEYS
+            if r.old == key and family in (None, r.family) or (r.old == key and not r.family)
+        ),
         None,
     )
 
