@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -41,10 +42,11 @@ import torch
 from torch import nn
 
 from clients.local_dpsgd import summed_cross_entropy
-from fedpriv.accounting import batch_clipping as bc
-from fedpriv.accounting.accountant import AccountingSpec
-from fedpriv.common.validate import check_finite, parse_enum
+from fedpriv.accounting.batch_clipping import Analysis, BatchClippingSpec
+from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import ConfigError, check, unknown_key
+from fedpriv.common.validate import check_finite, parse_enum
+from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.clipping import clip_tensors
 from fedpriv.mechanisms.ghost import batch_clipped_grad, refuse_cross_sample
 from fedpriv.mechanisms.noise import add_gaussian_noise
@@ -55,8 +57,9 @@ from fedpriv.mechanisms.samplers import (
     ShuffleSampler,
     SubsampleSampler,
 )
-from fedpriv.run.algorithm import ClientAlgorithm, TrainContext
-from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import ClientAlgorithm, TrainContext, check_spec
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.setup import build_model_for, partitions
 
 GROUP_UPDATES = ("minibatch", "sequential")
 LR_SCHEDULES = ("constant", "diminishing", "cosine")
@@ -144,24 +147,16 @@ def is_plain_sgd(spec: dict[str, Any]) -> bool:
     )
 
 
-def _plain(node: Any) -> dict[str, Any]:
-    """A plain dict from a dict or an OmegaConf node."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(node, DictConfig):
-        return OmegaConf.to_container(node, resolve=True)  # type: ignore[return-value]
-    return dict(node)
-
-
 @dataclass(frozen=True)
 class GeneralizedDPSGD(ClientAlgorithm):
-    """Algorithm 1 of the batch-clipping paper as a fedpriv client algorithm.
+    """Algorithm 1 of the batch-clipping paper as a fedpriv client algorithm (batch clipping:
+    ``client=batch_clipping``, whose defaults are this class's).
 
-    The mechanism (sampler, sizes, σ, C, rounds, group sizes, accounting) is a
-    :class:`fedpriv.accounting.batch_clipping.BatchClippingSpec`, built once from these
-    fields and the run's ``privacy`` group (:attr:`spec`); events, ε, group ε, calibration
-    and the public :attr:`normalizer` are the spec's. ``fedpriv-account batch-clipping``
-    builds the same spec.
+    The mechanism is the run's :class:`fedpriv.accounting.batch_clipping.BatchClippingSpec`
+    (``privacy=batch_clipping``: σ, C, q, group sizes, accounting) with this client's sampler,
+    sizes, rounds and analysis bound into it (and ``N`` by :meth:`for_run`): events, ε, group
+    ε, calibration and the public :attr:`normalizer` are the spec's. ``fedpriv-account
+    batch-clipping`` builds the same spec.
 
     Parameters
     ----------
@@ -179,24 +174,25 @@ class GeneralizedDPSGD(ClientAlgorithm):
         mini-batch gradient), or one step per record in sequence (classical SGD).
     optimizer : dict
         ``{"_target_": "torch.optim.SGD" | "torch.optim.Adam" | ..., **kwargs}`` (lr is set
-        per round from the schedule).
+        per round from the schedule). Kept as data: the config's nested ``_target_`` is not
+        instantiated (:attr:`recursive_config` is False); the client builds one optimizer per
+        group.
     lr, lr_schedule, lr_tau, lr_period :
-        ``eta0``; schedule constant | diminishing (``eta0/(1+t/tau)``) | cosine (period
+        ``eta0`` > 0; schedule constant | diminishing (``eta0/(1+t/tau)``) | cosine (period
         ``lr_period`` local rounds).
     clipping_norms : list of float, optional
-        ``C`` per server round (last value repeated); default ``privacy.max_grad_norm``.
-    num_samples : int, optional
-        ``N`` used by every client (the smallest partition; set by :meth:`for_run`; unused
-        with Poisson sampling).
+        ``C`` per server round (last value repeated); default ``privacy.clipping_norm``.
     analysis : {"auto", "batch-clipping", "poisson-gaussian"}
         Refused unless it matches the sampler.
+    num_samples : int, optional
+        ``N`` used by every client (the smallest partition; bound by :meth:`for_run`; unused
+        with Poisson sampling).
     seed : int
-        The run's seed (shuffled epochs spanning server rounds are derived from it).
-    privacy : dict
-        The run's privacy group (noise_multiplier σ, max_grad_norm C, sample_rate,
-        group_sizes (null: 1, 2, 4, 8), accountant, conversion, target_delta, secure_mode).
-    num_clients : int
-        Number of clients (each client's release is private on its own).
+        The run's seed (shuffled epochs spanning server rounds are derived from it; bound by
+        :meth:`for_run`).
+    privacy : BatchClippingSpec
+        The run's privacy spec (``privacy=batch_clipping``); the fields above are bound into
+        it.
 
     Raises
     ------
@@ -209,41 +205,64 @@ class GeneralizedDPSGD(ClientAlgorithm):
     (arXiv:2212.05796): Algorithm 1, Sec. 3, Sec. 5, Table 1.
     """
 
-    #: Group ε (``epsilon_g{g}``) is computed for fixed-size batches.
-    supports_group_privacy: ClassVar[bool] = True
+    spec_type: ClassVar[type[PrivacySpec]] = BatchClippingSpec
+    recursive_config: ClassVar[bool] = False
+    bound_fields: ClassVar[tuple[str, ...]] = ("num_samples", "seed")
 
-    sampler: str | SamplerKind = "shuffle"
+    sampler: SamplerKind = SamplerKind.SHUFFLE
     num_groups: int = 1
     group_size: int = 64
     local_rounds: int | None = None
     epochs: int | None = 1
     group_update: str = "minibatch"
     optimizer: dict[str, Any] = field(default_factory=lambda: {"_target_": "torch.optim.SGD"})
-    lr: float = 0.1
+    lr: float = 0.01
     lr_schedule: str = "constant"
     lr_tau: float = 100.0
     lr_period: int | None = None
     clipping_norms: list[float] | None = None
+    analysis: Analysis = Analysis.AUTO
     num_samples: int | None = None
-    analysis: str = "auto"
     seed: int = 0
-    privacy: dict[str, Any] = field(default_factory=dict)
-    num_clients: int = 1
-    spec: bc.BatchClippingSpec = field(init=False, repr=False, compare=False)
+    privacy: BatchClippingSpec = field(default_factory=BatchClippingSpec)
 
     def __post_init__(self) -> None:
+        check_spec(self, BatchClippingSpec)
         check(
-            hasattr(self.optimizer, "get") and self.optimizer.get("_target_") is not None,
+            isinstance(self.optimizer, Mapping) and self.optimizer.get("_target_") is not None,
             "client.optimizer",
             self.optimizer,
             "must be a mapping with _target_ (e.g. {_target_: torch.optim.SGD})",
         )
-        if not isinstance(self.optimizer, dict):  # a DictConfig when Hydra runs non-recursively
-            object.__setattr__(self, "optimizer", _plain(self.optimizer))
+        set_ = object.__setattr__
+        set_(self, "optimizer", dict(self.optimizer))
         if self.clipping_norms is not None and not isinstance(self.clipping_norms, list):
-            object.__setattr__(self, "clipping_norms", [float(c) for c in self.clipping_norms])
+            set_(self, "clipping_norms", [float(c) for c in self.clipping_norms])
         sampler = parse_enum(SamplerKind, "client.sampler", self.sampler)
-        object.__setattr__(self, "sampler", sampler)
+        set_(self, "sampler", sampler)
+        set_(self, "analysis", parse_enum(Analysis, "client.analysis", self.analysis))
+        self._check_training()
+        if sampler is SamplerKind.POISSON:
+            check(
+                self.group_size == 1 and self.group_update == "minibatch" and self._plain_sgd,
+                "client.group_size",
+                self.group_size,
+                "must be 1 with sampler=poisson, group_update=minibatch and plain SGD: only "
+                "individual clipping has a Poisson analysis (noise N(0,(C sigma)^2))",
+            )
+        spec = self.privacy.bound(
+            sampler=sampler,
+            num_groups=self.num_groups,
+            group_size=self.group_size,
+            epochs=self.epochs,
+            local_rounds=self.local_rounds,
+            analysis=self.analysis,
+            num_samples=None if sampler is SamplerKind.POISSON else self.num_samples,
+        )
+        set_(self, "privacy", spec)
+
+    def _check_training(self) -> None:
+        """The local optimizer, step sizes and per-round clipping norms."""
         check(
             self.group_update in GROUP_UPDATES,
             "client.group_update",
@@ -276,97 +295,26 @@ class GeneralizedDPSGD(ClientAlgorithm):
                 self.clipping_norms,
                 "must be null or a non-empty list of finite values > 0",
             )
-        check(self.num_clients >= 1, "num_clients", self.num_clients, "must be >= 1")
-        if sampler is SamplerKind.POISSON:
-            check(
-                self.group_size == 1 and self.group_update == "minibatch" and self._plain_sgd,
-                "client.group_size",
-                self.group_size,
-                "must be 1 with sampler=poisson, group_update=minibatch and plain SGD: only "
-                "individual clipping has a Poisson analysis (noise N(0,(C sigma)^2))",
-            )
-        object.__setattr__(self, "spec", self._build_spec(sampler))
-
-    def _build_spec(self, sampler: SamplerKind) -> bc.BatchClippingSpec:
-        """The family spec from the fields and the privacy group (the one source of truth)."""
-        p = self.privacy
-        groups = p.get("group_sizes")
-        return bc.BatchClippingSpec(
-            sampler=sampler,
-            num_groups=self.num_groups,
-            group_size=self.group_size,
-            epochs=self.epochs,
-            local_rounds=self.local_rounds,
-            noise_multiplier=(0.0 if p.get("noise_multiplier") is None else p["noise_multiplier"]),
-            clipping_norm=p.get("max_grad_norm", 1.0),
-            num_samples=None if sampler is SamplerKind.POISSON else self.num_samples,
-            sample_rate=p.get("sample_rate", 0.1),
-            group_sizes=None if groups is None else tuple(groups),
-            analysis=parse_enum(bc.Analysis, "client.analysis", self.analysis),
-            accounting=AccountingSpec.from_privacy(p),
-        )
 
     # ------------------------------------------------------------------ derived values
     @property
-    def noise_multiplier(self) -> float:
-        """σ (``privacy.noise_multiplier``; null means 0 until calibrated)."""
-        return self.spec.noise_multiplier
-
-    @property
-    def clipping_norm(self) -> float:
-        """Default clipping constant C (``privacy.max_grad_norm``)."""
-        return self.spec.clipping_norm
-
-    @property
-    def sample_rate(self) -> float:
-        """q (``privacy.sample_rate``; Poisson only)."""
-        return self.spec.sample_rate
-
-    @property
-    def group_sizes(self) -> tuple[int, ...]:
-        """The ``g`` whose group ε is reported (``()`` with Poisson sampling)."""
-        return tuple(self.spec.group_sizes or ())
-
-    @property
-    def neighboring_relation(self) -> str:
-        """The relation the round events hold for (replace-one except Poisson)."""
-        return self.spec.accounting.neighboring_relation.value
-
-    @property
     def normalizer(self) -> float:
         """``m``: the PUBLIC divisor of every noisy step, the same for every client."""
-        return self.spec.normalizer
+        return self.privacy.normalizer
 
     @property
     def _plain_sgd(self) -> bool:
         return is_plain_sgd(self.optimizer)
 
-    def _n(self) -> int:
-        return self.spec._n()
-
-    @property
-    def rounds_per_epoch(self) -> int:
-        """``N // (m s)``; for Poisson ``max(1, round(1/q))``."""
-        return self.spec.rounds_per_epoch
-
-    @property
-    def rounds_per_server_round(self) -> int:
-        """Local rounds (= noise draws) per server round, the same for every client."""
-        return self.spec.rounds_per_server_round
-
-    def noise_stddev(self, clipping_norm: float) -> float:
-        """``2 C sigma`` (``C sigma`` for Poisson with individual clipping)."""
-        return self.spec.noise_stddev(clipping_norm)
-
     def clipping_norm_at(self, server_round: int) -> float:
         """C of ``server_round`` (1-based) from ``clipping_norms``, else
-        ``privacy.max_grad_norm``."""
+        ``privacy.clipping_norm``."""
         if not self.clipping_norms:
-            return self.clipping_norm
+            return self.privacy.clipping_norm
         return float(self.clipping_norms[min(server_round, len(self.clipping_norms)) - 1])
 
     # ------------------------------------------------------------------ binding to a run
-    def for_run(self, cfg: dict[str, Any]) -> GeneralizedDPSGD:
+    def for_run(self, plan: RunPlan) -> GeneralizedDPSGD:
         """Bind to a run: ``N`` = the smallest client partition (each client uses its first
         ``N`` records, so every client runs the same accounted mechanism and the same number
         of local rounds), the seed, and a check that the model has no BatchNorm under
@@ -379,70 +327,26 @@ class GeneralizedDPSGD(ClientAlgorithm):
         ConfigError
             If ``m s > N``, a group size exceeds ``N``, or BatchNorm meets individual clipping.
         """
-        from fedpriv.run.setup import build_model_for, partitions
-
-        poisson = self.spec.is_poisson
-        n = None if poisson else min(len(p) for p in partitions(cfg))
-        bound = replace(self, num_samples=n, seed=int(cfg.get("seed", 0)))
+        n = None
+        if not self.privacy.is_poisson:
+            parts = partitions(plan)
+            n = min(len(parts[i]) for i in range(len(parts)))
+        bound = replace(self, num_samples=n, seed=int(plan.seed))
         if self.group_size == 1:
-            refuse_cross_sample(build_model_for(cfg))
+            refuse_cross_sample(build_model_for(plan))
+        spec = bound.privacy
         if (
-            bool(self.privacy.get("secure_mode"))
-            and self.sampler == "shuffle"
-            and bound.rounds_per_server_round % bound.rounds_per_epoch
+            spec.secure_mode
+            and spec.sampler is SamplerKind.SHUFFLE
+            and spec.rounds_per_server_round % spec.rounds_per_epoch
         ):
             raise ConfigError(
                 "client.local_rounds",
                 self.local_rounds,
-                f"must be a multiple of the {bound.rounds_per_epoch} rounds per epoch with "
+                f"must be a multiple of the {spec.rounds_per_epoch} rounds per epoch with "
                 "privacy.secure_mode=true and sampler=shuffle",
             )
         return bound
-
-    # ------------------------------------------------------------------ accounting
-    def round_events(self) -> list[tuple[Any, int]]:
-        return self.spec.round_events()
-
-    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
-        """Each client's release carries its own noise and is private alone, so other clients'
-        dropouts weaken nothing: the full round's events (an upper bound for a dropped client)."""
-        return self.round_events()
-
-    def privacy_summary(self) -> dict[str, Any]:
-        """The accounted mechanism (the spec's summary): sampler, sizes, rounds, noise,
-        relation, ``normalizer`` and what answers for ε (``accounting``)."""
-        return self.spec.summary()
-
-    def privacy_report(self, rounds: int, target_delta: float) -> dict[str, float]:
-        """ε for each g in ``privacy.group_sizes`` (``epsilon_g{g}``) and the paper's Table 1
-        closed form (``epsilon_g{g}_closed``) after ``rounds`` server rounds.
-
-        Poisson sampling reports no group figures (no group analysis implemented).
-        """
-        spec = self.spec
-        if target_delta != spec.accounting.target_delta:
-            spec = replace(spec, accounting=replace(spec.accounting, target_delta=target_delta))
-        return spec.group_epsilons(rounds)
-
-    def calibrated(
-        self, target_epsilon: float, target_delta: float, num_rounds: int
-    ) -> GeneralizedDPSGD:
-        """A copy whose σ gives the run's final ε <= ``target_epsilon`` (within 0.1 % in σ),
-        honouring ``privacy.accountant`` and ``privacy.conversion`` (Poisson) or the own
-        f-DP analysis (fixed-size batches; then the accountant does not apply)."""
-        spec = replace(
-            self.spec, accounting=replace(self.spec.accounting, target_delta=target_delta)
-        )
-        sigma = spec.calibrated(target_epsilon, num_rounds).noise_multiplier
-        return replace(
-            self,
-            privacy={
-                **self.privacy,
-                "noise_multiplier": sigma,
-                "target_delta": target_delta,
-                "target_epsilon": None,
-            },
-        )
 
     # ------------------------------------------------------------------ training
     def _round_indices(
@@ -454,15 +358,16 @@ class GeneralizedDPSGD(ClientAlgorithm):
         epoch_cache: dict[int, np.ndarray],
     ) -> np.ndarray:
         """Indices of local round ``t`` (global 0-based): ``(m, s)``, or ``(B, 1)`` for Poisson."""
-        if self.sampler == "poisson":
-            return PoissonSampler(self.sample_rate).sample(n, ctx.rng).reshape(-1, 1)
-        if self.sampler == "subsample":
+        spec = self.privacy
+        if spec.sampler is SamplerKind.POISSON:
+            return PoissonSampler(spec.sample_rate).sample(n, ctx.rng).reshape(-1, 1)
+        if spec.sampler is SamplerKind.SUBSAMPLE:
             return SubsampleSampler(self.num_groups, self.group_size).sample(n, ctx.rng)
         sampler = ShuffleSampler(self.num_groups, self.group_size)
-        r = self.rounds_per_epoch
+        r = spec.rounds_per_epoch
         epoch, b = divmod(t, r)
         if epoch not in epoch_cache:
-            aligned = self.rounds_per_server_round % r == 0
+            aligned = spec.rounds_per_server_round % r == 0
             rng = (
                 ctx.rng
                 if aligned
@@ -506,10 +411,10 @@ class GeneralizedDPSGD(ClientAlgorithm):
         """``U = sum_h [a_h]_C`` for groups ``x`` of shape ``(m, s, ...)`` at the model's ``w``.
 
         Fast paths for plain SGD with one mini-batch gradient per group: individual clipping
-        (``s = 1``) uses :func:`fedpriv.mechanisms.persample.clipped_grad_sum` (classic DP-SGD), ``m = 1``
-        uses :func:`fedpriv.mechanisms.ghost.batch_clipped_grad`, ``m >= 8`` one ``vmap`` over the groups
-        (:func:`fedpriv.mechanisms.persample.clipped_group_grad_sum`; a loop with BatchNorm). ``w`` is
-        left unchanged.
+        (``s = 1``) uses :func:`fedpriv.mechanisms.persample.clipped_grad_sum` (classic
+        DP-SGD), ``m = 1`` uses :func:`fedpriv.mechanisms.ghost.batch_clipped_grad`, ``m >= 8``
+        one ``vmap`` over the groups (:func:`fedpriv.mechanisms.persample.clipped_group_grad_sum`;
+        a loop with BatchNorm). ``w`` is left unchanged.
         """
         m, s = x.shape[0], x.shape[1]
         if self.group_update == "minibatch" and self._plain_sgd:
@@ -548,11 +453,11 @@ class GeneralizedDPSGD(ClientAlgorithm):
         round: the events' count for one client), ``examples``, ``clipping_norm``. Every
         noisy step is divided by the public :attr:`normalizer` ``m``.
         """
-        poisson = self.spec.is_poisson
-        if poisson:
+        spec = self.privacy
+        if spec.is_poisson:
             n = len(data)  # every record of the client, each with probability q
         else:
-            n = self._n()
+            n = spec.samples_used
             check(
                 len(data) >= n,
                 "client.num_samples",
@@ -563,9 +468,9 @@ class GeneralizedDPSGD(ClientAlgorithm):
         params = dict(model.named_parameters())
         start = {k: p.detach().clone() for k, p in params.items()}
         clip_c = self.clipping_norm_at(ctx.server_round)
-        std = self.noise_stddev(clip_c)
-        per_round = self.rounds_per_server_round
-        denom = self.normalizer  # public, the same for every client
+        std = spec.noise_stddev(clip_c)
+        per_round = spec.rounds_per_server_round
+        denom = spec.normalizer  # public, the same for every client
         epoch_cache: dict[int, np.ndarray] = {}
         examples = 0
         draws = 0
@@ -588,3 +493,21 @@ class GeneralizedDPSGD(ClientAlgorithm):
             "examples": float(examples),
             "clipping_norm": clip_c,
         }
+
+
+@dataclass(frozen=True)
+class IndividualClippingDPSGD(GeneralizedDPSGD):
+    """Classic DP-SGD inside Algorithm 1 (``client=individual_clipping``): ``m`` groups of
+    ``s = 1`` record, one gradient each, clipped per sample, with subsampling; the noise
+    ``N(0, (2 C σ)^2)`` on the sum, divided by the public ``m``.
+
+    ``sampler=poisson`` switches to Poisson sampling at ``privacy.sample_rate`` (every record
+    of the client) with noise ``N(0, (C σ)^2)``, the sum divided by ``m = num_groups`` (the
+    public expected batch size, never the client's data size), and the Poisson-subsampled
+    Gaussian analysis. Only the defaults differ from :class:`GeneralizedDPSGD`.
+    """
+
+    sampler: SamplerKind = SamplerKind.SUBSAMPLE
+    num_groups: int = 64
+    group_size: int = 1
+    lr: float = 0.5

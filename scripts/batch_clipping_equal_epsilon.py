@@ -15,12 +15,14 @@ on the whole training set with ``--seeds`` seeds, and the table gives test accur
 SEM, σ, wall time per epoch, the peak memory of training, and ε for groups of g = 1, 2, 4, 8
 records. The test set is used only for the reported accuracy.
 
-Each run is the fedpriv client (``clients.generalized_dpsgd.GeneralizedDPSGD``, built by
-``fedpriv.run.runner.prepare`` from the Hydra config, one client) trained in one process without
-Flower: the same ``train_client`` call as a Flower node, its events composed by the run's
-``RunPrivacy`` ledger. Every run is validated (and σ calibrated) before the first trains;
-``runs.jsonl``, ``table.md``, ``table.json`` and ``equal_epsilon.png`` are rewritten after
-each run, and a rerun with the same ``--out`` skips the runs already recorded.
+Each run is the fedpriv client (``clients.generalized_dpsgd.GeneralizedDPSGD``, built from the
+run plan that ``fedpriv.run.prepare.prepare`` makes of the Hydra config, one client) trained in
+one process without Flower: the same ``train_client`` call as a Flower node, its events (its
+``BatchClippingSpec``'s) composed by the run's ``RunPrivacy`` ledger. Plans cross process
+boundaries as typed payloads (``RunPlan.to_payload``). Every run is validated (and σ
+calibrated) before the first trains; ``runs.jsonl``, ``table.md``, ``table.json`` and
+``equal_epsilon.png`` are rewritten after each run, and a rerun with the same ``--out`` skips
+the runs already recorded.
 
 Usage::
 
@@ -40,12 +42,15 @@ import math
 import sys
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedpriv.common.errors import ConfigError, check
+
+if TYPE_CHECKING:
+    from fedpriv.run.plan import RunPlan
 
 GROUPS = (1, 2, 4, 8)
 VARIANTS = ("shuffle:1", "shuffle:4", "shuffle:16", "shuffle:64", "subsample:64")
@@ -110,17 +115,12 @@ def overrides(args: argparse.Namespace, row: Row, split: str, lr: float, seed: i
     ]
 
 
-def prepared(args: argparse.Namespace, row: Row, split: str, lr: float, seed: int) -> dict:
-    """The resolved run config of one run (validated, σ calibrated) by ``fedpriv.run.runner``."""
-    from hydra import compose, initialize_config_dir
+def prepared(args: argparse.Namespace, row: Row, split: str, lr: float, seed: int) -> RunPlan:
+    """The plan of one run (validated, σ calibrated) by ``fedpriv.run.prepare``."""
+    from fedpriv.run.config import compose_config
+    from fedpriv.run.prepare import prepare
 
-    from fedpriv.run.config import conf_dir, register_schema
-    from fedpriv.run.runner import prepare
-
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides(args, row, split, lr, seed))
-    return prepare(cfg)[0]
+    return prepare(compose_config(overrides(args, row, split, lr, seed)))[0]
 
 
 def train_size(args: argparse.Namespace) -> int:
@@ -134,7 +134,7 @@ def train_size(args: argparse.Namespace) -> int:
     return n
 
 
-def plan(args: argparse.Namespace) -> dict[Row, dict[str, dict]]:
+def plan(args: argparse.Namespace) -> dict[Row, dict[str, RunPlan]]:
     """Every row's tuning and final config, validated and calibrated before anything trains.
 
     Raises
@@ -195,9 +195,10 @@ class Run:
         return json.dumps([asdict(self.row), self.split, self.lr, self.seed])
 
 
-def with_run(cfg: dict, run: Run) -> dict:
-    """The row's prepared config with this run's step size and seed."""
-    return {**cfg, "seed": run.seed, "client": {**cfg["client"], "lr": run.lr}}
+def with_run(plan: RunPlan, run: Run) -> RunPlan:
+    """The row's plan with this run's step size and seed (neither changes the privacy spec:
+    one client holding the whole training set, σ calibrated once per row)."""
+    return replace(plan, seed=run.seed, client={**plan.client, "lr": run.lr})
 
 
 class Schedule:
@@ -210,7 +211,7 @@ class Schedule:
 
     def __init__(
         self,
-        rows: dict[Row, dict[str, dict]],
+        rows: dict[Row, dict[str, RunPlan]],
         seeds: list[int],
         width: int,
         known: dict[Row, dict[float, float]] | None = None,
@@ -220,7 +221,7 @@ class Schedule:
         self.tuned = {r: dict((known or {}).get(r, {})) for r in rows}
         self.waiting: dict[Row, int] = {}
         for r, cfgs in rows.items():
-            grid = lr_grid(r, cfgs["tune"]["privacy"]["noise_multiplier"], width)
+            grid = lr_grid(r, cfgs["tune"].privacy.sigma, width)
             new = [lr for lr in grid if lr not in self.tuned[r]]
             self.todo += [Run(r, "tune", lr, 0) for lr in new]
             self.waiting[r] = len(new)
@@ -252,7 +253,7 @@ class Schedule:
         best = max(tuned, key=lambda lr: tuned[lr])
         self.todo += [Run(row, "final", best, s) for s in self.seeds]
 
-    def config(self, run: Run) -> dict:
+    def config(self, run: Run) -> RunPlan:
         return with_run(self.rows[run.row][run.split], run)
 
 
@@ -305,79 +306,86 @@ def peak_memory_mib(device: Any, baseline: int | None) -> float | None:
     return None if hwm is None else (hwm * 1024 - baseline) / 2**20
 
 
-def eval_split(cfg: dict, split: str, val_size: int) -> tuple[Any, Any]:
+def eval_split(plan: RunPlan, split: str, val_size: int) -> tuple[Any, Any]:
     """Validation images (the ``val_size`` training images after the tuning set) or the
     official test set, standardized like the training images."""
     from fedpriv.data.images import load_mnist
 
-    ds = load_mnist(cfg["dataset"]["data_dir"])
+    ds = load_mnist(plan.dataset.data_dir)
     if split == "final":
         return ds.x_test, ds.y_test
-    n = int(cfg["dataset"]["options"]["train_limit"])
+    n = int(plan.dataset.options["train_limit"])
     return ds.x_train[n : n + val_size], ds.y_train[n : n + val_size]
 
 
-def client_setup(cfg: dict) -> tuple[Any, Any, Any]:
+def client_setup(plan: RunPlan) -> tuple[Any, Any, Any]:
     """The run's device, client 0's data (the whole training set) and the seeded model."""
     import torch
 
     from fedpriv.data.client_data import ClientData
     from fedpriv.run.setup import build_model_for, client_partition, resolve_device
 
-    device = resolve_device(cfg)
-    x, y = client_partition(cfg, 0)
+    device = resolve_device(plan)
+    x, y = client_partition(plan, 0)
     data = ClientData(torch.from_numpy(x), torch.from_numpy(y), 0)
-    return device, data, build_model_for(cfg).to(device)
+    return device, data, build_model_for(plan).to(device)
 
 
-def train_one(cfg: dict, split: str, val_size: int) -> dict[str, Any]:
-    """Train one run as its Flower client would (one client, ``num_rounds`` server rounds of
-    one epoch); its accuracy on the split's evaluation set, ε from the run's ledger, group ε,
-    wall time per epoch (s) and peak training memory (MiB)."""
+def train_one(plan_json: str, split: str, val_size: int) -> dict[str, Any]:
+    """Train one run (its plan's payload) as its Flower client would (one client,
+    ``num_rounds`` server rounds of one epoch); its accuracy on the split's evaluation set, ε
+    from the run's ledger, group ε (the spec's report), wall time per epoch (s) and peak
+    training memory (MiB)."""
     import time
 
     from fedpriv.models.evaluate import evaluate
     from fedpriv.run import client_app
+    from fedpriv.run.plan import RunPlan
     from fedpriv.run.run_privacy import RunPrivacy
     from fedpriv.run.setup import build_algorithm
 
-    algorithm = build_algorithm(cfg)
-    device, data, model = client_setup(cfg)
-    privacy = RunPrivacy(algorithm, cfg["privacy"]).check()
+    plan = RunPlan.from_payload(plan_json)
+    algorithm = build_algorithm(plan)
+    device, data, model = client_setup(plan)
+    privacy = RunPrivacy(algorithm.privacy, 1)
+    privacy.check()
     baseline = reset_peak_memory(device)
     t0 = time.perf_counter()
-    for server_round in range(1, int(cfg["num_rounds"]) + 1):
+    for server_round in range(1, plan.num_rounds + 1):
         # One client, FedAvg with server_lr 1: the global model is the client's end model.
-        client_app.train_client(cfg, algorithm, model, data, server_round)
+        client_app.train_client(plan, algorithm, model, data, server_round)
         privacy.record_round(contributors=1, server_round=server_round)
-    wall = (time.perf_counter() - t0) / int(cfg["num_rounds"])
+    wall = (time.perf_counter() - t0) / plan.num_rounds
     peak = peak_memory_mib(device, baseline)
-    accuracy, _ = evaluate(model, *eval_split(cfg, split, val_size))
+    accuracy, _ = evaluate(model, *eval_split(plan, split, val_size))
     return {
         "accuracy": accuracy,
         "epsilon": privacy.epsilon(),
-        **algorithm.privacy_report(privacy.rounds, privacy.target_delta),
-        "sigma": algorithm.noise_multiplier,
+        **algorithm.privacy.report(privacy.rounds),
+        "sigma": algorithm.privacy.sigma,
         "wall_s_per_epoch": wall,
         "peak_mib": peak,
         "device": device.type,
     }
 
 
-def measure_cost(cfg: dict, steps: int) -> dict[str, Any]:
-    """Time ``steps`` local rounds of the row's client alone and its peak memory: seconds
-    per epoch (``N // (m s)`` rounds), milliseconds per step, MiB above the baseline."""
+def measure_cost(plan_json: str, steps: int) -> dict[str, Any]:
+    """Time ``steps`` local rounds of the row's client alone (its plan's payload) and its peak
+    memory: seconds per epoch (``N // (m s)`` rounds), milliseconds per step, MiB above the
+    baseline."""
     import time
 
     from fedpriv.run import client_app
+    from fedpriv.run.plan import RunPlan
     from fedpriv.run.setup import build_algorithm
 
-    per_epoch = build_algorithm(cfg).rounds_per_epoch
-    device, data, model = client_setup(cfg)
+    plan = RunPlan.from_payload(plan_json)
+    per_epoch = build_algorithm(plan).privacy.rounds_per_epoch
+    device, data, model = client_setup(plan)
     runs = []
     for n in (WARMUP_STEPS, steps):  # the first steps pay one-time set-up: not measured
-        run_cfg = {**cfg, "client": {**cfg["client"], "epochs": None, "local_rounds": n}}
-        runs.append((run_cfg, build_algorithm(run_cfg)))
+        run_plan = replace(plan, client={**plan.client, "epochs": None, "local_rounds": n})
+        runs.append((run_plan, build_algorithm(run_plan)))
     client_app.train_client(runs[0][0], runs[0][1], model, data, 1)
     baseline = reset_peak_memory(device)
     t0 = time.perf_counter()
@@ -391,7 +399,7 @@ def measure_cost(cfg: dict, steps: int) -> dict[str, Any]:
     }
 
 
-def measure_costs(args: argparse.Namespace, rows: dict[Row, dict[str, dict]]) -> None:
+def measure_costs(args: argparse.Namespace, rows: dict[Row, dict[str, RunPlan]]) -> None:
     """One :func:`measure_cost` per (model, sampler, m), each alone in a fresh process,
     appended to ``costs.jsonl`` (already measured ones are kept)."""
     known = {json.dumps(c["variant"]) for c in load_jsonl(args.out / "costs.jsonl")}
@@ -403,7 +411,7 @@ def measure_costs(args: argparse.Namespace, rows: dict[Row, dict[str, dict]]) ->
     ctx = get_context("spawn")
     for variant, cfg in todo.values():
         with ProcessPoolExecutor(1, mp_context=ctx, initializer=_init_worker) as pool:
-            cost = pool.submit(measure_cost, cfg, args.cost_steps).result()
+            cost = pool.submit(measure_cost, cfg.to_payload(), args.cost_steps).result()
         with (args.out / "costs.jsonl").open("a") as f:
             f.write(json.dumps({"variant": variant, "steps": args.cost_steps, **cost}) + "\n")
         print(f"cost {variant}: {cost['ms_per_step']:.2f} ms/step", flush=True)
@@ -588,7 +596,7 @@ def save(out: Path) -> str:
     return table
 
 
-def execute(args: argparse.Namespace, rows: dict[Row, dict[str, dict]]) -> list[dict[str, Any]]:
+def execute(args: argparse.Namespace, rows: dict[Row, dict[str, RunPlan]]) -> list[dict[str, Any]]:
     """Train every run (``--jobs`` processes), appending each to ``runs.jsonl`` and rewriting
     the table as it finishes; runs already in ``runs.jsonl`` are not trained again."""
     records = load_jsonl(args.out / "runs.jsonl")
@@ -605,7 +613,8 @@ def execute(args: argparse.Namespace, rows: dict[Row, dict[str, dict]]) -> list[
             while len(pending) < args.jobs and (run := sched.next()) is not None:
                 if run.key() in done:  # a final already recorded
                     continue
-                fut = pool.submit(train_one, sched.config(run), run.split, args.val_size)
+                plan_json = sched.config(run).to_payload()
+                fut = pool.submit(train_one, plan_json, run.split, args.val_size)
                 pending[fut] = run
             if not pending:
                 return records
@@ -671,7 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"batch_clipping_equal_epsilon: error: {exc}", file=sys.stderr)
         return 2
     for row, cfgs in rows.items():
-        sigma = cfgs["final"]["privacy"]["noise_multiplier"]
+        sigma = cfgs["final"].privacy.sigma
         print(f"{row.model} {row.label} ε={row.epsilon:g}: σ = {sigma:.3f}", flush=True)
     if args.validate_only:
         return 0

@@ -28,12 +28,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hydra import compose, initialize_config_dir
-
 from fedpriv.accounting.gdp import gdp_mu
 from fedpriv.common.errors import ConfigError, check
-from fedpriv.run.config import conf_dir, register_schema
-from fedpriv.run.runner import prepare, run_experiment
+from fedpriv.run.config import compose_config
+from fedpriv.run.prepare import prepare
+from fedpriv.run.runner import run_experiment
 
 GROUPS = (1, 2, 4, 8)
 
@@ -60,11 +59,7 @@ def variant_overrides(variant: str, batch: int, lr: float) -> list[str]:
 
 def compose_variant(overrides: list[str]) -> Any:
     """The experiment's config with ``overrides`` (a Hydra DictConfig)."""
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose(
-            config_name="config", overrides=["+experiment=batch_clipping_vs_dpsgd", *overrides]
-        )
+    return compose_config(["+experiment=batch_clipping_vs_dpsgd", *overrides])
 
 
 def run_variant(overrides: list[str], out_dir: Path) -> dict[str, Any]:

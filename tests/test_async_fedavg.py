@@ -11,6 +11,7 @@ import pytest
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.aggregation import AggregateResult
 from fedpriv.run.engine import node_messages
+from fedpriv.run.strategy import Released
 from strategies.async_fedavg import AsyncDPFedAvg
 
 pytestmark = pytest.mark.usefixtures("task_identity")
@@ -38,12 +39,18 @@ class EchoAggregator:
 
 
 class FakeJob:
+    """The parts of :class:`fedpriv.run.job.ServerJob` the strategy base's loop uses."""
+
     num_clients, num_nodes, num_rounds, round_timeout, mean_divisor = 3, 3, 6, 5.0, 3.0
+    first_round = 1
 
     def __init__(self) -> None:
         self.aggregator = EchoAggregator()
         self.released: list[tuple[int, float, dict]] = []
         self.admitted = 0
+
+    def connect(self, grid: Any, pull_interval: float) -> list[int]:
+        return sorted(grid.get_node_ids())
 
     def initial_state(self) -> dict[str, np.ndarray]:
         return {"w": np.array([0.0])}
@@ -54,11 +61,21 @@ class FakeJob:
     def messages_for(self, node_ids: list, clients: list, state: dict, server_round: int) -> list:
         return node_messages([node_ids[c] for c in clients], state, server_round)
 
+    def sum_updates(self, grid: Any, messages: list, server_round: int) -> AggregateResult:
+        result = self.aggregator.sum_updates(
+            grid, messages, server_round=server_round, timeout=self.round_timeout
+        )
+        self.admit(result, server_round)
+        return result
+
     def round_empty(self, server_round: int) -> None:
         raise AssertionError("every cohort holds all clients")
 
     def decode_sum(self, total: dict, server_round: int) -> dict:
         return total
+
+    def evaluate_state(self, state: dict) -> tuple[float, float]:
+        return 0.0, 0.0
 
     def may_start_round(self, server_round: int) -> bool:
         return True
@@ -67,15 +84,9 @@ class FakeJob:
         self.admitted += 1
 
     def round_released(
-        self,
-        server_round: int,
-        state: dict,
-        result: AggregateResult,
-        seconds: float,
-        extra: dict | None = None,
-        contributors: int | None = None,
+        self, server_round: int, released: Released, metrics: dict, seconds: float
     ) -> None:
-        self.released.append((server_round, float(state["w"][0]), extra or {}))
+        self.released.append((server_round, float(released.state["w"][0]), released.figures))
 
     def round_failed(self, *args: Any) -> None:
         raise AssertionError("no round should fail")
@@ -84,7 +95,7 @@ class FakeJob:
 def _run(max_staleness: int, seed: int = 0) -> tuple[FakeJob, list[float]]:
     job = FakeJob()
     strategy = AsyncDPFedAvg(max_staleness=max_staleness, seed=seed)
-    strategy.run(FakeGrid(), job)  # type: ignore[arg-type]
+    strategy.start(FakeGrid(), job)  # type: ignore[arg-type]
     return job, [w for _, w, _ in job.released]
 
 
@@ -125,13 +136,20 @@ def test_bad_staleness() -> None:
 # ------------------------------------------------------------------ issue 11, item 1
 def test_update_divided_by_public_num_clients_never_by_replies() -> None:
     # a dropout (2 of 3 contributed) and client-reported metrics change nothing in the divisor:
-    # w <- w + lr * sum / num_clients (the configured, public count)
-    strategy = AsyncDPFedAvg(server_lr=0.5, max_staleness=2)
+    # w <- w + lr * sum / num_clients (the configured, public count: job.mean_divisor = 3)
     state = {"w": np.array([1.0, -2.0])}
     for metrics in ({}, {"examples": 1e6, "local_rounds": 99.0, "noise_draws": 7.0}):
+        strategy = AsyncDPFedAvg(server_lr=0.5, max_staleness=2)
+        job = FakeJob()
+        job.initial_state = lambda: dict(state)  # type: ignore[method-assign]
+        strategy.initial_state(job)  # type: ignore[arg-type]
+        strategy.configure_train(3, state, [0, 1, 2], [11, 12, 13], job)  # type: ignore[arg-type]
         result = AggregateResult(total={"w": np.array([3.0, 6.0])}, num_clients=2, metrics=metrics)
-        new = strategy.apply(state, result, 3)
+        new, _ = strategy.aggregate_train(3, state, result.total, job)  # type: ignore[arg-type]
         np.testing.assert_allclose(new["w"], [1.0 + 0.5 * 1.0, -2.0 + 0.5 * 2.0], rtol=1e-15)
+        # the public divisor is the job's, whatever the result says about its contributors
+        direct = strategy.apply(state, result.total, FakeJob.mean_divisor)
+        np.testing.assert_allclose(direct["w"], new["w"], rtol=0)
 
 
 class ScaledEchoAggregator(EchoAggregator):
@@ -156,6 +174,6 @@ def test_staleness_does_not_depend_on_the_clients_updates() -> None:
     for factor in (1.0, -3.0, 1e3):
         job = FakeJob()
         job.aggregator = ScaledEchoAggregator(factor)
-        AsyncDPFedAvg(max_staleness=3, seed=5).run(FakeGrid(), job)  # type: ignore[arg-type]
+        AsyncDPFedAvg(max_staleness=3, seed=5).start(FakeGrid(), job)  # type: ignore[arg-type]
         ages.append([e["mean_staleness"] for _, _, e in job.released])
     assert ages[0] == ages[1] == ages[2] and any(a > 0 for a in ages[0])

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -20,21 +19,24 @@ from clients.generalized_dpsgd import GeneralizedDPSGD, step_size
 from clients.local_dpsgd import LocalDPSGD
 from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting import gdp
+from fedpriv.accounting.batch_clipping import BatchClippingSpec
+from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.common.errors import ConfigError
-from fedpriv.models.zoo import build_model
 from fedpriv.data.client_data import ClientData
+from fedpriv.models.zoo import build_model
 from fedpriv.run.algorithm import TrainContext
-from fedpriv.run.config import conf_dir, register_schema
-from fedpriv.run.runner import prepare, run_experiment
+from fedpriv.run.config import compose_config
+from fedpriv.run.prepare import prepare
+from fedpriv.run.runner import run_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["progress=false", "ray_init_args.num_cpus=2", "plot=false", "save_model=false"]
+#: sigma = 1 (the tests of the clipped sum draw no noise).
+SIGMA_1 = BatchClippingSpec(noise_multiplier=1.0)
 
 
 def _cfg(overrides: list[str]):
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+    return compose_config(overrides)
 
 
 def _ctx(seed: int, server_round: int = 1) -> TrainContext:
@@ -57,7 +59,6 @@ def _flat(u: dict[str, torch.Tensor]) -> torch.Tensor:
 
 # ------------------------------------------------------------------ classic DP-SGD
 def test_poisson_individual_clipping_reproduces_local_dpsgd_exactly() -> None:
-    privacy = {"noise_multiplier": 1.3, "max_grad_norm": 0.7, "sample_rate": 0.2}
     torch.manual_seed(0)
     data = ClientData(torch.randn(40, 1, 6, 6), torch.randint(0, 3, (40,)), 0)
     ref_model, model = (
@@ -65,7 +66,12 @@ def test_poisson_individual_clipping_reproduces_local_dpsgd_exactly() -> None:
         build_model("mlp", (1, 6, 6), 3, hidden=(8,)),
     )
     model.load_state_dict(ref_model.state_dict())
-    ref = LocalDPSGD(steps=4, lr=0.3, normalizer=0.2 * 40, privacy=privacy, num_clients=1)
+    ref = LocalDPSGD(  # one client: its noise share is the whole sigma C
+        steps=4,
+        lr=0.3,
+        normalizer=0.2 * 40,
+        privacy=DPSGDSpec(noise_multiplier=1.3, max_grad_norm=0.7, sample_rate=0.2),
+    )
     ours = GeneralizedDPSGD(  # m = q N = 8: the same public divisor as the reference's
         sampler="poisson",
         num_groups=8,
@@ -73,15 +79,17 @@ def test_poisson_individual_clipping_reproduces_local_dpsgd_exactly() -> None:
         local_rounds=4,
         epochs=None,
         lr=0.3,
-        privacy=privacy,
+        privacy=BatchClippingSpec(noise_multiplier=1.3, clipping_norm=0.7, sample_rate=0.2),
         num_samples=40,
     )
     ref_update, _ = ref.train(ref_model, data, _ctx(5))
     update, _ = ours.train(model, data, _ctx(5))
     for k in ref_update:  # same sampler draws, clipped sums, noise draws and step: bit-identical
         assert torch.equal(update[k], ref_update[k]), k
-    assert ours.noise_stddev(0.7) == pytest.approx(1.3 * 0.7)  # N(0, (C sigma)^2) with Poisson
-    assert ours.round_events() == ref.round_events()  # the same Poisson-Gaussian event, 4 per round
+    # N(0, (C sigma)^2) with Poisson
+    assert ours.privacy.noise_stddev(0.7) == pytest.approx(1.3 * 0.7)
+    # the same Poisson-Gaussian event, 4 per round
+    assert ours.privacy.round_events() == ref.privacy.round_events()
 
 
 def test_individual_clipping_sum_equals_per_sample_loop() -> None:
@@ -89,9 +97,7 @@ def test_individual_clipping_sum_equals_per_sample_loop() -> None:
     model = _mlp(1)
     torch.manual_seed(2)
     x, y = torch.randn(6, 1, 5) * 3, torch.randint(0, 3, (6, 1))
-    algo = GeneralizedDPSGD(
-        sampler="subsample", num_groups=6, group_size=1, privacy={"noise_multiplier": 1.0}
-    )
+    algo = GeneralizedDPSGD(sampler="subsample", num_groups=6, group_size=1, privacy=SIGMA_1)
     u = algo.clipped_sum(model, x, y, eta=0.1, clipping_norm=0.5)
     expected = None
     for i in range(6):
@@ -109,11 +115,11 @@ def test_sgd_settings_are_honoured_not_dropped_by_the_fast_path() -> None:
     model = _mlp(1)
     torch.manual_seed(3)
     x, y = torch.randn(2, 4, 5) * 3, torch.randint(0, 3, (2, 4))
-    plain = GeneralizedDPSGD(num_groups=2, group_size=4, privacy={"noise_multiplier": 1.0})
+    plain = GeneralizedDPSGD(num_groups=2, group_size=4, privacy=SIGMA_1)
     maxim = GeneralizedDPSGD(
         num_groups=2,
         group_size=4,
-        privacy={"noise_multiplier": 1.0},
+        privacy=SIGMA_1,
         optimizer={"_target_": "torch.optim.SGD", "maximize": True},
     )
     assert plain._plain_sgd and not maxim._plain_sgd
@@ -128,9 +134,7 @@ def test_sgd_settings_are_honoured_not_dropped_by_the_fast_path() -> None:
         ({"_target_": "torch.optim.SGD", "momentum": 0.9}, False),
         ({"_target_": "torch.optim.Adam"}, False),
     ):
-        assert (
-            GeneralizedDPSGD(optimizer=spec, privacy={"noise_multiplier": 1.0})._plain_sgd is plain_
-        )
+        assert GeneralizedDPSGD(optimizer=spec, privacy=SIGMA_1)._plain_sgd is plain_
 
 
 @pytest.mark.parametrize("m, s", [(8, 4), (16, 2)])
@@ -141,12 +145,11 @@ def test_vmap_group_path_equals_the_optimizer_loop(m: int, s: int) -> None:
     model = _mlp(2)
     torch.manual_seed(4)
     x, y = torch.randn(m, s, 5) * 3, torch.randint(0, 3, (m, s))
-    privacy = {"noise_multiplier": 1.0}
-    fast = GeneralizedDPSGD(num_groups=m, group_size=s, privacy=privacy)
+    fast = GeneralizedDPSGD(num_groups=m, group_size=s, privacy=SIGMA_1)
     loop = GeneralizedDPSGD(
         num_groups=m,
         group_size=s,
-        privacy=privacy,
+        privacy=SIGMA_1,
         optimizer={"_target_": "torch.optim.SGD", "maximize": True},
     )
     u = _flat(fast.clipped_sum(model, x, y, 0.1, 0.5))
@@ -162,9 +165,7 @@ def test_sequential_sgd_group_update_is_sum_of_trajectory_gradients() -> None:
     torch.manual_seed(4)
     x, y = torch.randn(1, 3, 5), torch.randint(0, 3, (1, 3))
     eta = 0.05
-    algo = GeneralizedDPSGD(
-        num_groups=1, group_size=3, group_update="sequential", privacy={"noise_multiplier": 1.0}
-    )
+    algo = GeneralizedDPSGD(num_groups=1, group_size=3, group_update="sequential", privacy=SIGMA_1)
     w0 = [p.detach().clone() for p in model.parameters()]
     u = algo.clipped_sum(model, x, y, eta=eta, clipping_norm=1e6)
     for p, w in zip(model.parameters(), w0, strict=True):
@@ -219,7 +220,7 @@ def test_replacing_one_record_moves_u_by_at_most_2c(
         group_size=s,
         group_update=mode,
         optimizer=opt,
-        privacy={"noise_multiplier": 1.0},
+        privacy=SIGMA_1,
     )
     u = _flat(algo.clipped_sum(model, x, y, eta=0.05, clipping_norm=clip))
     u2 = _flat(algo.clipped_sum(model, x2, y2, eta=0.05, clipping_norm=clip))
@@ -231,11 +232,9 @@ def test_batchnorm_allowed_for_batch_clipping_refused_for_individual() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4), nn.Linear(4, 3))
     x, y = torch.randn(2, 4, 5), torch.randint(0, 3, (2, 4))
-    batch = GeneralizedDPSGD(num_groups=2, group_size=4, privacy={"noise_multiplier": 1.0})
+    batch = GeneralizedDPSGD(num_groups=2, group_size=4, privacy=SIGMA_1)
     assert float(_flat(batch.clipped_sum(model, x, y, 0.1, 1.0)).norm()) <= 2.0 + 1e-6
-    individual = GeneralizedDPSGD(
-        sampler="subsample", num_groups=8, group_size=1, privacy={"noise_multiplier": 1.0}
-    )
+    individual = GeneralizedDPSGD(sampler="subsample", num_groups=8, group_size=1, privacy=SIGMA_1)
     with pytest.raises(ConfigError, match="BatchNorm1d"):
         individual.clipped_sum(model, x.reshape(8, 1, 5), y.reshape(8, 1), 0.1, 1.0)
 
@@ -246,11 +245,11 @@ def test_step_size_schedules() -> None:
     assert step_size("cosine", 0.5, 0, 1.0, 100) == pytest.approx(0.5)
     assert step_size("cosine", 0.5, 50, 1.0, 100) == pytest.approx(0.25)
     assert step_size("cosine", 0.5, 150, 1.0, 100) == pytest.approx(0.0)
-    algo = GeneralizedDPSGD(
-        clipping_norms=[2.0, 1.0, 0.5], privacy={"max_grad_norm": 3.0, "noise_multiplier": 1.5}
-    )
+    spec = BatchClippingSpec(clipping_norm=3.0, noise_multiplier=1.5)
+    algo = GeneralizedDPSGD(clipping_norms=[2.0, 1.0, 0.5], privacy=spec)
     assert [algo.clipping_norm_at(r) for r in (1, 2, 3, 7)] == [2.0, 1.0, 0.5, 0.5]
-    assert algo.noise_stddev(0.5) == pytest.approx(2 * 0.5 * 1.5)  # N(0, (2 C sigma)^2)
+    assert GeneralizedDPSGD(privacy=spec).clipping_norm_at(7) == 3.0  # privacy.clipping_norm
+    assert algo.privacy.noise_stddev(0.5) == pytest.approx(2 * 0.5 * 1.5)  # N(0, (2 C sigma)^2)
 
 
 # ------------------------------------------------------------------ bad input, refusals
@@ -296,7 +295,6 @@ def test_step_size_schedules() -> None:
             ["client.optimizer._target_=torch.optim.LBFGS"],
             "missing 1 required positional argument: 'closure'",
         ),
-        (["client.optimizer=null"], "client.optimizer=None must be a mapping with _target_"),
         (
             ["client.clipping_norms=[]"],
             "client.clipping_norms=[] must be null or a non-empty list of finite values > 0",
@@ -314,7 +312,23 @@ def test_bad_input_refused_before_training(overrides: list[str], message: str) -
     assert "\n" not in str(info.value)
 
 
-def test_sampler_shorthand_sets_the_client_sampler() -> None:
+def test_null_optimizer_refused_when_composed_and_when_constructed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the schema types client.optimizer as a mapping: Hydra refuses null when composing (the
+    # CLI's precheck prints one line); the constructor refuses it too, naming the field
+    from fedpriv.cli.experiment import precheck
+
+    with pytest.raises(SystemExit):
+        precheck(["client=batch_clipping", "client.optimizer=null"])
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedpriv: error: client.optimizer: ") and "\n" not in err
+    with pytest.raises(ConfigError) as info:
+        GeneralizedDPSGD(optimizer=None)  # type: ignore[arg-type]
+    assert str(info.value).startswith("client.optimizer=None must be a mapping with _target_")
+
+
+def test_sampler_shorthand_sets_the_client_sampler(capsys: pytest.CaptureFixture[str]) -> None:
     # `fedpriv client=batch_clipping sampler=shuffle` (the spelling) == client.sampler=...
     for name in ("shuffle", "subsample"):
         _, algo = prepare(_cfg(["client=batch_clipping", f"sampler={name}"]))
@@ -323,11 +337,12 @@ def test_sampler_shorthand_sets_the_client_sampler() -> None:
         _cfg(["client=individual_clipping", "sampler=poisson", "privacy.sample_rate=0.1"])
     )
     assert algo.sampler == "poisson"
-    with pytest.raises(ConfigError) as info:
-        prepare(_cfg(["sampler=shuffle"]))  # the default client (LocalDPSGD) has no sampler
-    assert (
-        str(info.value)
-        == "client.sampler='shuffle' is not a parameter of clients.local_dpsgd.LocalDPSGD"
+    from fedpriv.cli.experiment import precheck
+
+    with pytest.raises(SystemExit):  # the default client (LocalDPSGD) has no sampler
+        precheck(["sampler=shuffle"])
+    assert capsys.readouterr().err.strip() == (
+        "fedpriv: error: client.sampler: Key 'sampler' not in 'LocalDPSGDConfig'"
     )
 
 
@@ -343,7 +358,7 @@ def test_calibration_meets_target() -> None:
             ]
         )
     )
-    sigma = algo.noise_multiplier
+    sigma = algo.privacy.sigma
     eps = bc.BatchClippingEvent("shuffle", 600, 1, 100, sigma).epsilon(1e-5, 4 * 6)
     assert eps <= 3.0 and eps == pytest.approx(3.0, rel=1e-3)
 

@@ -32,14 +32,14 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
-from hydra import compose, initialize_config_dir
 
 import fedpriv.run.client_app as app
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
 from fedpriv.data.client_data import ClientData
-from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.config import compose_config, to_container
 from fedpriv.run.engine import node_messages
-from fedpriv.run.runner import prepare
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.prepare import build_spec, plan_of, prepare
 from fedpriv.run.setup import build_model_for, client_partition, partitions
 
 SIGMA, CLIP, LR = 1.3, 0.5, 0.1
@@ -50,9 +50,14 @@ pytestmark = pytest.mark.usefixtures("task_identity")
 
 
 def _cfg(overrides: list[str]) -> Any:
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+    return compose_config(overrides)
+
+
+def _sizes(overrides: list[str]) -> list[int]:
+    """The clients' partition sizes of a config (its plan, before the client is bound)."""
+    node = to_container(_cfg(overrides))
+    parts = partitions(plan_of(node, build_spec(node["privacy"])))
+    return [len(parts[i]) for i in range(len(parts))]
 
 
 def _partition_overrides(name: str, shared: Path) -> list[str]:
@@ -69,8 +74,9 @@ def _partition_overrides(name: str, shared: Path) -> list[str]:
     ]
 
 
-def _reply(run_cfg: dict, pid: int, server_round: int, data: ClientData) -> tuple[Any, dict]:
-    """The client's reply as the server receives it: train_handler, then protobuf serde."""
+def _reply(run_cfg: RunPlan, pid: int, server_round: int, data: ClientData) -> tuple[Any, dict]:
+    """The client's reply as the server receives it: train_handler (the worker decodes the
+    plan's payload and builds the client), then protobuf serde."""
     state = {k: v.numpy() for k, v in build_model_for(run_cfg).state_dict().items()}
     msg = node_messages([pid + 1], state, server_round)[0]
     ctx = Context(
@@ -80,19 +86,19 @@ def _reply(run_cfg: dict, pid: int, server_round: int, data: ClientData) -> tupl
         state=RecordDict(),
         run_config={},
     )
-    original = app._client_data
-    app._client_data = lambda cfg_json, partition_id: data  # type: ignore[assignment]
+    original = app.client_data
+    app.client_data = lambda plan_json, partition_id: data  # type: ignore[assignment]
     try:
-        reply = app.train_handler(run_cfg, msg, ctx)
+        reply = app.train_handler(run_cfg.to_payload(), msg, ctx)
     finally:
-        app._client_data = original  # type: ignore[assignment]
+        app.client_data = original  # type: ignore[assignment]
     content = recorddict_from_proto(recorddict_to_proto(reply.content))
     arrays = content.array_records[UPDATE_KEY].to_numpy_ndarrays()
     flat = np.concatenate([a.reshape(-1).astype(np.float64) for a in arrays])
     return flat, dict(content.metric_records[METRICS_KEY])
 
 
-def _clipped_u(run_cfg: dict, algo: Any, data: ClientData, used: int) -> np.ndarray:
+def _clipped_u(run_cfg: RunPlan, algo: Any, data: ClientData, used: int) -> np.ndarray:
     model = build_model_for(run_cfg)
     x = data.x[:used].unsqueeze(1)
     y = data.y[:used].unsqueeze(1)
@@ -121,12 +127,10 @@ def test_effective_noise_multiplier_of_most_influential_record(
         "client.local_rounds=1",
         "client.epochs=null",
         f"client.lr={LR}",
-        f"privacy.max_grad_norm={CLIP}",
+        f"privacy.clipping_norm={CLIP}",
         *_partition_overrides(partition, shared_data),
     ]
-    from omegaconf import OmegaConf
-
-    sizes = [len(p) for p in partitions(OmegaConf.to_container(_cfg(base), resolve=True))]
+    sizes = _sizes(base)
     if sampler == "subsample":  # all of the first N records in the round: U is known exactly
         base += ["client.sampler=subsample", f"client.num_groups={min(sizes)}"]
     else:  # q = 1: every record of the client (its whole data, whatever its size)
@@ -135,15 +139,17 @@ def test_effective_noise_multiplier_of_most_influential_record(
     quiet_cfg, quiet = prepare(_cfg([*base, "privacy.noise_multiplier=0"]))
     assert algo.normalizer == quiet.normalizer == float(algo.num_groups)  # public, config only
     assert algo.privacy_summary()["normalizer"] == algo.normalizer
-    sens = CLIP if algo.neighboring_relation == "add_remove" else 2 * CLIP
-    events = sum(count for _, count in algo.round_events())
+    relation = algo.privacy.neighboring_relation.value
+    sens = CLIP if relation == "add_remove" else 2 * CLIP
+    assert sens == algo.privacy.sensitivity()  # the spec states the clipper's sensitivity
+    events = sum(count for _, count in algo.privacy.round_events())
     stds, scales = [], []
     for pid, n in enumerate(sizes):
         x, y = client_partition(run_cfg, pid)
         data = ClientData(torch.from_numpy(x), torch.from_numpy(y), pid)
         used = n if sampler == "poisson" else min(sizes)
         clean, _ = _reply(quiet_cfg, pid, 1, data)
-        other = _neighbour(data, algo.neighboring_relation)
+        other = _neighbour(data, relation)
         clean2, _ = _reply(quiet_cfg, pid, 1, other)
         du = _clipped_u(run_cfg, algo, data, used) - _clipped_u(
             run_cfg, algo, other, used - (sampler == "poisson")
@@ -186,7 +192,7 @@ def test_every_client_composes_the_accounted_number_of_rounds(
         ]
     )
     run_cfg, algo = prepare(cfg)
-    events = sum(count for _, count in algo.round_events())
+    events = sum(count for _, count in algo.privacy.round_events())
     assert events == 2451 // 64 == algo.privacy_summary()["local_rounds_per_server_round"]
     for pid in range(3):
         x, y = client_partition(run_cfg, pid)

@@ -13,14 +13,14 @@ import torch
 from clients.generalized_dpsgd import GeneralizedDPSGD
 from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
-from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.accounting.params import Params
 from fedpriv.accounting.vocabulary import NeighboringRelation
 from fedpriv.cli.account import main as cli_main
 from fedpriv.cli.account import run as cli_run
 from fedpriv.common.errors import ConfigError
+from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.samplers import SamplerKind
 from fedpriv.models.zoo import build_model
-from fedpriv.data.client_data import ClientData
 from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.run_privacy import RunPrivacy
 
@@ -32,12 +32,14 @@ def _algo(sampler: str, privacy: dict, **kw: object) -> GeneralizedDPSGD:
     fields = {"num_groups": sizes[0], "group_size": sizes[1], "num_samples": 600, **kw}
     if sampler == "poisson":
         fields["num_samples"] = None
-    return GeneralizedDPSGD(sampler=sampler, privacy=privacy, num_clients=10, **fields)
+    spec = bc.BatchClippingSpec(**privacy)
+    return GeneralizedDPSGD(sampler=sampler, privacy=spec, **fields)  # type: ignore[arg-type]
 
 
-def _run_epsilon(algo: GeneralizedDPSGD, privacy: dict, num_rounds: int) -> float:
-    """What a run prints after num_rounds released rounds."""
-    run = RunPrivacy(algo, {"target_delta": 1e-5, **privacy}).check()
+def _run_epsilon(algo: GeneralizedDPSGD, num_rounds: int, cohort: int = 10) -> float:
+    """What a run prints after num_rounds released rounds (its RunPrivacy on the spec)."""
+    run = RunPrivacy(algo.privacy, cohort)
+    run.check()
     for _ in range(num_rounds):
         run.record_round()
     return run.epsilon()
@@ -63,12 +65,14 @@ def test_calibration_meets_target_for_every_accountant_conversion_sampler(
         local_rounds=2 if sampler == "poisson" else None,
         epochs=None if sampler == "poisson" else 1,
     )
-    cal = algo.calibrated(3.0, 1e-5, 3)
-    assert cal.privacy["noise_multiplier"] == cal.noise_multiplier > 0
-    eps = _run_epsilon(cal, cal.privacy, 3)
-    assert eps <= 3.0 and eps >= 3.0 * 0.99, (eps, cal.noise_multiplier)
+    cal = algo.calibrated(3)
+    sigma = cal.privacy.sigma
+    assert sigma > 0 and cal.privacy.calibrated_from_target_epsilon == 3.0
+    assert cal.privacy.target_epsilon is None and algo.privacy.noise_multiplier is None
+    eps = _run_epsilon(cal, 3)
+    assert eps <= 3.0 and eps >= 3.0 * 0.99, (eps, sigma)
     if sampler == "poisson":  # independently: dp-accounting via the Poisson-Gaussian helper
-        ref = poisson_gaussian_epsilon(cal.noise_multiplier, 0.1, 6, 1e-5, accountant, conversion)
+        ref = poisson_gaussian_epsilon(sigma, 0.1, 6, 1e-5, accountant, conversion)
         assert eps == pytest.approx(ref, rel=1e-12)
         assert cal.privacy_summary()["accounting"] == (
             "pld" if accountant == "pld" else f"rdp ({conversion})"
@@ -76,16 +80,17 @@ def test_calibration_meets_target_for_every_accountant_conversion_sampler(
     else:  # the own f-DP mixture answers: same sigma whatever the accountant, and it says so
         assert cal.privacy_summary()["accounting"] == bc.OWN_ANALYSIS
         same = _algo(sampler, {**privacy, "accountant": "pld", "conversion": "default"})
-        assert same.calibrated(3.0, 1e-5, 3).noise_multiplier == cal.noise_multiplier
+        assert same.calibrated(3).privacy.noise_multiplier == sigma
 
 
 def test_poisson_calibration_honours_the_conversion() -> None:
     # Mironov's conversion is looser than dp-accounting's: it needs more noise for the same target
     base = {"noise_multiplier": None, "sample_rate": 0.1, "accountant": "rdp"}
+    base["target_epsilon"] = 3.0
     tight = _algo("poisson", {**base, "conversion": "default"}, local_rounds=2, epochs=None)
     loose = _algo("poisson", {**base, "conversion": "mironov"}, local_rounds=2, epochs=None)
-    s_tight = tight.calibrated(3.0, 1e-5, 3).noise_multiplier
-    s_loose = loose.calibrated(3.0, 1e-5, 3).noise_multiplier
+    s_tight = tight.calibrated(3).privacy.sigma
+    s_loose = loose.calibrated(3).privacy.sigma
     assert s_loose > s_tight * 1.02
 
 
@@ -94,8 +99,8 @@ def test_poisson_calibration_honours_the_conversion() -> None:
 def test_cli_prints_exactly_the_runs_epsilon(sampler: str) -> None:
     privacy = {"noise_multiplier": 1.7, "group_sizes": [1, 3]}
     algo = _algo(sampler, privacy, epochs=2)
-    run_eps = _run_epsilon(algo, privacy, 3)
-    report = algo.privacy_report(3, 1e-5)
+    run_eps = _run_epsilon(algo, 3)
+    report = algo.privacy.report(3)
     keys = {
         "sampling": sampler,
         "num_samples": "600",
@@ -110,14 +115,19 @@ def test_cli_prints_exactly_the_runs_epsilon(sampler: str) -> None:
     three = cli_run("batch-clipping", {**keys, "group_privacy": "3"})
     assert three["epsilon"] == report["epsilon_g3"] > report["epsilon_g1"] == run_eps
     # the same run described by its local rounds: 2 epochs of 600 // (m s) rounds
-    rounds = {**keys, "local_rounds": str(2 * algo.rounds_per_epoch)}
+    rounds = {**keys, "local_rounds": str(2 * algo.privacy.rounds_per_epoch)}
     del rounds["epochs"]
     assert cli_run("batch-clipping", rounds)["epsilon"] == run_eps
     # calibration by the CLI gives the run's calibrated sigma
     target = {**keys, "target_epsilon": "2.5"}
     del target["noise_multiplier"]
-    cal = algo.calibrated(2.5, 1e-5, 3)
-    assert cli_run("batch-clipping", target)["noise_multiplier"] == cal.noise_multiplier
+    tuned = _algo(sampler, {**privacy, "noise_multiplier": None, "target_epsilon": 2.5}, epochs=2)
+    cal = tuned.calibrated(3)
+    assert cli_run("batch-clipping", target)["noise_multiplier"] == cal.privacy.noise_multiplier
+    # the CLI builds the run's spec (from_params): the same events, the same group report
+    p = Params({k: v for k, v in keys.items() if k != "num_rounds"}, "batch-clipping")
+    built = bc.BatchClippingSpec.from_params(p)
+    assert built.round_events() == algo.privacy.round_events()
 
 
 def test_cli_refuses_epochs_with_local_rounds(capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,8 +147,8 @@ def test_cli_refuses_epochs_with_local_rounds(capsys: pytest.CaptureFixture[str]
     [
         ({"noise_multiplier": math.nan}, "privacy.noise_multiplier=nan must be a finite number"),
         ({"noise_multiplier": math.inf}, "privacy.noise_multiplier=inf must be a finite number"),
-        ({"clipping_norm": math.inf}, "privacy.max_grad_norm=inf must be a finite number > 0"),
-        ({"clipping_norm": 0.0}, "privacy.max_grad_norm=0.0 must be > 0"),
+        ({"clipping_norm": math.inf}, "privacy.clipping_norm=inf must be a finite number > 0"),
+        ({"clipping_norm": 0.0}, "privacy.clipping_norm=0.0 must be > 0"),
         ({"sample_rate": math.nan}, "privacy.sample_rate=nan must be in (0, 1]"),
         ({"sampler": "rows"}, "client.sampler='rows' must be one of: shuffle, subsample, poisson"),
         ({"analysis": "exact"}, "client.analysis='exact' must be one of: auto, batch-clipping"),
@@ -169,28 +179,69 @@ def test_spec_sets_relation_and_default_groups() -> None:
     shuffle = bc.BatchClippingSpec(noise_multiplier=1.0, num_samples=100, group_size=10)
     assert shuffle.sampler is SamplerKind.SHUFFLE
     assert shuffle.accounting.neighboring_relation is NeighboringRelation.REPLACE_ONE
-    assert shuffle.group_sizes == (1, 2, 4, 8)  # privacy.group_sizes null
+    assert shuffle.neighboring_relation is NeighboringRelation.REPLACE_ONE
+    assert shuffle.group_sizes is None  # privacy.group_sizes null: the default ...
+    assert shuffle.report_group_sizes == (1, 2, 4, 8)  # ... is reported
     assert bc.BatchClippingSpec(
         noise_multiplier=1.0, num_samples=3, num_groups=3, group_size=1
-    ).group_sizes == (1, 2)  # the default, cut to the 3 records used
-    poisson = bc.BatchClippingSpec(
-        sampler="poisson", group_size=1, noise_multiplier=1.0, accounting=AccountingSpec()
-    )
+    ).report_group_sizes == (1, 2)  # the default, cut to the 3 records used
+    poisson = bc.BatchClippingSpec(sampler="poisson", group_size=1, noise_multiplier=1.0)
     assert poisson.accounting.neighboring_relation is NeighboringRelation.ADD_REMOVE
-    assert poisson.group_sizes == () and poisson.group_epsilons(5) == {}
+    assert poisson.report_group_sizes == () and poisson.report(5) == {}
     assert poisson.normalizer == 1.0 and poisson.rounds_per_epoch == 10  # round(1 / 0.1)
-    assert GeneralizedDPSGD.supports_group_privacy is True
+    assert GeneralizedDPSGD.spec_type is bc.BatchClippingSpec  # group epsilon: this family
+    assert set(shuffle.report(1)) == {
+        f"epsilon_g{g}{kind}" for g in (1, 2, 4, 8) for kind in ("", "_closed")
+    }
+
+
+def test_default_group_sizes_survive_binding_a_smaller_client() -> None:
+    # null group_sizes are resolved when reported, so binding N = 3 later cuts them (an
+    # explicit [1, 2, 4, 8] is refused for N = 3)
+    spec = bc.BatchClippingSpec(noise_multiplier=1.0, num_groups=3, group_size=1)
+    assert spec.bound(num_samples=3).report_group_sizes == (1, 2)
+    with pytest.raises(ConfigError, match="privacy.group_sizes=.1, 2, 4, 8. must all be <= the"):
+        bc.BatchClippingSpec(
+            noise_multiplier=1.0, num_groups=3, group_size=1, group_sizes=(1, 2, 4, 8)
+        ).bound(num_samples=3)
 
 
 def test_client_builds_its_spec_once_from_fields_and_privacy() -> None:
-    privacy = {"noise_multiplier": 2.0, "max_grad_norm": 0.3, "accountant": "rdp"}
+    privacy = {"noise_multiplier": 2.0, "clipping_norm": 0.3, "accountant": "rdp"}
     algo = _algo("subsample", privacy)
-    spec = algo.spec
+    spec = algo.privacy
     assert spec.noise_multiplier == 2.0 and spec.clipping_norm == 0.3
     assert spec.num_groups == 8 and spec.num_samples == 600
-    assert algo.round_events() == spec.round_events() == [(spec.event(), 600 // 8)]
+    assert spec.sampler is SamplerKind.SUBSAMPLE and spec.group_size == 1
+    assert spec.round_events() == [(spec.event(), 600 // 8)]
     assert algo.normalizer == 8.0 and algo.privacy_summary()["normalizer"] == 8.0
-    assert algo.noise_stddev(0.3) == pytest.approx(2 * 0.3 * 2.0)
+    assert spec.noise_stddev(0.3) == pytest.approx(2 * 0.3 * 2.0)
+
+
+def test_client_refuses_a_spec_of_another_family() -> None:
+    from fedpriv.accounting.dpsgd import DPSGDSpec
+
+    with pytest.raises(ConfigError) as info:
+        GeneralizedDPSGD(privacy=DPSGDSpec())  # type: ignore[arg-type]
+    assert str(info.value).startswith("privacy='dpsgd' does not fit GeneralizedDPSGD")
+
+
+def test_old_clip_key_is_refused_naming_the_new_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from fedpriv.cli.experiment import precheck
+    from fedpriv.run.migration import check_migrated
+
+    with pytest.raises(SystemExit) as info:
+        precheck(["client=batch_clipping", "privacy.max_grad_norm=2"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "fedpriv: error: privacy.max_grad_norm='2' was renamed (privacy=batch_clipping: the "
+        "clip of a group's update): use privacy.clipping_norm (docs/migration.md)"
+    )
+    target = "fedpriv.accounting.batch_clipping.BatchClippingSpec"
+    with pytest.raises(ConfigError, match="use privacy.clipping_norm"):
+        check_migrated({"privacy": {"_target_": target, "max_grad_norm": 2.0}})
+    check_migrated({"privacy": {"_target_": "fedpriv.accounting.dpsgd.DPSGDSpec",
+                                "max_grad_norm": 2.0}})  # fmt: skip  # DP-SGD keeps its name
 
 
 # ------------------------------------------------------------------ noise draws
@@ -202,7 +253,7 @@ def test_noise_draws_equal_the_events_count(sampler: str) -> None:
     model = build_model("mlp", (5,), 3, hidden=(4,))
     ctx = TrainContext(1, np.random.default_rng(0), torch.Generator().manual_seed(0), "cpu")
     _, metrics = algo.train(model, data, ctx)  # type: ignore[arg-type]
-    count = sum(c for _, c in algo.round_events())
+    count = sum(c for _, c in algo.privacy.round_events())
     assert (
         metrics["noise_draws"] == count == {"poisson": 10, "subsample": 75, "shuffle": 12}[sampler]
     )
@@ -212,12 +263,9 @@ def test_issue_command_calibrates_to_the_target_through_the_runner() -> None:
     # `fedpriv client=individual_clipping sampler=poisson privacy.accountant=rdp
     #  privacy.conversion=mironov privacy.noise_multiplier=null privacy.target_epsilon=3
     #  num_rounds=3`: the run's final epsilon is <= 3 and within 1 %
-    from hydra import compose, initialize_config_dir
+    from fedpriv.run.config import compose_config
+    from fedpriv.run.prepare import prepare
 
-    from fedpriv.run.config import conf_dir, register_schema
-    from fedpriv.run.runner import prepare
-
-    register_schema()
     overrides = [
         "client=individual_clipping",
         "sampler=poisson",
@@ -227,8 +275,8 @@ def test_issue_command_calibrates_to_the_target_through_the_runner() -> None:
         "privacy.target_epsilon=3",
         "num_rounds=3",
     ]
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        run_cfg, algo = prepare(compose(config_name="config", overrides=overrides))
-    assert run_cfg["privacy"]["noise_multiplier"] == algo.noise_multiplier
-    eps = _run_epsilon(algo, run_cfg["privacy"], 3)
+    plan, algo = prepare(compose_config(overrides))
+    assert plan.privacy == algo.privacy and algo.privacy.calibrated_from_target_epsilon == 3.0
+    assert plan.privacy.noise_multiplier is not None and plan.privacy.target_epsilon is None
+    eps = _run_epsilon(algo, 3, plan.cohort.nominal_size)
     assert 3.0 * 0.99 <= eps <= 3.0

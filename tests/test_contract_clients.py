@@ -39,9 +39,10 @@ class TestBatchClippingShuffle(ClientAlgorithmContract):
     """
 
     overrides = ["client=batch_clipping", "client.epochs=null", "client.local_rounds=1"]
-    measure_overrides = ["privacy.max_grad_norm=0.001"]
+    measure_overrides = ["privacy.clipping_norm=0.001"]
     neighbour = "replace"
-    partition_overrides = {"dirichlet-0.05": ["partition.min_size=20"]}
+    # a group that fits the smallest client, so the plan is valid before it is sized
+    partition_overrides = {"dirichlet-0.05": ["partition.min_size=20", "client.group_size=20"]}
 
     def sized_overrides(self, min_n: int) -> list[str]:
         return [f"client.group_size={min_n}"]
@@ -58,7 +59,7 @@ class TestIndividualClippingSubsample(ClientAlgorithmContract):
         "client.local_rounds=1",
         "client.num_groups=16",
     ]
-    measure_overrides = ["privacy.max_grad_norm=0.001"]
+    measure_overrides = ["privacy.clipping_norm=0.001"]
     neighbour = "replace"
     partition_overrides = {"dirichlet-0.05": ["partition.min_size=20"]}
 
@@ -79,7 +80,7 @@ class TestIndividualClippingPoisson(ClientAlgorithmContract):
         "client.epochs=null",
         "client.local_rounds=1",
     ]
-    measure_overrides = ["privacy.sample_rate=1.0", "privacy.max_grad_norm=0.001"]
+    measure_overrides = ["privacy.sample_rate=1.0", "privacy.clipping_norm=0.001"]
     neighbour = "replace"
     partition_overrides = {"dirichlet-0.05": ["partition.min_size=20"]}
     calibration_overrides = ["privacy.sample_rate=1.0"]

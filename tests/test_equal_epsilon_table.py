@@ -4,6 +4,7 @@ offline assembly of the full MNIST files."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib.util
 import io
@@ -22,6 +23,7 @@ from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting.gdp import gdp_epsilon
 from fedpriv.common.errors import ConfigError
 from fedpriv.data.idx import read_idx
+from fedpriv.run.plan import RunPlan
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "batch_clipping_equal_epsilon.py"
@@ -167,9 +169,16 @@ def test_step_size_grid_and_widening() -> None:
     assert eq.widen({0.01: 0.6, 0.0316: 0.7}) == 0.1
 
 
+def _plan(overrides: list[str]) -> RunPlan:
+    from fedpriv.run.config import compose_config
+    from fedpriv.run.prepare import prepare
+
+    return prepare(compose_config(overrides))[0]
+
+
 def test_schedule_tunes_widens_then_runs_finals_first() -> None:
     row = eq.Row("logistic", "subsample", 64, 1, 8.0)
-    cfg = {"privacy": {"noise_multiplier": 2.0}, "client": {"lr": 1.0}, "seed": 0}
+    cfg = _plan(["client=individual_clipping", "privacy.noise_multiplier=2", "client.lr=1.0"])
     sched = eq.Schedule({row: {"tune": cfg, "final": cfg}}, seeds=[0, 1, 2], width=2)
     first = [sched.next(), sched.next()]
     assert [r.lr for r in first] == [0.01, 0.0316] and sched.next() is None
@@ -181,7 +190,10 @@ def test_schedule_tunes_widens_then_runs_finals_first() -> None:
     finals = [sched.next() for _ in range(3)]
     assert {(r.split, r.lr) for r in finals} == {("final", 0.0316)}
     assert [r.seed for r in finals] == [0, 1, 2]
-    assert sched.config(finals[1]) == {**cfg, "seed": 1, "client": {"lr": 0.0316}}
+    run = sched.config(finals[1])
+    assert run == dataclasses.replace(cfg, seed=1, client={**cfg.client, "lr": 0.0316})
+    assert run.privacy == cfg.privacy  # the row's calibrated spec, whatever the seed and lr
+    assert RunPlan.from_payload(run.to_payload()) == run  # what the training process decodes
 
 
 def test_summary_mean_and_sem_over_seeds() -> None:

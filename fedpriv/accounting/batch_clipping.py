@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from fractions import Fraction
 from functools import lru_cache
@@ -44,12 +44,14 @@ import numpy as np
 import scipy.special
 
 from fedpriv.accounting import gdp
+from fedpriv.accounting.calibrate import bisect_noise
+from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.vocabulary import Accountant, NeighboringRelation
-from fedpriv.accounting.accountant import AccountingSpec
-from fedpriv.common.validate import check_finite, parse_enum
+from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec
+from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
 from fedpriv.common.errors import ConfigError, check
+from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.mechanisms.samplers import SamplerKind
 
 __all__ = [
@@ -616,6 +618,20 @@ OWN_ANALYSIS = (
     "batch-clipping f-DP mixture (own analysis, arXiv:2212.05796 Sec. 5); "
     "privacy.accountant and privacy.conversion do not apply"
 )
+#: ``fedpriv-account batch-clipping``'s keys.
+KEYS = (
+    "sampling",
+    "num_samples",
+    "num_groups",
+    "group_size",
+    "epochs",
+    "local_rounds",
+    "num_rounds",
+    "group_privacy",
+    "noise_multiplier",
+    "target_epsilon",
+    "target_delta",
+)
 
 
 class Analysis(StrEnum):
@@ -642,53 +658,56 @@ def _int_at_least(field_name: str, value: Any, lo: int = 1) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class BatchClippingSpec:
+class BatchClippingSpec(PrivacySpec):
     """Generalized DP-SGD (Algorithm 1 of the first paper): one client's release, typed.
 
-    Built by BOTH the client algorithm :class:`clients.generalized_dpsgd.GeneralizedDPSGD` and
-    ``fedpriv-account batch-clipping``, so the CLI prints exactly a run's ε. Each client's
-    release carries its own noise and is private on its own (no secure aggregation assumed).
+    Built by BOTH the client algorithm :class:`clients.generalized_dpsgd.GeneralizedDPSGD`
+    (``privacy=batch_clipping``, the run's facts bound by the client) and ``fedpriv-account
+    batch-clipping`` (:meth:`from_params`), so the CLI prints exactly a run's ε. Each client's
+    release carries its own noise and is private on its own (no secure aggregation assumed):
+    ``noise_multiplier`` is σ of ONE client's release.
 
-    Per local round a client clips ``m`` group updates to ``C``, sums them (``U``), adds
-    ``N(0, (2 C σ)^2 I)`` (``N(0, (C σ)^2 I)`` for Poisson) and steps by
+    Per local round a client clips ``m`` group updates to ``C`` (``clipping_norm``), sums them
+    (``U``), adds ``N(0, (2 C σ)^2 I)`` (``N(0, (C σ)^2 I)`` for Poisson) and steps by
     ``η_t (U + noise) / m``. The divisor :attr:`normalizer` ``= m`` is a public constant of
     the config, the same for every client: a record's influence on ``U`` and the noise are
     scaled alike, so every record's noise per unit sensitivity is σ whatever the client's size.
 
     Parameters
     ----------
+    noise_multiplier : float or None
+        σ >= 0, finite (0: no privacy): the noise std per unit sensitivity of each local
+        round's release; ``None`` with ``target_epsilon`` (calibrated by the run).
+    clipping_norm : float
+        ``C`` > 0, finite: the clip of one group's update (real units).
+    sample_rate : float
+        ``q`` in (0, 1]: each record's probability to be in a local round's batch (Poisson
+        sampling only; unused by shuffling and subsampling).
+    group_sizes : tuple of int, optional
+        ``g`` values whose group ε :meth:`report` computes (each <= ``N`` and <= 64); ``None``
+        = those of (1, 2, 4, 8) that are <= ``N`` for fixed-size batches, none for Poisson (an
+        explicit value is refused there): :attr:`report_group_sizes`.
     sampler : SamplerKind
         ``shuffle`` | ``subsample`` (fixed-size batches over the client's first ``N`` records)
         or ``poisson`` (every record of the client independently with probability ``q``;
-        individual clipping, ``group_size = 1``).
+        individual clipping, ``group_size = 1``). Bound by the client (``client.sampler``).
     num_groups : int
         ``m`` >= 1, clipped group updates per local round (for Poisson: the public expected
-        batch size that divides the noisy sum).
+        batch size that divides the noisy sum). Bound (``client.num_groups``).
     group_size : int
-        ``s`` >= 1, records per group (``m s <= N``).
+        ``s`` >= 1, records per group (``m s <= N``). Bound (``client.group_size``).
     epochs, local_rounds : int, optional
         Whole epochs (``N // (m s)`` local rounds each; ``round(1/q)`` for Poisson) or local
-        rounds per server round; exactly one. Every client runs the same number.
-    noise_multiplier : float
-        σ >= 0, finite (0: no privacy).
-    clipping_norm : float
-        ``C`` > 0, finite (``privacy.max_grad_norm``).
+        rounds per server round; exactly one. Every client runs the same number. Bound.
     num_samples : int, optional
-        ``N``: records each client uses (shuffle/subsample; the smallest partition, see
+        ``N``: records each client uses (shuffle/subsample; the smallest partition, bound by
         :meth:`clients.generalized_dpsgd.GeneralizedDPSGD.for_run`). Under the replace-one
         relation every client's size is the same in neighbouring data sets, so ``N`` is public.
         Unused (``None``) with Poisson sampling, whose analysis needs no data size.
-    sample_rate : float
-        ``q`` in (0, 1] (Poisson only).
-    group_sizes : tuple of int, optional
-        ``g`` values whose group ε is computed (each <= ``N`` and <= 64); ``None`` = those of
-        (1, 2, 4, 8) that are <= ``N`` for fixed-size batches, none for Poisson (an explicit
-        value is refused there).
     analysis : Analysis
-        ``auto``, or the one analysis that fits the sampler.
-    accounting : AccountingSpec
-        Accountant, conversion, δ; its neighbouring relation is set from the sampler
-        (replace-one for fixed-size batches, add/remove for Poisson).
+        ``auto``, or the one analysis that fits the sampler (bound, ``client.analysis``).
+    (and the fields of :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`; the neighbouring
+    relation follows the sampler: replace-one for fixed-size batches, add/remove for Poisson)
 
     Raises
     ------
@@ -701,54 +720,70 @@ class BatchClippingSpec:
     (arXiv:2212.05796): Algorithm 1, Sec. 3, Sec. 5 (Lemma B.1, Theorems 5.5/5.6), Table 1.
     """
 
+    family: ClassVar[str] = "batch_clipping"
+    bound_fields: ClassVar[tuple[str, ...]] = (
+        *PrivacySpec.bound_fields,
+        "sampler",
+        "num_groups",
+        "group_size",
+        "epochs",
+        "local_rounds",
+        "num_samples",
+        "analysis",
+    )
+
+    noise_multiplier: float | None = 1.2
+    clipping_norm: float = 1.0
+    sample_rate: float = 0.1
+    group_sizes: tuple[int, ...] | None = None
     sampler: SamplerKind = SamplerKind.SHUFFLE
     num_groups: int = 1
     group_size: int = 64
     epochs: int | None = 1
     local_rounds: int | None = None
-    noise_multiplier: float
-    clipping_norm: float = 1.0
     num_samples: int | None = None
-    sample_rate: float = 0.1
-    group_sizes: tuple[int, ...] | None = None
     analysis: Analysis = Analysis.AUTO
-    accounting: AccountingSpec = field(default_factory=AccountingSpec)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         set_ = object.__setattr__
-        sampler = parse_enum(SamplerKind, "client.sampler", self.sampler)
-        set_(self, "sampler", sampler)
-        analysis = parse_enum(Analysis, "client.analysis", self.analysis)
-        set_(self, "analysis", analysis)
-        m = _int_at_least("client.num_groups", self.num_groups)
-        s = _int_at_least("client.group_size", self.group_size)
-        set_(self, "num_groups", m)
-        set_(self, "group_size", s)
+        set_(self, "sampler", parse_enum(SamplerKind, "client.sampler", self.sampler))
+        set_(self, "analysis", parse_enum(Analysis, "client.analysis", self.analysis))
+        set_(self, "num_groups", _int_at_least("client.num_groups", self.num_groups))
+        set_(self, "group_size", _int_at_least("client.group_size", self.group_size))
+        self._check_rounds()
+        set_(self, "noise_multiplier", self.noise_or_target(self.noise_multiplier))
+        clip = check_finite(
+            "privacy.clipping_norm", self.clipping_norm, "must be a finite number > 0"
+        )
+        check(clip > 0, "privacy.clipping_norm", clip, "must be > 0")
+        set_(self, "clipping_norm", clip)
+        q = check_finite("privacy.sample_rate", self.sample_rate, "must be in (0, 1]")
+        check(0 < q <= 1, "privacy.sample_rate", q, "must be in (0, 1]")
+        set_(self, "sample_rate", q)
+        self._check_analysis()
+        set_(self, "group_sizes", self._checked_groups())
+        if self.num_samples is not None:
+            set_(self, "num_samples", _int_at_least("client.num_samples", self.num_samples))
+            self._check_batch_fits()
+
+    def _check_rounds(self) -> None:
         check(
             (self.local_rounds is None) != (self.epochs is None),
             "client.local_rounds",
             self.local_rounds,
             f"and client.epochs={self.epochs!r}: give exactly one",
         )
+        set_ = object.__setattr__
         if self.epochs is not None:
             set_(self, "epochs", _int_at_least("client.epochs", self.epochs))
         if self.local_rounds is not None:
             set_(self, "local_rounds", _int_at_least("client.local_rounds", self.local_rounds))
-        sigma = check_finite(
-            "privacy.noise_multiplier", self.noise_multiplier, "must be a finite number >= 0"
-        )
-        check(sigma >= 0, "privacy.noise_multiplier", sigma, "must be >= 0")
-        set_(self, "noise_multiplier", sigma)
-        clip = check_finite(
-            "privacy.max_grad_norm", self.clipping_norm, "must be a finite number > 0"
-        )
-        check(clip > 0, "privacy.max_grad_norm", clip, "must be > 0")
-        set_(self, "clipping_norm", clip)
-        q = check_finite("privacy.sample_rate", self.sample_rate, "must be in (0, 1]")
-        check(0 < q <= 1, "privacy.sample_rate", q, "must be in (0, 1]")
-        set_(self, "sample_rate", q)
-        poisson = sampler is SamplerKind.POISSON
-        if poisson:
+
+    def _check_analysis(self) -> None:
+        """Refuse an analysis that does not fit the sampler, and Poisson with groups."""
+        analysis = self.analysis
+        if self.is_poisson:
             check(
                 analysis is not Analysis.BATCH_CLIPPING,
                 "client.analysis",
@@ -757,57 +792,47 @@ class BatchClippingSpec:
                 "use analysis=poisson-gaussian",
             )
             check(
-                s == 1,
+                self.group_size == 1,
                 "client.group_size",
-                s,
+                self.group_size,
                 "must be 1 with sampler=poisson: only individual clipping has a Poisson "
                 "analysis (noise N(0,(C sigma)^2))",
             )
-        else:
-            check(
-                analysis is not Analysis.POISSON_GAUSSIAN,
-                "client.analysis",
-                analysis.value,
-                f"does not cover sampler={sampler.value!r}: the Poisson analysis under-reports "
-                "epsilon for shuffled or fixed-size batches; use analysis=batch-clipping",
-            )
-        set_(self, "group_sizes", self._checked_groups(poisson))
-        relation = NeighboringRelation.ADD_REMOVE if poisson else NeighboringRelation.REPLACE_ONE
+            return
         check(
-            isinstance(self.accounting, AccountingSpec),
-            "privacy",
-            self.accounting,
-            "must be an AccountingSpec",
+            analysis is not Analysis.POISSON_GAUSSIAN,
+            "client.analysis",
+            analysis.value,
+            f"does not cover sampler={self.sampler.value!r}: the Poisson analysis "
+            "under-reports epsilon for shuffled or fixed-size batches; use "
+            "analysis=batch-clipping",
         )
-        if self.accounting.neighboring_relation is not relation:
-            set_(self, "accounting", replace(self.accounting, neighboring_relation=relation))
-        if self.num_samples is not None:
-            n = _int_at_least("client.num_samples", self.num_samples)
-            set_(self, "num_samples", n)
-            if not poisson:
-                check(
-                    m * s <= n,
-                    "client.num_groups",
-                    m,
-                    f"times client.group_size={s} must be <= the client's {n} samples",
-                )
-                check(
-                    all(g <= n for g in self.group_sizes or ()),
-                    "privacy.group_sizes",
-                    list(self.group_sizes or ()),
-                    f"must all be <= the client's {n} samples",
-                )
 
-    def _checked_groups(self, poisson: bool) -> tuple[int, ...]:
-        if self.group_sizes is None or (poisson and not self.group_sizes):
-            # the default (cut to the records a client uses); () is the resolved Poisson value
-            if poisson:
-                return ()
-            n = self.num_samples
-            return tuple(g for g in DEFAULT_GROUP_SIZES if not isinstance(n, int) or g <= n)
+    def _check_batch_fits(self) -> None:
+        """``m s <= N`` and every group size <= ``N`` (fixed-size batches)."""
+        if self.is_poisson:
+            return
+        n, m, s = self.samples_used, self.num_groups, self.group_size
+        check(
+            m * s <= n,
+            "client.num_groups",
+            m,
+            f"times client.group_size={s} must be <= the client's {n} samples",
+        )
+        check(
+            all(g <= n for g in self.group_sizes or ()),
+            "privacy.group_sizes",
+            list(self.group_sizes or ()),
+            f"must all be <= the client's {n} samples",
+        )
+
+    def _checked_groups(self) -> tuple[int, ...] | None:
+        """The configured group sizes as a tuple (``None`` stays: the default)."""
+        if self.group_sizes is None:
+            return None
         groups = list(self.group_sizes)
         check(
-            not poisson,
+            not self.is_poisson,
             "privacy.group_sizes",
             groups,
             "is not computed with client.sampler=poisson (no group analysis of Poisson "
@@ -823,14 +848,6 @@ class BatchClippingSpec:
             groups,
             "must all be integers >= 1",
         )
-        n = self.num_samples
-        if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
-            check(
-                max(groups) <= n,
-                "privacy.group_sizes",
-                groups,
-                f"must all be <= the client's {n} samples",
-            )
         check(
             max(groups) <= MAX_GROUP_PRIVACY,
             "privacy.group_sizes",
@@ -841,9 +858,37 @@ class BatchClippingSpec:
 
     # ------------------------------------------------------------------ derived values
     @property
+    def neighboring_relation(self) -> NeighboringRelation:
+        """Replace-one for fixed-size batches (the mixture analysis); add/remove for Poisson."""
+        if self.is_poisson:
+            return NeighboringRelation.ADD_REMOVE
+        return NeighboringRelation.REPLACE_ONE
+
+    @property
     def is_poisson(self) -> bool:
         """Whether the sampler is Poisson (add/remove, dp-accounting's analysis)."""
         return self.sampler is SamplerKind.POISSON
+
+    @property
+    def non_private(self) -> bool:
+        return self.noise_multiplier == 0
+
+    @property
+    def sigma(self) -> float:
+        """σ as a number.
+
+        Raises
+        ------
+        ConfigError
+            Before calibration (``noise_multiplier=None``).
+        """
+        check(
+            self.noise_multiplier is not None,
+            "privacy.noise_multiplier",
+            None,
+            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
+        )
+        return float(self.noise_multiplier)  # type: ignore[arg-type]
 
     @property
     def analysis_name(self) -> Analysis:
@@ -851,15 +896,34 @@ class BatchClippingSpec:
         return Analysis.POISSON_GAUSSIAN if self.is_poisson else Analysis.BATCH_CLIPPING
 
     @property
+    def report_group_sizes(self) -> tuple[int, ...]:
+        """The ``g`` whose group ε :meth:`report` computes: ``group_sizes``, or by default
+        those of (1, 2, 4, 8) that are <= ``N`` (fixed-size batches; none for Poisson)."""
+        if self.group_sizes is not None:
+            return self.group_sizes
+        if self.is_poisson:
+            return ()
+        n = self.num_samples
+        return tuple(g for g in DEFAULT_GROUP_SIZES if n is None or g <= n)
+
+    @property
     def normalizer(self) -> float:
         """``m``: the PUBLIC divisor of every noisy step ``(U + noise) / m`` (same for all
         clients, never computed from a client's data)."""
         return float(self.num_groups)
 
-    def _n(self) -> int:
+    @property
+    def samples_used(self) -> int:
+        """``N`` as a number.
+
+        Raises
+        ------
+        ConfigError
+            Before the client bound it (``num_samples=None``).
+        """
         if self.num_samples is None:
             raise ConfigError(
-                "client.num_samples", None, "is unknown: build the algorithm with for_run(cfg)"
+                "client.num_samples", None, "is unknown: bind the algorithm with for_run(plan)"
             )
         return int(self.num_samples)
 
@@ -868,7 +932,7 @@ class BatchClippingSpec:
         """``N // (m s)``; for Poisson ``max(1, round(1/q))`` (no data size needed)."""
         if self.is_poisson:
             return max(1, round(1.0 / self.sample_rate))
-        return self._n() // (self.num_groups * self.group_size)
+        return self.samples_used // (self.num_groups * self.group_size)
 
     @property
     def rounds_per_server_round(self) -> int:
@@ -880,7 +944,7 @@ class BatchClippingSpec:
     def noise_stddev(self, clipping_norm: float | None = None) -> float:
         """Std of the noise added to ``U``: ``2 C σ`` (``C σ`` for Poisson), before ``/ m``."""
         c = self.clipping_norm if clipping_norm is None else float(clipping_norm)
-        return (1.0 if self.is_poisson else 2.0) * c * self.noise_multiplier
+        return (1.0 if self.is_poisson else 2.0) * c * self.sigma
 
     def sensitivity(self, clipping_norm: float | None = None) -> float:
         """l2 sensitivity of ``U`` to one record: ``2 C`` (replace-one), ``C`` (Poisson,
@@ -892,37 +956,25 @@ class BatchClippingSpec:
     def event(self, group_privacy: int = 1) -> Any:
         """One local round's privacy event (``group_privacy`` records, fixed-size batches)."""
         if self.is_poisson:
-            from fedpriv.accounting.dpsgd import poisson_gaussian_event
-
-            return poisson_gaussian_event(self.noise_multiplier, self.sample_rate)
-        n = self._n()
+            return poisson_gaussian_event(self.sigma, self.sample_rate)
         return BatchClippingEvent(
             self.sampler.value,
-            n,
+            self.samples_used,
             self.num_groups,
             self.group_size,
-            self.noise_multiplier,
+            self.sigma,
             group_privacy,
         )
 
-    def round_events(self) -> list[tuple[Any, int]]:
+    def round_events(self) -> EventRuns:
         """``[(event, local rounds per server round)]``: one server round of one client."""
         return [(self.event(), self.rounds_per_server_round)]
 
-    def ledger(self, num_rounds: int) -> Any:
-        """A ledger holding ``num_rounds`` server rounds, recorded as a run records them."""
-        ledger = self.accounting.ledger()
-        for _ in range(_int_at_least("num_rounds", num_rounds, 0)):
-            for event, count in self.round_events():
-                ledger.record(event, count)
-        return ledger
-
-    def epsilon(self, num_rounds: int) -> float:
-        """ε at ``accounting.target_delta`` after ``num_rounds`` server rounds (what
-        :class:`fedpriv.run.run_privacy.RunPrivacy` reports)."""
-        if num_rounds == 0:
-            return 0.0
-        return float(self.ledger(num_rounds).get_epsilon(self.accounting.target_delta))
+    def degraded_round_events(self, contributors: int) -> EventRuns:
+        """Each client's release carries its own noise and is private alone, so other
+        clients' dropouts weaken nothing: the full round's events (an upper bound for a
+        dropped client)."""
+        return self.round_events()
 
     def accounting_description(self) -> str:
         """What answers for ε: :data:`OWN_ANALYSIS` for fixed-size batches (accountant and
@@ -934,28 +986,41 @@ class BatchClippingSpec:
         return str(ledger.analysis())
 
     def law(self, num_local_rounds: int, group_privacy: int = 1) -> SumSquaresLaw:
-        """The law ``q`` of ``c^2`` after ``num_local_rounds`` (fixed-size batches only)."""
+        """The law ``q`` of ``c^2`` after ``num_local_rounds`` (fixed-size batches only; the
+        same law :class:`BatchClippingEvent` composes)."""
         check(not self.is_poisson, "client.sampler", self.sampler.value, "has no q_E law")
-        return self.event(group_privacy).law(num_local_rounds)
+        return sum_squares_law(
+            self.sampler.value,
+            self.samples_used,
+            self.num_groups,
+            self.group_size,
+            int(num_local_rounds),
+            group_privacy,
+        )
 
-    def group_epsilons(self, num_rounds: int) -> dict[str, float]:
+    def report(self, rounds: int) -> dict[str, float]:
         """``epsilon_g{g}`` (exact mixture) and ``epsilon_g{g}_closed`` (Table 1 closed form)
-        for each ``g`` in :attr:`group_sizes` after ``num_rounds`` server rounds; ``{}`` for
-        Poisson or before any round."""
-        if self.is_poisson or num_rounds < 1:
+        for each ``g`` in :attr:`report_group_sizes` after ``rounds`` server rounds, at
+        ``target_delta``; ``{}`` for Poisson or before any round.
+
+        References
+        ----------
+        arXiv:2212.05796, Sec. 5 (group privacy, Theorems 5.5/5.6) and Table 1.
+        """
+        if self.is_poisson or rounds < 1:
             return {}
-        count = num_rounds * self.rounds_per_server_round
+        count = rounds * self.rounds_per_server_round
         epochs = count / self.rounds_per_epoch
-        delta = self.accounting.target_delta
+        delta = self.target_delta
         out: dict[str, float] = {}
-        for g in self.group_sizes or ():
+        for g in self.report_group_sizes:
             out[f"epsilon_g{g}"] = self.event(g).epsilon(delta, count)
-            mu, _ = table1_mu(self.num_groups, self.group_size, epochs, self.noise_multiplier, g)
+            mu, _ = table1_mu(self.num_groups, self.group_size, epochs, self.sigma, g)
             out[f"epsilon_g{g}_closed"] = gdp.gdp_epsilon(delta, mu)
         return out
 
     def calibrated(self, target_epsilon: float, num_rounds: int) -> BatchClippingSpec:
-        """A copy whose σ is the smallest (to 0.1 %) with :meth:`epsilon` ``(num_rounds)``
+        """A NEW spec whose σ is the smallest (to 0.1 %) with :meth:`epsilon` ``(num_rounds)``
         <= ``target_epsilon``, evaluated on the very function the run reports (so accountant
         AND conversion are honoured for Poisson; for fixed-size batches the own analysis
         answers whatever they are).
@@ -965,78 +1030,68 @@ class BatchClippingSpec:
         ConfigError
             If the target is not a positive finite number or cannot be reached.
         """
-        from fedpriv.accounting.calibrate import bisect_noise
-
         target = check_finite(
             "privacy.target_epsilon", target_epsilon, "must be a finite number > 0"
         )
         check(target > 0, "privacy.target_epsilon", target, "must be > 0")
         rounds = _int_at_least("num_rounds", num_rounds)
-        delta = self.accounting.target_delta
+        name = "privacy.noise_multiplier"
         if not self.is_poisson:
             law = self.law(rounds * self.rounds_per_server_round)
+            delta = self.target_delta
 
             def eps(sig: float) -> float:  # == BatchClippingEvent.epsilon, what the ledger calls
                 return batch_clipping_epsilon(law, sig, delta)
 
-            sigma = bisect_noise(eps, target, field="privacy.noise_multiplier")
-            return replace(self, noise_multiplier=sigma)
+            return self.with_noise(bisect_noise(eps, target, field=name), target)
 
         def eps_of(spec: BatchClippingSpec) -> Any:
-            return lambda sig: replace(spec, noise_multiplier=sig).epsilon(rounds)
+            return lambda sig: spec.with_noise(sig).epsilon(rounds)
 
         hint = None
-        if self.accounting.accountant is Accountant.PLD:  # bracket with the fast RDP answer
-            rdp = replace(
-                self, accounting=AccountingSpec(accountant=Accountant.RDP, target_delta=delta)
-            )
-            sigma_rdp = bisect_noise(
-                eps_of(rdp), target, field="privacy.noise_multiplier", rtol=0.01
-            )
+        if self.accountant is Accountant.PLD:  # bracket with the fast RDP answer
+            rdp = replace(self, accountant=Accountant.RDP, conversion=Conversion.DEFAULT)
+            sigma_rdp = bisect_noise(eps_of(rdp), target, field=name, rtol=0.01)
             hint = (0.75 * sigma_rdp, sigma_rdp)
-        sigma = bisect_noise(eps_of(self), target, field="privacy.noise_multiplier", hint=hint)
-        return replace(self, noise_multiplier=sigma)
+        sigma = bisect_noise(eps_of(self), target, field=name, hint=hint)
+        return self.with_noise(sigma, target)
 
-    def summary(self) -> dict[str, Any]:
-        """The accounted mechanism, for ``results.json``'s ``privacy`` block."""
-        return {
+    def extra_summary(self) -> dict[str, Any]:
+        """The accounted mechanism for ``results.json``: the analysis (``auto`` resolved),
+        what answers for ε, the group sizes reported, the local rounds per server round, the
+        noise std per unit clipping norm, the relation and the public normalizer."""
+        out: dict[str, Any] = {
+            "mechanism": "gaussian",
             "analysis": self.analysis_name.value,
-            "accounting": self.accounting_description(),
-            "sampler": self.sampler.value,
-            "num_samples": self.num_samples,
-            "num_groups": self.num_groups,
-            "group_size": self.group_size,
-            "local_rounds_per_server_round": self.rounds_per_server_round,
-            "noise_stddev_per_unit_clipping_norm": self.noise_stddev(1.0),
+            "group_sizes": list(self.report_group_sizes),
+            "neighboring_relation": self.neighboring_relation.value,
             "normalizer": self.normalizer,
-            "neighboring_relation": self.accounting.neighboring_relation.value,
-            "group_sizes": list(self.group_sizes or ()),
         }
+        if self.noise_multiplier is not None:
+            out["noise_stddev_per_unit_clipping_norm"] = self.noise_stddev(1.0)
+            if self.is_poisson or self.num_samples is not None:
+                out["accounting"] = self.accounting_description()
+        if self.is_poisson or self.num_samples is not None:
+            out["local_rounds_per_server_round"] = self.rounds_per_server_round
+        return out
 
     # ------------------------------------------------------------------ CLI
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> tuple[BatchClippingSpec, dict[str, Any]]:
-        """The spec of ``fedpriv-account batch-clipping key=value ...`` and the CLI's extras.
+    def from_params(cls, p: Params) -> BatchClippingSpec:
+        """The spec of ``fedpriv-account batch-clipping key=value ...``.
 
-        Keys: ``sampling`` (shuffle | subsample), ``num_samples``, ``num_groups``,
+        Keys read here: ``sampling`` (shuffle | subsample), ``num_samples``, ``num_groups``,
         ``group_size``, ``epochs`` (per server round) | ``local_rounds`` (per server round),
-        ``num_rounds`` (server rounds, default 1), ``noise_multiplier`` (omit to calibrate),
-        ``group_privacy`` (default 1), ``target_delta`` | ``target_epsilon``. With the values
-        of a run (``epochs`` or ``local_rounds`` of its client, its ``num_rounds``) the
-        spec's ε is exactly the run's.
-
-        Returns
-        -------
-        (BatchClippingSpec, dict)
-            The spec (σ = 0 when it is to be calibrated; δ = ``target_delta`` or 1e-5) and
-            ``{"num_rounds", "group_privacy", "target_epsilon", "target_delta", "calibrate"}``.
+        ``group_privacy`` (default 1: ``group_sizes = (g,)``), ``noise_multiplier`` (0 when
+        absent: the CLI calibrates it) and ``target_delta`` (default 1e-5). With the values of
+        a run (``epochs`` or ``local_rounds`` of its client) the spec's events are exactly
+        the run's.
 
         Raises
         ------
         ConfigError
-            On unknown keys, bad values or uncovered combinations (naming the CLI key).
+            On bad values or uncovered combinations (naming the CLI key).
         """
-        p = Params(params, "batch-clipping")
         sampling = p.str("sampling")
         n = p.int("num_samples", ge=1)
         m = p.int("num_groups", ge=1)
@@ -1044,37 +1099,21 @@ class BatchClippingSpec:
         given = str(p.exclusive("epochs", "local_rounds"))  # required: never None
         # beyond 100,000 epochs: minutes of exact convolution, and ε is meaningless
         per = p.int(given, ge=1, le=100_000 if given == "epochs" else 10**8)
-        rounds = p.int("num_rounds", 1, ge=1, le=100_000)
         g = p.int("group_privacy", 1, ge=1)
-        sigma = p.float("noise_multiplier", None, ge=0.0)
-        eps_t, delta_t = gdp.cli_targets(p)
-        p.finish()
+        sigma = p.float("noise_multiplier", 0.0, ge=0.0)
+        delta = p.delta("target_delta", 1e-5)
         _validate(sampling, n, m, s, g)
-        if sigma is None and (eps_t is None or delta_t is None):
-            raise ConfigError(
-                "noise_multiplier",
-                None,
-                "is required unless both target_epsilon and target_delta are given",
-            )
-        spec = cls(
+        return cls(
             sampler=SamplerKind(sampling),
             num_groups=m,
             group_size=s,
             epochs=per if given == "epochs" else None,
             local_rounds=per if given == "local_rounds" else None,
-            noise_multiplier=0.0 if sigma is None else sigma,
+            noise_multiplier=sigma,
             num_samples=n,
             group_sizes=(g,),
-            accounting=AccountingSpec(target_delta=1e-5 if delta_t is None else delta_t),
+            target_delta=delta,
         )
-        extras = {
-            "num_rounds": rounds,
-            "group_privacy": g,
-            "target_epsilon": eps_t,
-            "target_delta": delta_t,
-            "calibrate": sigma is None,
-        }
-        return spec, extras
 
 
 # --------------------------------------------------------------------------- CLI
@@ -1100,60 +1139,78 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     ConfigError
         On unknown keys, bad values or uncovered combinations.
     """
-    from fedpriv.accounting.calibrate import bisect_noise
-
-    spec, extra = BatchClippingSpec.from_params(params)
-    g = int(extra["group_privacy"])
-    eps_t, delta_t = extra["target_epsilon"], extra["target_delta"]
-    if not extra["calibrate"]:
+    p = Params(params, "batch-clipping", KEYS)
+    spec = BatchClippingSpec.from_params(p)
+    num_rounds = p.int("num_rounds", 1, ge=1, le=100_000)
+    eps_t, delta_t = gdp.cli_targets(p)
+    p.finish()
+    calibrate = not p.has("noise_multiplier")
+    if calibrate and (eps_t is None or delta_t is None):
+        raise ConfigError(
+            "noise_multiplier",
+            None,
+            "is required unless both target_epsilon and target_delta are given",
+        )
+    if not calibrate:
         gdp.check_one_target(eps_t, delta_t)
-    per_epoch = spec.rounds_per_epoch
-    rounds = int(extra["num_rounds"]) * spec.rounds_per_server_round
-    epochs = rounds / per_epoch
+    g = spec.report_group_sizes[0]
+    rounds = num_rounds * spec.rounds_per_server_round
     law = spec.law(rounds, g)
     out: dict[str, Any] = {
         "analysis": "batch-clipping",
         "accounting": OWN_ANALYSIS,
         "sampling": spec.sampler.value,
-        "rounds_per_epoch": per_epoch,
+        "rounds_per_epoch": spec.rounds_per_epoch,
         "rounds": rounds,
         "group_privacy": g,
         "normalizer": spec.normalizer,
     }
-    sigma = spec.noise_multiplier
-    if extra["calibrate"]:
+    sigma = spec.sigma
+    if calibrate:
         assert eps_t is not None and delta_t is not None
-        if law.components()[0].max() == 0.0:
-            sigma = 0.0
-        else:
-            sigma = bisect_noise(
-                lambda sig: batch_clipping_epsilon(law, sig, delta_t),
-                eps_t,
-                field="noise_multiplier",
-            )
+        sigma = _cli_sigma(law, eps_t, delta_t)
         out["calibrated"] = "noise_multiplier"
         out["target_epsilon"] = eps_t
     out["noise_multiplier"] = sigma
-    if delta_t is not None and "calibrated" not in out:
+    if delta_t is not None and not calibrate:
         out["epsilon"], out["delta"] = batch_clipping_epsilon(law, sigma, delta_t), delta_t
     else:
         assert eps_t is not None
         out["epsilon"], out["delta"] = eps_t, batch_clipping_delta(law, sigma, eps_t)
+    out.update(_cli_closed_forms(spec, law, sigma, g, rounds / spec.rounds_per_epoch, out["delta"]))
+    return out
+
+
+def _cli_sigma(law: SumSquaresLaw, target_epsilon: float, target_delta: float) -> float:
+    """The smallest σ (to 0.1 %) whose mixture ε at ``target_delta`` is <= the target."""
+    if law.components()[0].max() == 0.0:
+        return 0.0
+    return bisect_noise(
+        lambda sig: batch_clipping_epsilon(law, sig, target_delta),
+        target_epsilon,
+        field="noise_multiplier",
+    )
+
+
+def _cli_closed_forms(
+    spec: BatchClippingSpec, law: SumSquaresLaw, sigma: float, g: int, epochs: float, d: float
+) -> dict[str, Any]:
+    """The Table 1 closed form, the worst case and the law ``q_E`` for the CLI's output."""
     mu_t1, formula = table1_mu(spec.num_groups, spec.group_size, epochs, sigma, g)
     mu_wc = worst_case_mu(law, sigma)
-    d = out["delta"]
-    out["closed_form"] = {
-        "formula": formula,
-        "mu": mu_t1,
-        "epsilon": gdp.gdp_epsilon(d, mu_t1) if 0 < d < 1 else None,
-        "kind": (
-            "upper bound (shuffling)"
-            if spec.sampler is SamplerKind.SHUFFLE
-            else "approximation (Table 1, large N); not a bound for subsampling"
-        ),
+    return {
+        "closed_form": {
+            "formula": formula,
+            "mu": mu_t1,
+            "epsilon": gdp.gdp_epsilon(d, mu_t1) if 0 < d < 1 else None,
+            "kind": (
+                "upper bound (shuffling)"
+                if spec.sampler is SamplerKind.SHUFFLE
+                else "approximation (Table 1, large N); not a bound for subsampling"
+            ),
+        },
+        "worst_case": {"mu": mu_wc, "epsilon": gdp.gdp_epsilon(d, mu_wc) if 0 < d < 1 else None},
+        "lumped_mass": law.lumped_mass,
+        "mean_c2": law.mean(),
+        "q_E": {str(t): q for t, q in sorted(law.as_dict().items())},
     }
-    out["worst_case"] = {"mu": mu_wc, "epsilon": gdp.gdp_epsilon(d, mu_wc) if 0 < d < 1 else None}
-    out["lumped_mass"] = law.lumped_mass
-    out["mean_c2"] = law.mean()
-    out["q_E"] = {str(t): q for t, q in sorted(law.as_dict().items())}
-    return out

@@ -70,8 +70,9 @@ def _one_line(exc: BaseException) -> str:
     text = str(exc.__cause__ or exc)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     key = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), "")
+    skip = ("full_key:", "object_type", "reference_type")
     reason = next(
-        (ln for ln in lines if not ln.startswith(("full_key:", "object_type", "reference_type"))),
+        (ln for ln in lines if not ln.startswith(skip) and not _composing_header(ln)),
         text,
     )
     if "Available options" in text:
@@ -82,6 +83,12 @@ def _one_line(exc: BaseException) -> str:
             options.append(line.strip())
         reason += "; available: " + ", ".join(options)
     return f"{key}: {reason}" if key else reason
+
+
+def _composing_header(line: str) -> bool:
+    """Hydra's ``In 'sampler/shuffle': ConfigKeyError raised while composing config:`` (the
+    reason is on the next line)."""
+    return line.startswith("In '") and line.endswith("raised while composing config:")
 
 
 def precheck(argv: list[str]) -> None:

@@ -93,6 +93,10 @@ class ClientAlgorithm(ABC):
     checks_in: ClassVar[bool] = False
     #: Fields :meth:`for_run` binds from the run (not config keys).
     bound_fields: ClassVar[tuple[str, ...]] = ()
+    #: Whether Hydra instantiates nested ``_target_`` nodes of the client's config (its
+    #: ``_recursive_``); False: they reach the constructor as data (e.g. an optimizer the
+    #: algorithm builds itself, once per group).
+    recursive_config: ClassVar[bool] = True
 
     privacy: PrivacySpec
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -172,13 +172,17 @@ class RunConfig:
 def option_schema(cls: type) -> type:
     """The structured config of a class-group option: the class's configurable fields (a
     privacy spec's unbound fields; a client algorithm's fields but its spec and the fields the
-    run binds) with the class's defaults."""
+    run binds, and ``_recursive_: false`` when it keeps nested ``_target_`` nodes as data)
+    with the class's defaults."""
     if issubclass(cls, PrivacySpec):
         return config_schema(cls)
-    skip: tuple[str, ...] = ()
-    if issubclass(cls, ClientAlgorithm):
-        skip = ("privacy", *cls.bound_fields)
-    return dataclass_schema(cls, skip)
+    if not issubclass(cls, ClientAlgorithm):
+        return dataclass_schema(cls)
+    schema = dataclass_schema(cls, ("privacy", *cls.bound_fields))
+    if cls.recursive_config:
+        return schema
+    flag = ("_recursive_", bool, field(default=False))  # nested _target_ nodes stay data
+    return make_dataclass(schema.__name__, [flag], bases=(schema,))
 
 
 def option_target(path: Path) -> str:

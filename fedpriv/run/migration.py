@@ -33,7 +33,14 @@ class Renamed:
 
 
 #: Config keys (dotted) that changed name.
-RENAMED_KEYS: tuple[Renamed, ...] = ()
+RENAMED_KEYS: tuple[Renamed, ...] = (
+    Renamed(
+        "privacy.max_grad_norm",
+        "privacy.clipping_norm",
+        family="batch_clipping",
+        where="privacy=batch_clipping: the clip of a group's update",
+    ),
+)
 
 #: ``_target_`` class paths that moved: old path -> new path.
 MOVED_TARGETS: dict[str, str] = {
