@@ -418,8 +418,8 @@ def test_group_sizes_are_a_setting_of_the_batch_clipping_family_only() -> None:
 def test_batch_clipping_accepts_group_sizes() -> None:
     overrides = [o for o in TINY if not o.startswith("client.")]
     _, algorithm = prepare(_cfg([*overrides, "client=batch_clipping", "privacy.group_sizes=[1,2]"]))
-    assert type(algorithm).supports_group_privacy is True
-    assert tuple(algorithm.group_sizes) == (1, 2)
+    assert tuple(algorithm.privacy.group_sizes) == (1, 2)
+    assert {"epsilon_g1", "epsilon_g2"} <= set(algorithm.privacy.report(1))
 
 
 def test_accountant_and_conversion_are_enums() -> None:
