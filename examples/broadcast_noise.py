@@ -1,4 +1,4 @@
-"""A BROKEN mechanism for the audit to catch (``tests/test_audit.py``, README "Auditing").
+"""A BROKEN mechanism for the audit to catch (``tests/test_audit.py``, docs/auditing.md).
 
 :class:`BroadcastNoiseDPSGD` is local DP-SGD whose noise is the noise of the first paper's
 public code (van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping",
@@ -10,7 +10,7 @@ instead of one draw per coordinate. It claims (and is accounted at) the ε of
 tensor hides almost nothing (for a softmax layer it cancels exactly), so ``audit=canaries``
 finds an ε lower bound above the claimed ε::
 
-    fedpriv audit=canaries model=logistic privacy.noise_multiplier=5 \
+    .venv/bin/fedpriv audit=canaries model=logistic privacy.noise_multiplier=5 \
         client._target_=examples.broadcast_noise.BroadcastNoiseDPSGD
 
 Never use it for anything else.

@@ -1,9 +1,9 @@
 """A plug-in client that fails on purpose, for trying ``round_failure`` (issue 14, item 2).
 
-``fedpriv client._target_=examples.faulty_client.FaultyDPSGD client.fail_round=2``: client
-``fail_client`` raises (``fail_mode=raise``), sleeps past ``round_timeout`` (``sleep``) or sends
-a non-finite update (``non_finite``) in round ``fail_round``; every other client and round trains as
-:class:`clients.local_dpsgd.LocalDPSGD`.
+``.venv/bin/fedpriv client._target_=examples.faulty_client.FaultyDPSGD +client.fail_round=2``:
+client ``fail_client`` raises (``fail_mode=raise``), sleeps past ``round_timeout`` (``sleep``) or
+sends a non-finite update (``non_finite``) in round ``fail_round``; every other client and round
+trains as :class:`clients.local_dpsgd.LocalDPSGD`.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ cohort. The base's loop does everything else (nodes, resume, budget, failures, e
 rows, checkpoints); the job accounts each round with the clients whose noise is in its sum, so
 an early round with few clients costs more ε (local DP-SGD: σ √(m / N) for m of N clients):
 
-    .venv/bin/fedpriv strategy._target_=examples.growing_cohort.GrowingCohortDPFedAvg \\
+    .venv/bin/fedpriv strategy=custom \\
+        strategy._target_=examples.growing_cohort.GrowingCohortDPFedAvg \\
         +strategy.initial_clients=2 +strategy.growth=4
 """
 

@@ -1,8 +1,8 @@
 """A custom client algorithm and a custom strategy, plugged in from the command line:
 
-    fedpriv client._target_=examples.plugins.ClippedDeltaDPSGD \
-            strategy=fedavg strategy._target_=examples.plugins.DPFedAvgM \
-            +strategy.server_momentum=0.9
+    .venv/bin/fedpriv client._target_=examples.plugins.ClippedDeltaDPSGD \
+        +client.max_delta_norm=0.5 \
+        strategy._target_=examples.plugins.DPFedAvgM strategy.server_momentum=0.9
 
 Both only post-process what is already private, so the privacy events (and ε) are those of
 the DP-SGD steps they inherit.

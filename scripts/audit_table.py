@@ -1,4 +1,4 @@
-"""The README's "Auditing" figures: ``audit=canaries`` on the embedded Fashion-MNIST.
+"""The figures of docs/auditing.md ("Measured"): ``audit=canaries`` on the embedded Fashion-MNIST.
 
 Runs, through Flower, a logistic model for 3 rounds in each setting of ``ROWS`` (the same
 settings as ``tests/test_audit.py``) and prints one markdown row per run: accounted ε, the

@@ -1,4 +1,4 @@
-"""Run the random check-in experiments and print the README table (markdown).
+"""Run the random check-in experiments and print the table of docs/checkin.md (markdown).
 
 Usage (from the repository root)::
 

@@ -73,7 +73,7 @@ def test_bound_is_zero_at_chance_and_grows_with_correct_guesses() -> None:
     assert epsilon_lower_bound(1000, 200, 100, 1e-5, 0.95) == 0.0
     lbs = [epsilon_lower_bound(1000, 200, v, 1e-5, 0.95) for v in (120, 150, 180, 200)]
     assert all(a < b for a, b in zip(lbs, lbs[1:]))
-    # the figures the README quotes: 200 of 200 correct => 4.166 (the most 200 guesses give)
+    # the figures docs/auditing.md quotes: 200 of 200 correct => 4.166 (the most 200 guesses give)
     assert lbs[-1] == pytest.approx(4.1665, abs=1e-3)
     # higher confidence, smaller bound; δ > 0 costs some ε
     assert epsilon_lower_bound(1000, 200, 180, 1e-5, 0.99) < lbs[2]
@@ -226,8 +226,8 @@ RUN = [
     "ray_init_args.num_cpus=1",
 ]
 BROADCAST = "client._target_=examples.broadcast_noise.BroadcastNoiseDPSGD"
-#: The README's "Auditing" figures are checked to this (about two guesses of 200), so a stale
-#: figure fails here; ``scripts/audit_table.py`` reprints the table.
+#: The figures of docs/auditing.md ("Measured") are checked to this (about two guesses of
+#: 200), so a stale figure fails here; ``scripts/audit_table.py`` reprints the table.
 README_TOL = 0.1
 
 
@@ -260,7 +260,7 @@ def _accounted(overrides: list[str]) -> list[float]:
 @pytest.mark.slow
 def test_a_noise_off_record_level_finds_a_large_epsilon(tmp_path: Path) -> None:
     """σ = 0, 10 clients, 3 rounds: >= 180 of the 200 guesses right, ε_lb >= 2 at 95%; the
-    README's 2.32 to README_TOL."""
+    2.32 of docs/auditing.md to README_TOL."""
     rows, privacy = _run(tmp_path, ["privacy.noise_multiplier=0"])
     lb = float(rows[-1]["audit_epsilon_lb"])
     assert lb >= 2.0 and float(rows[-1]["audit_correct"]) >= 180
@@ -286,8 +286,8 @@ def test_b_honest_record_level_bound_stays_below_the_accounted_epsilon(
     tmp_path: Path, seed: int
 ) -> None:
     """σ = 1.2 (the default), 3 rounds: every round's ε_lb <= its accounted ε, and the ε path
-    is the one of the run without canaries (rel. 1e-12); the README's figures (2.956; 0.58 and
-    0.32) to README_TOL."""
+    is the one of the run without canaries (rel. 1e-12); the figures of docs/auditing.md
+    (2.956; 0.58 and 0.32) to README_TOL."""
     extra = [f"seed={seed}"]
     rows, _ = _run(tmp_path, extra)
     eps = [float(r["epsilon"]) for r in rows]

@@ -1,9 +1,12 @@
-"""README figures are recomputed here, so a stale figure fails the suite (issue 14, item 5).
+"""The documentation's figures are recomputed here, so a stale figure fails the suite (issue 14,
+item 5).
 
-Each test reads a figure out of README.md (a regular expression around the sentence that
-states it) and recomputes it with the command the README names: accounting figures with the
-``fedpriv-account`` engine (exact, compared at the README's printed precision), the default
-run's headline figures with the default configuration itself.
+Each test reads a figure out of the page that states it (a regular expression around the
+sentence): the default run's headline figures out of README.md, the check-in figures out of
+docs/checkin.md, the equal-ε table out of docs/batch-clipping.md; and recomputes it with the
+command the page names: accounting figures with the ``fedpriv-account`` engine (exact, compared
+at the page's printed precision), the default run's figures with the default configuration
+itself.
 """
 
 from __future__ import annotations
@@ -19,13 +22,20 @@ from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.runner import run_experiment
 from tests.test_faults import _cfg
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+CHECKIN_DOC = (REPO / "docs" / "checkin.md").read_text()
+BATCH_CLIPPING_DOC = (REPO / "docs" / "batch-clipping.md").read_text()
 
 
-def _figure(pattern: str) -> float:
-    match = re.search(pattern, README, flags=re.S)
-    assert match, f"README no longer states {pattern!r}"
+def _figure(pattern: str, text: str = README, page: str = "README.md") -> float:
+    match = re.search(pattern, text, flags=re.S)
+    assert match, f"{page} no longer states {pattern!r}"
     return float(match.group(1))
+
+
+def _checkin_figure(pattern: str) -> float:
+    return _figure(pattern, CHECKIN_DOC, "docs/checkin.md")
 
 
 def _checkin(variant: str, local_epsilon: float, **extra: str) -> dict:
@@ -43,11 +53,13 @@ def _checkin(variant: str, local_epsilon: float, **extra: str) -> dict:
 def test_sliding_window_figures() -> None:
     """`fedpriv +experiment=checkin_sliding_window` (m = 100, ε0 = 2, δ = 1e-6)."""
     res = _checkin("sliding-window", 2.0, num_slots="100")
-    assert res["epsilon"] == _figure(r"Sliding\s+window on Fashion-MNIST.*?central ε (\d+\.\d)")
+    assert res["epsilon"] == _checkin_figure(
+        r"Sliding\s+window on Fashion-MNIST.*?central ε (\d+\.\d)"
+    )
     theorem = float(re.search(r"gives (\d+\.\d+)", res["bound_reason"]).group(1))  # type: ignore[union-attr]
-    assert round(theorem, 1) == _figure(r"Theorem 4.3's bound, (\d+\.\d)")
+    assert round(theorem, 1) == _checkin_figure(r"Theorem 4.3's bound, (\d+\.\d)")
     expected = res["expected_dummy_updates"]["expected"]
-    assert round(expected, 1) == _figure(r"(\d+\.\d) expected, central ε")
+    assert round(expected, 1) == _checkin_figure(r"(\d+\.\d) expected, central ε")
 
 
 @pytest.mark.parametrize(
@@ -61,7 +73,7 @@ def test_sliding_window_figures() -> None:
 def test_checkin_table_epsilons(row: str, variant: str, eps0: float) -> None:
     """The check-in table's central ε column (theorem's bound in brackets)."""
     res = _checkin(variant, eps0)
-    stated = _figure(row)
+    stated = _checkin_figure(row)
     reason = res.get("bound_reason", "")
     bound = float(m.group(1)) if (m := re.search(r"gives (\d+\.?\d*)", reason)) else res["epsilon"]
     digits = len(str(stated).split(".")[1]) if "." in str(stated) else 0
@@ -97,8 +109,8 @@ def test_equal_epsilon_table_sigmas_and_group_epsilons() -> None:
     """`scripts/batch_clipping_equal_epsilon.py` (full MNIST 60k, E = 10, δ = 1e-5): every
     row's σ is the engine's calibration for its target ε (3 decimals) and its ε for g = 8 the
     engine's at that σ (2 decimals)."""
-    rows = EQUAL_EPSILON_ROW.findall(README)
-    assert len(rows) >= 15, "README no longer holds the equal-ε table"
+    rows = EQUAL_EPSILON_ROW.findall(BATCH_CLIPPING_DOC)
+    assert len(rows) >= 15, "docs/batch-clipping.md no longer holds the equal-ε table"
     params = {"num_samples": "60000", "epochs": "10", "target_delta": "1e-5"}
     calibrated: dict[tuple[str, ...], dict] = {}
     for sampler, m, s, eps, sigma, eps_g8 in rows:
