@@ -285,12 +285,14 @@ def ray_init_args(given: dict[str, Any] | None) -> dict[str, Any]:
     When ``address`` (or, if it is null, the ``RAY_ADDRESS`` environment variable) names an
     existing cluster (anything but ``"local"``), the resource-sizing arguments
     (:data:`RAY_RESOURCE_ARGS`) are dropped: Ray refuses them on connect, and the cluster's
-    own resources apply.
+    own resources apply. With neither, ``address`` is ``"local"``: a new local instance, never
+    a cluster that some earlier ``ray start`` left on the machine (Ray's own default joins it).
     """
     args = {**DEFAULT_RAY_INIT, **{k: v for k, v in (given or {}).items() if v is not None}}
-    if (args.get("address") or os.environ.get("RAY_ADDRESS") or "local") != "local":
-        args = {k: v for k, v in args.items() if k not in RAY_RESOURCE_ARGS}
-    return args
+    address = args.get("address") or os.environ.get("RAY_ADDRESS") or "local"
+    if address != "local":
+        return {k: v for k, v in args.items() if k not in RAY_RESOURCE_ARGS}
+    return {**args, "address": "local"}
 
 
 @contextlib.contextmanager
