@@ -26,11 +26,20 @@ class Renamed:
     def error(self, value: Any) -> ConfigError:
         """The one-line refusal of the old key."""
         scope = f" ({self.where})" if self.where else ""
-        return ConfigError(self.old, value, f"was renamed{scope}: use {self.new} (docs/migration.md)")
+        return ConfigError(
+            self.old, value, f"was renamed{scope}: use {self.new} (docs/migration.md)"
+        )
 
 
 #: Config keys (dotted) that changed name.
-RENAMED_KEYS: tuple[Renamed, ...] = ()
+RENAMED_KEYS: tuple[Renamed, ...] = (
+    Renamed(
+        "client.client_sample_rate",
+        "client.slot_sample_rate",
+        family="checkin",
+        where="client=checkin client.variant=poisson: the per-slot client rate",
+    ),
+)
 
 #: ``_target_`` class paths that moved: old path -> new path.
 MOVED_TARGETS: dict[str, str] = {
@@ -50,8 +59,11 @@ def renamed_key(key: str, family: str | None = None) -> Renamed | None:
     """The rename entry of a dotted config ``key`` (for privacy ``family``; ``None``: any
     family); ``None`` when the key was not renamed."""
     return next(
-        (r for r in RENAMED_KEYS if r.old == key and family in (None, r.family) or (
-            r.old == key and not r.family)),
+        (
+            r
+            for r in RENAMED_KEYS
+            if r.old == key and family in (None, r.family) or (r.old == key and not r.family)
+        ),
         None,
     )
 
