@@ -70,7 +70,7 @@ from fedpriv.accounting.params import Params
 from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec
 from fedpriv.accounting.vocabulary import Accountant, NeighboringRelation
 from fedpriv.common.errors import ConfigError, check
-from fedpriv.common.validate import check_positive, parse_enum
+from fedpriv.common.validate import check_finite, check_positive, parse_enum
 from fedpriv.mechanisms.noise import gaussian_noise_arrays
 
 if TYPE_CHECKING:
@@ -253,6 +253,12 @@ class CheckinGaussianSpec(PrivacySpec):
             )
         set_(self, "noise_multiplier", sigma)
         set_(self, "clipping_norm", check_positive("privacy.clipping_norm", self.clipping_norm))
+        p0 = check_finite(
+            "privacy.checkin_probability",
+            self.checkin_probability,
+            "must be a finite number in (0, 1]",
+        )
+        set_(self, "checkin_probability", p0)
         for name in ("num_clients", "num_rounds"):
             n = getattr(self, name)
             check(

@@ -87,6 +87,18 @@ _PREFIX = {
 }
 
 
+#: What a field must be, for the message refusing a non-finite value.
+_FINITE = {
+    "local_epsilon": "must be a finite number > 0",
+    "local_delta": "must be a finite number in [0, 1)",
+    "checkin_probability": "must be a finite number in (0, 1]",
+    "clipping_norm": "must be a finite number > 0",
+    "slot_sample_rate": "must be a finite number in (0, 1]",
+    "delta1": "must be a finite number in (0, 1)",
+    "delta2": "must be a finite number in (0, 1)",
+}
+
+
 def _prefixed(exc: ConfigError) -> ConfigError:
     """``exc`` with the config group added to a bare field name (``privacy.local_delta``)."""
     name = exc.field if "." in exc.field else _PREFIX.get(exc.field, "") + exc.field
@@ -132,8 +144,10 @@ class CheckinSpec(PrivacySpec):
         p0 in (0, 1]; only ``fixed`` allows p0 < 1.
     delta1, delta2 : float or None
         The theorems' δ1 and Theorem 4.1's δ2 (default: optimised).
-    variant : CheckinVariant
-        The protocol (bound from ``client.variant``; ``shuffle`` for the CLI only).
+    variant : CheckinVariant or None
+        The protocol (bound from ``client.variant``; ``shuffle`` for the CLI only). ``None``
+        until the client binds its protocol (a config's spec: each field's own range is
+        checked; the combinations once bound).
     num_slots : int
         m >= 1: slots of a pass (model steps of ``poisson``), or the sliding window's length
         (m <= n); ``shuffle`` ignores it (bound from ``client.num_slots``).
@@ -188,7 +202,7 @@ class CheckinSpec(PrivacySpec):
     checkin_probability: float = 1.0
     delta1: float | None = None
     delta2: float | None = None
-    variant: CheckinVariant = CheckinVariant.FIXED
+    variant: CheckinVariant | None = None
     num_slots: int = 1
     randomizer: RandomizerKind = RandomizerKind.LAPLACE
     window: tuple[int, int] | None = None
@@ -199,18 +213,26 @@ class CheckinSpec(PrivacySpec):
     def __post_init__(self) -> None:
         super().__post_init__()
         set_ = object.__setattr__
-        set_(self, "variant", parse_enum(CheckinVariant, "client.variant", self.variant))
+        if self.variant is not None:
+            set_(self, "variant", parse_enum(CheckinVariant, "client.variant", self.variant))
         set_(self, "randomizer", parse_enum(RandomizerKind, "client.randomizer", self.randomizer))
         eps0 = self.local_epsilon
         if eps0 is not None:
-            eps0 = check_finite("privacy.local_epsilon", eps0)
+            eps0 = check_finite("privacy.local_epsilon", eps0, _FINITE["local_epsilon"])
             check(eps0 > 0, "privacy.local_epsilon", eps0, "must be > 0")
         set_(self, "local_epsilon", self.noise_or_target(eps0))
         for name in ("local_delta", "checkin_probability", "clipping_norm"):
-            set_(self, name, check_finite(f"privacy.{name}", getattr(self, name)))
+            set_(self, name, check_finite(f"privacy.{name}", getattr(self, name), _FINITE[name]))
         for name in ("slot_sample_rate", "delta1", "delta2"):
             if getattr(self, name) is not None:
-                set_(self, name, check_finite(_PREFIX[name] + name, getattr(self, name)))
+                field = _PREFIX[name] + name
+                set_(self, name, check_finite(field, getattr(self, name), _FINITE[name]))
+        d0 = self.local_delta
+        check(0.0 <= d0 < 1.0, "privacy.local_delta", d0, "must be in [0, 1)")
+        check(self.clipping_norm > 0, "privacy.clipping_norm", self.clipping_norm, "must be > 0")
+        self._check_ranges()
+        if self.variant is None:
+            return  # a config's spec: the client binds its protocol (for_run), checked then
         self._check_protocol()
         if self.window is not None:
             self._check_window()
@@ -218,9 +240,8 @@ class CheckinSpec(PrivacySpec):
         if self.num_rounds is not None and self.local_epsilon is not None:
             self.check_passes(self.num_rounds)
 
-    def _check_protocol(self) -> None:
-        """Slots, clients, passes, p0, the sliding window and the Poisson rate."""
-        set_ = object.__setattr__
+    def _check_ranges(self) -> None:
+        """Slots, clients, passes and p0, each on its own."""
         for name in ("num_slots", "num_clients"):
             v = getattr(self, name)
             check(_is_int(v) and v >= 1, _PREFIX.get(name, "") + name, v, "must be an integer >= 1")
@@ -233,7 +254,11 @@ class CheckinSpec(PrivacySpec):
             )
         p0 = self.checkin_probability
         check(0.0 < p0 <= 1.0, "privacy.checkin_probability", p0, "must be in (0, 1]")
-        if self.variant is CheckinVariant.SLIDING_WINDOW:
+
+    def _check_protocol(self) -> None:
+        """The sliding window's ``m <= n`` and the Poisson baseline's rate."""
+        set_ = object.__setattr__
+        if self.bound_variant is CheckinVariant.SLIDING_WINDOW:
             check(
                 self.num_slots <= self.num_clients,
                 "client.num_slots",
@@ -241,9 +266,9 @@ class CheckinSpec(PrivacySpec):
                 f"must be <= num_clients={self.num_clients} for the sliding window "
                 "(window of m slots, n - m + 1 updates)",
             )
-        if self.variant is CheckinVariant.POISSON:
+        if self.bound_variant is CheckinVariant.POISSON:
             if self.slot_sample_rate is None:
-                set_(self, "slot_sample_rate", p0 / self.num_slots)
+                set_(self, "slot_sample_rate", self.checkin_probability / self.num_slots)
         elif self.slot_sample_rate is not None:
             check(
                 False,
@@ -256,10 +281,10 @@ class CheckinSpec(PrivacySpec):
         """``window`` must be ``[1, m]`` (the only window Theorems 3.2 / 4.1 cover)."""
         w = list(self.window or [])
         check(
-            self.variant in (CheckinVariant.FIXED, CheckinVariant.AVERAGED),
+            self.bound_variant in (CheckinVariant.FIXED, CheckinVariant.AVERAGED),
             "client.window",
             w,
-            f"must be null for client.variant={self.variant.value} (the sliding window's "
+            f"must be null for client.variant={self.bound_variant.value} (the sliding window's "
             "R_j = {j..j+m-1} is set by num_slots)",
         )
         check(
@@ -370,11 +395,28 @@ class CheckinSpec(PrivacySpec):
         return float(self.local_epsilon)  # type: ignore[arg-type]
 
     @property
+    def bound_variant(self) -> CheckinVariant:
+        """The protocol the client bound.
+
+        Raises
+        ------
+        ConfigError
+            Before the client binds it (``variant=None``).
+        """
+        check(
+            self.variant is not None,
+            "client.variant",
+            None,
+            "is not bound yet (the client binds its protocol: for_run(plan))",
+        )
+        return CheckinVariant(str(self.variant))
+
+    @property
     def theorem(self) -> str:
         """The analysis behind the variant (``Theorem 3.2``, ..., or the Poisson mixture)."""
-        if self.variant is CheckinVariant.POISSON:
+        if self.bound_variant is CheckinVariant.POISSON:
             return "Poisson mixture of local releases"
-        return THEOREMS[self.variant]
+        return THEOREMS[self.bound_variant]
 
     @property
     def local_randomizer(self) -> LocalRandomizer:
@@ -387,7 +429,7 @@ class CheckinSpec(PrivacySpec):
     @property
     def steps(self) -> int:
         """Model-update slots per pass (``n - m + 1`` for the sliding window)."""
-        if self.variant is CheckinVariant.SLIDING_WINDOW:
+        if self.bound_variant is CheckinVariant.SLIDING_WINDOW:
             return self.num_clients - self.num_slots + 1
         return self.num_slots
 
@@ -407,7 +449,7 @@ class CheckinSpec(PrivacySpec):
         """Expected dummy updates (``skipped`` slots for ``averaged``) per pass and the
         paper's bound (:func:`fedpriv.accounting.checkin_theorems.expected_dummy_updates`)."""
         return expected_dummy_updates(
-            self.variant, self.num_clients, self.num_slots, self.checkin_probability
+            self.bound_variant, self.num_clients, self.num_slots, self.checkin_probability
         )
 
     # -- events ------------------------------------------------------------------------
@@ -417,13 +459,13 @@ class CheckinSpec(PrivacySpec):
         return self._pass_event(self.eps0)
 
     def _pass_event(self, eps0: float) -> FedprivEvent:
-        if self.variant is CheckinVariant.POISSON:
+        if self.bound_variant is CheckinVariant.POISSON:
             r = calibrated_randomizer(self.randomizer, self.clipping_norm, eps0, self.local_delta)
             mu = r.sensitivity / r.noise_stddev if r.kind is RandomizerKind.GAUSSIAN else None
             return PoissonLocalEvent(eps0, self.slot_sample_rate or 0.0, self.num_slots, mu)
         try:
             return CheckinEvent(
-                self.variant,
+                self.bound_variant,
                 eps0,
                 self.num_clients,
                 self.num_slots,
@@ -540,7 +582,7 @@ class CheckinSpec(PrivacySpec):
         r = self.local_randomizer
         return {
             "normalizer": self.normalizer,
-            "variant": self.variant.value,
+            "variant": self.bound_variant.value,
             "randomizer": r.kind.value,
             "local_epsilon": self.local_epsilon,
             "local_delta": self.local_delta,
@@ -552,6 +594,8 @@ class CheckinSpec(PrivacySpec):
     def extra_summary(self) -> dict[str, Any]:
         """The randomizer's noise std and sensitivity, the theorem, and which bound answers
         after the run's passes (the theorem or the local cap, with the reason)."""
+        if self.variant is None:
+            return {}
         if self.local_epsilon is None:
             return {"theorem": self.theorem}
         out = {k: v for k, v in self.mechanism_summary().items() if k != "normalizer"}
@@ -632,7 +676,7 @@ def _answer(
     """The CLI's answer for ``spec`` after ``reps`` passes: ε at ``delta_t`` (with the bound
     that answered), else δ at ``eps_t``; the mechanism, δ1, the expected dummies."""
     out: dict[str, Any] = {
-        "variant": spec.variant.value,
+        "variant": spec.bound_variant.value,
         "theorem": spec.theorem,
         "local_epsilon": spec.local_epsilon,
         "local_delta": spec.local_delta,
