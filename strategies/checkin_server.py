@@ -147,7 +147,7 @@ class PassProtocol:
             )
         if isinstance(spec, CheckinSpec):
             return cls(
-                spec.variant,
+                spec.bound_variant,
                 spec.num_slots,
                 spec.num_clients,
                 spec.checkin_probability,
