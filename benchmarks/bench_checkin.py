@@ -38,13 +38,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _cfg(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
+    from fedpriv.run.config import compose_config
 
-    from fedpriv.run.config import conf_dir, register_schema
-
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=["+experiment=checkin_adult", *overrides])
+    return compose_config(["+experiment=checkin_adult", *overrides])
 
 
 def run(clients: int, slots: int, batch: int, passes: int, extra: list[str]) -> list[dict]:

@@ -2,16 +2,22 @@
 
 "Privacy Amplification via Random Check-Ins" (Balle et al., arXiv:2007.06605). A server round
 is one PASS of the protocol with fresh check-ins (the repetition behind Corollary 3.3); the
-run's accountant composes the client algorithm's per-pass event
-(:class:`fedpriv.accounting.checkin.CheckinSpec`, which the client algorithm builds).
+run's ledger composes the per-pass event of the run's spec
+(:class:`fedpriv.accounting.checkin_spec.CheckinSpec` or
+:class:`fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec`, bound by the client
+algorithm). The strategy reads the protocol from that typed spec (``job.spec``: variant, slots,
+probabilities, the dummy update's randomizer, the slot noise and its public divisor), never
+from the client algorithm, and overrides one hook of the round loop of
+:class:`fedpriv.run.strategy.Strategy`: :meth:`CheckinStrategy.train_round` (one pass).
 
 The clients are virtual clients hosted by worker nodes (:mod:`fedpriv.run.engine`): the sorted
 client ids ``0..n-1`` are cut into one contiguous share per worker
 (:func:`fedpriv.run.engine.split_cohort`), once per run. One pass:
 
 1. one Flower ``query`` message to every WORKER naming its clients; each client answers, with
-   its own RNG, its own slot or ``ABSTAIN`` (:func:`fedpriv.mechanisms.checkin_draw.draw_checkin`). The
-   server learns slot occupancy only: which client id answered which slot. It never samples
+   its own RNG, its own slot or ``ABSTAIN``
+   (:func:`fedpriv.mechanisms.checkin_draw.draw_checkin`). The server learns slot occupancy
+   only: which client id answered which slot. It never samples
    clients (except in the ``poisson`` baseline, which is server-sampled by definition).
 2. the update slots, in blocks of ``batch_size`` ``b`` slots sharing one model (mini-batching;
    the paper's Algorithm 1 with b-sized minibatches). A block is ONE ``send_and_receive``: one
@@ -26,9 +32,14 @@ client ids ``0..n-1`` are cut into one contiguous share per worker
    * ``sliding-window`` (Section 4.2, time steps ``m..n``): as ``fixed``; check-ins at times
      outside ``m..n`` are not used;
    * ``poisson`` (baseline, not a check-in protocol): the server samples each client at rate
-     ``q`` per slot and averages the sampled clients' updates; empty slots are skipped.
+     ``q`` (``slot_sample_rate``) per slot and averages the sampled clients' updates; empty
+     slots are skipped;
+   * central Gaussian slot sums (``client=checkin_gaussian``, the fixed window): every client
+     of a slot sends its clipped update; the slot's release is their sum plus the spec's
+     Gaussian, divided by the public ``max(1, n p0 / m)``; an empty slot releases the noise.
 
-   A model step is ``theta <- theta - lr * mean(slot updates of the block)``. A slot's update is
+   A model step (:meth:`CheckinStrategy.aggregate_train`) is
+   ``theta <- theta - lr * mean(slot updates of the block)``. A slot's update is
    built from the rows of that slot in the order of the slot's check-ins (ticket order), so a
    run gives the same model whatever the number of workers. The grid's ``pull_interval`` is
    set to ``pull_interval``; docs/checkin.md has the measured per-slot cost.
@@ -51,15 +62,24 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedpriv.accounting.checkin import expected_dummy_updates
-from fedpriv.common.errors import check
+from fedpriv.accounting.checkin_gaussian import CheckinGaussianSpec
+from fedpriv.accounting.checkin_spec import CheckinSpec
+from fedpriv.accounting.checkin_theorems import expected_dummy_updates
+from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.wire import ABSTAIN, CHECKIN_KEY, CLIENTS_KEY, CONFIG_KEY, MODEL_KEY
+from fedpriv.mechanisms.checkin_draw import CheckinVariant
 from fedpriv.mechanisms.noise import make_generator
+from fedpriv.mechanisms.randomizers import LocalRandomizer
 from fedpriv.run.aggregation import NON_FINITE, AggregateResult, error_reason
-from fedpriv.run.engine import check_pull_interval, client_rows, numpy_state, split_cohort
-from strategies.fedavg import wait_for_nodes
+from fedpriv.run.algorithm import ClientAlgorithm
+from fedpriv.run.engine import client_rows, numpy_state, split_cohort
+from fedpriv.run.job import ServerJob
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.strategy import Released, State, Strategy
 
 __all__ = [
+    "PassProtocol",
     "SlotTask",
     "occupancy",
     "update_slots",
@@ -70,6 +90,73 @@ __all__ = [
 ]
 
 _SERVER_STREAM = 0x5E12
+#: A block's slot updates asked from the workers: ``{(client id, slot): {name: array}}``.
+Rows = Mapping[tuple[int, int], dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class PassProtocol:
+    """What one pass runs, read from the run's typed privacy spec (:meth:`of`).
+
+    Attributes
+    ----------
+    variant : CheckinVariant
+        The protocol (central Gaussian slot sums: ``fixed``).
+    num_slots : int
+        ``m``: slots of a pass, or the sliding window's length.
+    num_clients : int
+        ``n``.
+    checkin_probability : float
+        ``p0``.
+    slot_sample_rate : float
+        ``poisson`` only: the server's per-slot client sampling rate ``q`` (else 0).
+    dummy : LocalRandomizer or None
+        Local randomizers: the randomizer the server applies to no data for an empty slot
+        (``fixed``, ``sliding-window``).
+    central : CheckinGaussianSpec or None
+        Central Gaussian slot sums: the spec whose ``slot_noise`` and ``slot_divisor`` make
+        every slot's release.
+    """
+
+    variant: CheckinVariant
+    num_slots: int
+    num_clients: int
+    checkin_probability: float
+    slot_sample_rate: float = 0.0
+    dummy: LocalRandomizer | None = None
+    central: CheckinGaussianSpec | None = None
+
+    @classmethod
+    def of(cls, spec: PrivacySpec) -> PassProtocol:
+        """The protocol of a bound check-in spec.
+
+        Raises
+        ------
+        ConfigError
+            For a spec of another family.
+        """
+        if isinstance(spec, CheckinGaussianSpec):
+            n = spec.num_clients
+            check(n is not None, "num_clients", n, "must be bound (the run's clients)")
+            return cls(
+                CheckinVariant.FIXED,
+                spec.num_slots,
+                int(n or 0),
+                spec.checkin_probability,
+                central=spec,
+            )
+        if isinstance(spec, CheckinSpec):
+            return cls(
+                spec.bound_variant,
+                spec.num_slots,
+                spec.num_clients,
+                spec.checkin_probability,
+                slot_sample_rate=spec.slot_sample_rate or 0.0,
+                dummy=spec.local_randomizer,
+            )
+        raise ConfigError(
+            "privacy", spec.family, "needs privacy=checkin or checkin_gaussian (strategy=checkin)"
+        )
 
 
 @dataclass(frozen=True)
@@ -146,8 +233,8 @@ def _ints(record: Mapping[str, Any], key: str) -> list[int]:
 
 
 @dataclass
-class CheckinStrategy:
-    """The check-in server: one protocol pass per server round (variant from the client config).
+class CheckinStrategy(Strategy):
+    """The check-in server: one protocol pass per server round (protocol from the run's spec).
 
     Parameters
     ----------
@@ -158,7 +245,8 @@ class CheckinStrategy:
     eval_every : int or None
         Update slots per accuracy block (default: a tenth of the pass).
     pull_interval : float
-        Seconds between the in-memory grid's reply polls (Flower's default is 0.1).
+        Seconds between the in-memory grid's reply polls, in (0, 1] (Flower's default is
+        0.1; one block is one exchange, so the default here is 0.001).
     query_chunk : int or None
         Worker messages per check-in ``send_and_receive`` (``None``: all at once). Flower's
         in-memory engine scans every stored message for every node on each delivery sweep, so
@@ -167,7 +255,7 @@ class CheckinStrategy:
     Raises
     ------
     ConfigError
-        For out-of-range fields.
+        For out-of-range fields (one line naming ``strategy.<field>``).
     """
 
     batch_size: int = 1
@@ -175,24 +263,29 @@ class CheckinStrategy:
     eval_every: int | None = None
     pull_interval: float = 0.001
     query_chunk: int | None = 100
-    #: Sends worker messages (many virtual clients per Flower node; ``num_workers`` nodes).
-    virtual_clients: ClassVar[bool] = True
+    #: A pass is not checkpointed (``fedpriv resume=`` refuses the strategy).
+    resumable: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check(
             isinstance(self.batch_size, int) and self.batch_size >= 1,
             "strategy.batch_size",
             self.batch_size,
             "must be an integer >= 1",
         )
-        check(self.lr > 0, "strategy.lr", self.lr, "must be > 0")
+        check(
+            math.isfinite(self.lr) and self.lr > 0,
+            "strategy.lr",
+            self.lr,
+            "must be a finite number > 0",
+        )
         check(
             self.eval_every is None or self.eval_every >= 1,
             "strategy.eval_every",
             self.eval_every,
             "must be >= 1 or null",
         )
-        check_pull_interval(self.pull_interval)
         check(
             self.query_chunk is None or self.query_chunk >= 1,
             "strategy.query_chunk",
@@ -200,101 +293,101 @@ class CheckinStrategy:
             "must be >= 1 or null",
         )
 
-    # ------------------------------------------------------------------ main loop
-    def check_algorithm(self, algorithm: Any) -> None:
-        """Refuse, before training, a client algorithm that does not check in."""
-        if not hasattr(algorithm, "query_handler"):
-            from fedpriv.common.errors import ConfigError
+    # ------------------------------------------------------------------ hooks
+    def check_algorithm(self, algorithm: ClientAlgorithm) -> None:
+        """Refuse, before training, a client algorithm that does not check in.
 
-            raise ConfigError(
-                "strategy", "checkin", f"needs client=checkin (got {type(algorithm).__name__})"
-            )
-
-    def run(self, grid: Grid, job: Any) -> dict[str, np.ndarray]:
-        """The server's main loop; returns the final global state."""
-        algo = job.privacy.algorithm
-        if hasattr(grid, "pull_interval"):
-            grid.pull_interval = self.pull_interval
-        node_ids = wait_for_nodes(grid, int(job.num_nodes), job.round_timeout)
-        shares, hosts = client_hosts(node_ids, job.num_clients)
-        state = job.initial_state()
-        secure = bool(job.cfg["privacy"].get("secure_mode"))
-        for server_round in range(1, job.num_rounds + 1):
-            if not job.may_start_round(server_round):
-                break
-            seed = None if secure else [int(job.cfg["seed"]), server_round, _SERVER_STREAM]
-            rng = np.random.default_rng(seed)
-            generator = make_generator(int(rng.integers(2**62)), secure_mode=secure)
-            t0 = time.monotonic()
-            slots = update_slots(algo.variant, int(algo.num_slots), job.num_clients)
-            if algo.variant == "poisson":
-                answers: dict[int, int] = {}
-                missing = 0
-                occ = poisson_occupancy(range(job.num_clients), len(slots), algo.sample_rate, rng)
-            else:
-                answers, tickets, missing = self.check_in(
-                    grid, node_ids, shares, server_round, algo, job.round_timeout
-                )
-                occ = occupancy(answers, slots, tickets)
-            t_checkin = time.monotonic() - t0
-            central = bool(getattr(algo, "central_gaussian", False))
-            tasks = plan_pass(algo.variant, occ, rng, every=central)
-            try:
-                state, stats = self.run_slots(
-                    grid, job, algo, tasks, state, server_round, generator, hosts
-                )
-            except Exception:
-                self.account_aborted_pass(job)
-                raise
-            seconds = time.monotonic() - t0
-            extra = self.pass_report(algo, job.num_clients, answers, occ, missing, stats)
-            compute = stats["client_compute_s"] + stats["server_compute_s"]
-            critical = stats["client_critical_s"] + stats["server_compute_s"]
-            extra.update(
-                checkin_s=t_checkin,
-                slot_ms=1000.0 * (seconds - t_checkin) / max(len(tasks), 1),
-                client_compute_s=stats["client_compute_s"],
-                client_critical_s=stats["client_critical_s"],
-                server_compute_s=stats["server_compute_s"],
-                eval_s=stats["eval_s"],
-                round_trips=float(stats["round_trips"]),
-                overhead_ms_per_slot=1000.0
-                * (seconds - compute - stats["eval_s"])
-                / max(len(tasks), 1),
-                overhead_bound_ms_per_slot=1000.0
-                * (seconds - critical - stats["eval_s"])
-                / max(len(tasks), 1),
-            )
-            job.round_released(
-                server_round, state, AggregateResult({}, stats["updates"], {}), seconds, extra=extra
-            )
-            if hasattr(job, "note"):
-                blocks = " ".join(f"{a:.3f}" for a in stats["block_accuracy"])
-                job.note(
-                    f"pass {server_round}: accuracy after each block of {stats['block']} "
-                    f"slots: {blocks}"
-                )
-        return state
-
-    @staticmethod
-    def account_aborted_pass(job: Any) -> None:
-        """The server saw part of a pass that then failed: account the whole pass (a prefix of
-        the pass's transcript is post-processing of it), so ε is never under-reported."""
-        job.privacy.record_round()
-        job.recorder.update_privacy(
-            epsilon=job.privacy.epsilon(),
-            ledger=job.privacy.central.to_dict(),
-            note="the last pass aborted midway and is accounted in full",
+        Raises
+        ------
+        ConfigError
+            Naming ``strategy``.
+        """
+        check(
+            algorithm.checks_in,
+            "strategy",
+            "checkin",
+            f"needs client=checkin or client=checkin_gaussian (got {type(algorithm).__name__})",
         )
 
+    def train_round(
+        self, grid: Grid, node_ids: list[int], job: ServerJob, server_round: int, state: State
+    ) -> Released:
+        """One pass: the check-in query (none for ``poisson``), then the update slots in
+        blocks (:meth:`run_slots`); the pass's slot statistics and timings are its figures.
+
+        Every client of the run takes part in the pass's randomization (checks in or
+        abstains), so the released pass is accounted with all ``n`` (the spec's pass event).
+
+        Raises
+        ------
+        RuntimeError
+            If a slot update is missing or non-finite: the pass is then accounted in full
+            (``job.account_aborted_round``: the server saw part of it) and the run fails.
+        """
+        protocol = PassProtocol.of(job.spec)
+        t0 = time.monotonic()
+        rng, generator = pass_randomness(job.plan, server_round)
+        shares, hosts = client_hosts(node_ids, protocol.num_clients)
+        answers, occ, missing = self.occupancy_of(
+            grid, node_ids, shares, server_round, protocol, rng, job.round_timeout
+        )
+        t_checkin = time.monotonic() - t0
+        tasks = plan_pass(protocol.variant, occ, rng, every=protocol.central is not None)
+        try:
+            new_state, stats = self.run_slots(
+                grid, job, protocol, tasks, state, server_round, generator, hosts
+            )
+        except Exception:
+            job.account_aborted_round()
+            raise
+        seconds = time.monotonic() - t0
+        figures = self.pass_report(protocol, answers, occ, missing, stats)
+        figures.update(timings(stats, seconds, t_checkin, len(tasks)))
+        blocks = " ".join(f"{a:.3f}" for a in stats["block_accuracy"])
+        job.note(
+            f"pass {server_round}: accuracy after each block of {stats['block']} slots: {blocks}"
+        )
+        return Released(new_state, AggregateResult({}, protocol.num_clients, {}), figures)
+
+    def aggregate_train(
+        self, server_round: int, state: State, total: State, job: ServerJob
+    ) -> tuple[State, dict[str, float]]:
+        """One model step from ``total``, the mean of a block's slot updates:
+        ``theta - lr * total`` for the keys in it (other entries unchanged)."""
+        new = dict(state)
+        for key, mean in total.items():
+            new[key] = (state[key] - self.lr * mean).astype(state[key].dtype)
+        return new, {}
+
     # ------------------------------------------------------------------ check-in
+    def occupancy_of(
+        self,
+        grid: Grid,
+        node_ids: Sequence[int],
+        shares: Sequence[Sequence[int]],
+        server_round: int,
+        protocol: PassProtocol,
+        rng: np.random.Generator,
+        timeout: float,
+    ) -> tuple[dict[int, int], dict[int, list[int]], int]:
+        """The pass's ``(answers, slot -> client ids, clients that did not answer)``: the
+        clients' check-ins (:meth:`check_in`), or the server's Poisson sample (``poisson``)."""
+        slots = update_slots(protocol.variant, protocol.num_slots, protocol.num_clients)
+        if protocol.variant is CheckinVariant.POISSON:
+            clients = range(protocol.num_clients)
+            return {}, poisson_occupancy(clients, len(slots), protocol.slot_sample_rate, rng), 0
+        answers, tickets, missing = self.check_in(
+            grid, node_ids, shares, server_round, protocol, timeout
+        )
+        return answers, occupancy(answers, slots, tickets), missing
+
     def check_in(
         self,
         grid: Grid,
         node_ids: Sequence[int],
         shares: Sequence[Sequence[int]],
         server_round: int,
-        algo: Any,
+        protocol: PassProtocol,
         timeout: float,
     ) -> tuple[dict[int, int], dict[int, int], int]:
         """Send the check-in query to every worker (``query_chunk`` messages at a time), each
@@ -307,8 +400,8 @@ class CheckinStrategy:
         record = ConfigRecord(
             {
                 "server_round": server_round,
-                "variant": str(algo.variant),
-                "num_slots": int(algo.num_slots),
+                "variant": str(protocol.variant),
+                "num_slots": int(protocol.num_slots),
             }
         )
         messages = [
@@ -351,14 +444,14 @@ class CheckinStrategy:
     def run_slots(
         self,
         grid: Grid,
-        job: Any,
-        algo: Any,
+        job: ServerJob,
+        protocol: PassProtocol,
         tasks: list[SlotTask],
-        state: dict[str, np.ndarray],
+        state: State,
         server_round: int,
         generator: torch.Generator,
         hosts: Mapping[int, int] | np.ndarray,
-    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    ) -> tuple[State, dict[str, Any]]:
         """Run the update slots in blocks of ``batch_size``; returns the new state and counters.
 
         ``hosts[c]`` is the node id of the worker hosting client ``c``. Besides the counters,
@@ -386,25 +479,18 @@ class CheckinStrategy:
             chunk = tasks[start : start + self.batch_size]
             rows = self.ask(grid, chunk, state, server_round, job.round_timeout, hosts, stats)
             t0 = time.perf_counter()
-            updates = []
-            for task in chunk:
-                if getattr(algo, "central_gaussian", False):
-                    updates.append(self.central_slot(algo, task, rows, shapes, generator, stats))
-                elif task.clients:
-                    total: dict[str, np.ndarray] = {}
-                    for c in task.clients:  # in check-in (ticket) order: same sum on any layout
-                        for k, arr in rows[(c, task.slot)].items():
-                            total[k] = total.get(k, 0) + arr.astype(np.float64)
-                    updates.append({k: v / len(task.clients) for k, v in total.items()})
-                    stats["updates"] += len(task.clients)
-                elif algo.variant in ("fixed", "sliding-window"):
-                    noise = algo.local_randomizer.noise(shapes, generator, dtype=torch.float64)
-                    updates.append({k: t.numpy() for k, t in noise.items()})
-                    stats["dummies"] += 1
-                else:
-                    stats["skipped"] += 1
+            updates = [
+                u
+                for task in chunk
+                if (u := self.slot_update(protocol, task, rows, shapes, generator, stats))
+                is not None
+            ]
             if updates:
-                state = self.step(state, updates)
+                mean = {
+                    key: np.asarray(sum(u[key] for u in updates) / len(updates))
+                    for key in updates[0]
+                }
+                state, _ = self.aggregate_train(server_round, state, mean, job)
             t1 = time.perf_counter()
             stats["server_compute_s"] += t1 - t0
             done = start + len(chunk)
@@ -413,19 +499,50 @@ class CheckinStrategy:
                 stats["eval_s"] += time.perf_counter() - t1
         return state, stats
 
+    def slot_update(
+        self,
+        protocol: PassProtocol,
+        task: SlotTask,
+        rows: Rows,
+        shapes: dict[str, tuple[int, ...]],
+        generator: torch.Generator,
+        stats: dict[str, Any],
+    ) -> dict[str, np.ndarray] | None:
+        """One slot's update: central Gaussian slot sum (:meth:`central_slot`), the mean of its
+        clients' reports (in check-in order), a dummy (the randomizer on no data: ``fixed``,
+        ``sliding-window``) or ``None`` (skipped: ``averaged``, ``poisson``)."""
+        if protocol.central is not None:
+            return self.central_slot(protocol.central, task, rows, shapes, generator, stats)
+        if task.clients:
+            total: dict[str, np.ndarray] = {}
+            for c in task.clients:  # in check-in (ticket) order: same sum on any layout
+                for k, arr in rows[(c, task.slot)].items():
+                    total[k] = total.get(k, 0) + arr.astype(np.float64)
+            stats["updates"] += len(task.clients)
+            return {k: v / len(task.clients) for k, v in total.items()}
+        if protocol.dummy is not None and protocol.variant in (
+            CheckinVariant.FIXED,
+            CheckinVariant.SLIDING_WINDOW,
+        ):
+            noise = protocol.dummy.noise(shapes, generator, dtype=torch.float64)
+            stats["dummies"] += 1
+            return {k: t.numpy() for k, t in noise.items()}
+        stats["skipped"] += 1
+        return None
+
     @staticmethod
     def central_slot(
-        algo: Any,
+        spec: CheckinGaussianSpec,
         task: SlotTask,
-        rows: Mapping[tuple[int, int], dict[str, np.ndarray]],
+        rows: Rows,
         shapes: dict[str, tuple[int, ...]],
         generator: torch.Generator,
         stats: dict[str, Any],
     ) -> dict[str, np.ndarray]:
         """Central-Gaussian slot (``client=checkin_gaussian``): the SUM of every checked-in
-        client's clipped update plus the algorithm's ``N(0, σ² C² I)`` (an empty slot: the
-        noise alone, counted as a dummy), divided by the public ``algo.normalizer``."""
-        noise = algo.slot_noise(shapes, generator)
+        client's clipped update plus the spec's ``N(0, σ² C² I)`` (an empty slot: the noise
+        alone, counted as a dummy), divided by the spec's public ``slot_divisor``."""
+        noise = spec.slot_noise(shapes, generator)
         total = {k: v.astype(np.float64) for k, v in noise.items()}
         for c in task.clients:  # in check-in (ticket) order: same sum on any layout
             for k, arr in rows[(c, task.slot)].items():
@@ -433,7 +550,7 @@ class CheckinStrategy:
         stats["updates"] += len(task.clients)
         if not task.clients:
             stats["dummies"] += 1
-        return {k: v / float(algo.normalizer) for k, v in total.items()}
+        return {k: v / float(spec.slot_divisor) for k, v in total.items()}
 
     def ask(
         self,
@@ -518,21 +635,10 @@ class CheckinStrategy:
             )
         return out
 
-    def step(
-        self, state: dict[str, np.ndarray], updates: list[dict[str, np.ndarray]]
-    ) -> dict[str, np.ndarray]:
-        """``theta - lr * mean(updates)`` for the keys in the updates; other entries unchanged."""
-        new = dict(state)
-        for key in updates[0]:
-            mean = sum(u[key] for u in updates) / len(updates)
-            new[key] = (state[key] - self.lr * mean).astype(state[key].dtype)
-        return new
-
     # ------------------------------------------------------------------ report
     @staticmethod
     def pass_report(
-        algo: Any,
-        num_clients: int,
+        protocol: PassProtocol,
         answers: dict[int, int],
         occ: dict[int, list[int]],
         missing: int,
@@ -549,14 +655,15 @@ class CheckinStrategy:
             "updates_used": float(stats["updates"]),
             "block_accuracy": list(stats["block_accuracy"]),
         }
-        if algo.variant == "poisson":
-            expected = float(len(occ) * (1.0 - algo.sample_rate) ** num_clients)
+        n = protocol.num_clients
+        if protocol.variant is CheckinVariant.POISSON:
+            expected = float(len(occ) * (1.0 - protocol.slot_sample_rate) ** n)
             out.update(skipped=float(stats["skipped"]), expected_skipped=expected)
         else:
             exp = expected_dummy_updates(
-                algo.variant, num_clients, int(algo.num_slots), algo.checkin_probability
+                protocol.variant, n, protocol.num_slots, protocol.checkin_probability
             )
-            kind = "skipped" if algo.variant == "averaged" else "dummies"
+            kind = "skipped" if protocol.variant is CheckinVariant.AVERAGED else "dummies"
             out.update(
                 {
                     kind: float(stats[kind]),
@@ -568,3 +675,36 @@ class CheckinStrategy:
             out["no_answer"] = float(missing)
         assert math.isclose(empty, stats["dummies"] + stats["skipped"])
         return out
+
+
+def pass_randomness(
+    plan: RunPlan, server_round: int
+) -> tuple[np.random.Generator, torch.Generator]:
+    """The server's randomness of a pass (its uniform picks, the Poisson baseline's sample,
+    the dummies' and the slot sums' noise): seeded from ``(seed, pass)`` with the server's own
+    stream, or OS entropy in ``secure_mode``."""
+    secure = plan.secure_mode
+    rng = np.random.default_rng(None if secure else [plan.seed, server_round, _SERVER_STREAM])
+    return rng, make_generator(int(rng.integers(2**62)), secure_mode=secure)
+
+
+def timings(
+    stats: dict[str, Any], seconds: float, t_checkin: float, slots: int
+) -> dict[str, float]:
+    """A pass's timing figures: check-in seconds, milliseconds per slot, compute seconds
+    (clients, their critical path, server, evaluation), round trips, and the overhead per slot
+    beyond compute (all clients' compute; the critical path's)."""
+    compute = stats["client_compute_s"] + stats["server_compute_s"]
+    critical = stats["client_critical_s"] + stats["server_compute_s"]
+    per_slot = 1000.0 / max(slots, 1)
+    return {
+        "checkin_s": t_checkin,
+        "slot_ms": per_slot * (seconds - t_checkin),
+        "client_compute_s": stats["client_compute_s"],
+        "client_critical_s": stats["client_critical_s"],
+        "server_compute_s": stats["server_compute_s"],
+        "eval_s": stats["eval_s"],
+        "round_trips": float(stats["round_trips"]),
+        "overhead_ms_per_slot": per_slot * (seconds - compute - stats["eval_s"]),
+        "overhead_bound_ms_per_slot": per_slot * (seconds - critical - stats["eval_s"]),
+    }

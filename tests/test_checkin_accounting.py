@@ -13,7 +13,19 @@ from dp_accounting.pld import common, privacy_loss_distribution
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.accounting import checkin as ci
+from fedpriv.accounting.checkin_composition import (
+    advanced_composition_epsilon,
+    optimal_composition_delta,
+)
+from fedpriv.accounting.checkin_events import CheckinEvent
+from fedpriv.accounting.checkin_spec import run_cli
+from fedpriv.accounting.checkin_theorems import (
+    VARIANTS,
+    delta0_bound,
+    expected_dummy_updates,
+    min_delta1,
+    pure_epsilon,
+)
 from fedpriv.accounting.ledger import PrivacyLedger
 from fedpriv.accounting.shuffle import shuffle_epsilon
 from fedpriv.common.errors import ConfigError
@@ -83,9 +95,9 @@ SETS = [(0.5, 10_000, 1_000, 0.5, 1e-6), (2.0, 500, 100, 1.0, 1e-8)]
 def test_pure_theorems_by_hand(e0: float, n: int, m: int, p0: float, d: float) -> None:
     # tolerance: 1e-12 relative (closed forms in double vs 40-digit mpmath)
     for ev, hand in [
-        (ci.CheckinEvent("fixed", e0, n, m, p0), hand_fixed(e0, n, m, p0, d)),
-        (ci.CheckinEvent("sliding-window", e0, n, m), hand_sliding(e0, n, m, d)),
-        (ci.CheckinEvent("shuffle", e0, n), hand_shuffle(e0, n, d)),
+        (CheckinEvent("fixed", e0, n, m, p0), hand_fixed(e0, n, m, p0, d)),
+        (CheckinEvent("sliding-window", e0, n, m), hand_sliding(e0, n, m, d)),
+        (CheckinEvent("shuffle", e0, n), hand_shuffle(e0, n, d)),
     ]:
         assert ev.pass_epsilon(d) == pytest.approx(float(hand), rel=1e-12)  # the theorem itself
         # reported: never above eps0 (one eps0-DP report per client and pass); shuffle also
@@ -99,15 +111,15 @@ def test_pure_theorems_by_hand(e0: float, n: int, m: int, p0: float, d: float) -
 def test_averaged_reconstruction_is_consistent_with_printed_form() -> None:
     # The pure form is reconstructed; evaluated at 8 eps0 it must be the printed form.
     for e0, n, m, d, d2 in [(0.05, 10_000, 1_000, 1e-6, 1e-7), (0.1, 2_000, 500, 1e-8, 1e-9)]:
-        got = ci.pure_epsilon("averaged", 8 * e0, n, m, d, 1.0, d2)
+        got = pure_epsilon("averaged", 8 * e0, n, m, d, 1.0, d2)
         assert got == pytest.approx(float(hand_averaged_approx(e0, n, m, d, d2)), rel=1e-12)
     # pure, delta2 given: total delta is delta + delta2 (Theorem 4.1)
-    ev = ci.CheckinEvent("averaged", 0.5, 10_000, 1_000, delta2=1e-7)
-    want = ci.pure_epsilon("averaged", 0.5, 10_000, 1_000, 1e-6, 1.0, 1e-7)
+    ev = CheckinEvent("averaged", 0.5, 10_000, 1_000, delta2=1e-7)
+    want = pure_epsilon("averaged", 0.5, 10_000, 1_000, 1e-6, 1.0, 1e-7)
     assert ev.pass_epsilon(1e-6 + 1e-7) == pytest.approx(want, rel=1e-12)
     # the paper: averaging costs at least as much as the fixed window (extra e^{3eps0/2})
     for e0 in [0.1, 0.5, 1.0, 2.0]:
-        assert ci.CheckinEvent("averaged", e0, 5000, 1000).epsilon(1e-6) >= ci.CheckinEvent(
+        assert CheckinEvent("averaged", e0, 5000, 1000).epsilon(1e-6) >= CheckinEvent(
             "fixed", e0, 5000, 1000
         ).epsilon(1e-6)
 
@@ -122,8 +134,8 @@ def test_averaged_reconstruction_is_consistent_with_printed_form() -> None:
 def test_papers_simplified_bound_holds(e0: float, d: float, m: int, p0: float) -> None:
     # Theorem 3.2 / 4.3: for eps0 <= 1 and delta <= 1/100, eps <= 7 p0 eps0 sqrt(log(1/d)/m).
     bound = 7 * p0 * e0 * math.sqrt(math.log(1 / d) / m)
-    assert ci.pure_epsilon("fixed", e0, 10 * m, m, d, p0) <= bound * (1 + 1e-12)
-    assert ci.pure_epsilon("sliding-window", e0, 10 * m, m, d) <= 7 * e0 * math.sqrt(
+    assert pure_epsilon("fixed", e0, 10 * m, m, d, p0) <= bound * (1 + 1e-12)
+    assert pure_epsilon("sliding-window", e0, 10 * m, m, d) <= 7 * e0 * math.sqrt(
         math.log(1 / d) / m
     ) * (1 + 1e-12)
 
@@ -132,10 +144,10 @@ def test_papers_simplified_bound_holds(e0: float, d: float, m: int, p0: float) -
 def test_delta0_bound_by_hand() -> None:
     for e0, d1 in [(0.05, 1e-9), (1.0, 1e-12), (3.0, 1e-6)]:
         # tolerance: 1e-12 relative
-        assert ci.delta0_bound(e0, d1) == pytest.approx(float(hand_delta0_bound(e0, d1)), rel=1e-12)
-    d1 = ci.min_delta1(0.5, 1e-15)
-    assert ci.delta0_bound(0.5, d1) >= 1e-15
-    assert ci.delta0_bound(0.5, d1 * (1 - 1e-6)) < 1e-15
+        assert delta0_bound(e0, d1) == pytest.approx(float(hand_delta0_bound(e0, d1)), rel=1e-12)
+    d1 = min_delta1(0.5, 1e-15)
+    assert delta0_bound(0.5, d1) >= 1e-15
+    assert delta0_bound(0.5, d1 * (1 - 1e-6)) < 1e-15
 
 
 def test_approx_fixed_window_by_hand() -> None:
@@ -143,7 +155,7 @@ def test_approx_fixed_window_by_hand() -> None:
     d0 = 0.7 * float(hand_delta0_bound(e0, d1))
     eps_hand = hand_fixed_approx(e0, n, m, p0, d)
     total = float(d + m * (E**eps_hand + 1) * d1)
-    ev = ci.CheckinEvent("fixed", e0, n, m, p0, local_delta=d0, delta1=d1)
+    ev = CheckinEvent("fixed", e0, n, m, p0, local_delta=d0, delta1=d1)
     # the split (d, d1) is feasible, so the engine's optimum is at most the hand value and,
     # being the optimum of a smooth trade-off, within 1e-9 of it
     assert ev.epsilon(total) <= float(eps_hand) * (1 + 1e-12)
@@ -155,7 +167,7 @@ def test_approx_shuffle_by_hand() -> None:
     d0 = float(hand_delta0_bound(e0, d1))
     eps_hand = hand_shuffle_approx(e0, n, d)
     total = float(d + n * (E**eps_hand + 1) * d1)  # K = n for Theorem 5.1
-    ev = ci.CheckinEvent("shuffle", e0, n, local_delta=d0, delta1=d1)
+    ev = CheckinEvent("shuffle", e0, n, local_delta=d0, delta1=d1)
     assert ev.epsilon(total) <= float(eps_hand) * (1 + 1e-12)
     assert ev.epsilon(total) == pytest.approx(float(eps_hand), rel=1e-9)
 
@@ -168,10 +180,10 @@ def test_pure_is_the_delta0_zero_case() -> None:
         ("sliding-window", {"num_slots": 1000}),
         ("shuffle", {}),
     ]:
-        pure = ci.CheckinEvent(variant, 0.05, 50_000, **kw)
-        approx = ci.CheckinEvent(variant, 0.05, 50_000, local_delta=1e-20, **kw)
+        pure = CheckinEvent(variant, 0.05, 50_000, **kw)
+        approx = CheckinEvent(variant, 0.05, 50_000, local_delta=1e-20, **kw)
         assert pure.pass_epsilon(1e-6) < approx.pass_epsilon(1e-6)  # the theorems themselves
-        e8 = ci.pure_epsilon(
+        e8 = pure_epsilon(
             variant,
             0.4,
             50_000,
@@ -184,11 +196,11 @@ def test_pure_is_the_delta0_zero_case() -> None:
 
 def test_precondition_refused_with_reason() -> None:
     with pytest.raises(ConfigError, match=r"^local_delta=0.001 violates the precondition"):
-        ci.CheckinEvent("fixed", 1.0, 1000, 100, local_delta=1e-3, delta1=1e-6)
+        CheckinEvent("fixed", 1.0, 1000, 100, local_delta=1e-3, delta1=1e-6)
     with pytest.raises(ConfigError, match="^local_delta="):
-        ci.CheckinEvent("shuffle", 0.01, 1000, local_delta=0.5)
+        CheckinEvent("shuffle", 0.01, 1000, local_delta=0.5)
     # no split of target_delta makes the theorem apply here, but eps0 itself still holds
-    out = ci.run_cli(
+    out = run_cli(
         {
             "variant": "shuffle",
             "local_epsilon": "0.5",
@@ -219,7 +231,7 @@ def test_optimal_composition_against_enumeration(k: int) -> None:
     for eps, delta, eps_g in [(0.3, 1e-4, 0.5), (1.0, 1e-6, 1.7), (0.1, 0.0, 0.05)]:
         want = brute_composed_delta(eps, delta, k, eps_g)
         # tolerance: 1e-10 relative (4^k-term enumeration)
-        assert ci.optimal_composition_delta(eps, delta, k, eps_g) == pytest.approx(
+        assert optimal_composition_delta(eps, delta, k, eps_g) == pytest.approx(
             want, rel=1e-10, abs=1e-300
         )
 
@@ -231,7 +243,7 @@ def test_optimal_composition_against_dp_accounting_pld() -> None:
     )
     composed = pld.self_compose(k)
     for eps_g in [1.0, 2.0, 3.0]:
-        ours = ci.optimal_composition_delta(eps, delta, k, eps_g)
+        ours = optimal_composition_delta(eps, delta, k, eps_g)
         theirs = composed.get_delta_for_epsilon(eps_g)
         # PLD is pessimistic: ours <= theirs, within 2e-2 relative at this grid
         assert ours <= theirs * (1 + 1e-9)
@@ -239,14 +251,14 @@ def test_optimal_composition_against_dp_accounting_pld() -> None:
 
 
 def test_repetitions_best_of_compositions() -> None:
-    ev = ci.CheckinEvent("fixed", 1.0, 100_000, 1_000, checkin_probability=0.01)
+    ev = CheckinEvent("fixed", 1.0, 100_000, 1_000, checkin_probability=0.01)
     reps = 100  # Corollary 3.3: n/m repetitions with p0 = m/n
     eps, method = ev.epsilon_and_method(1e-6, reps)
     assert method in ("advanced", "optimal", "basic")
     for frac in [0.1, 0.5]:
         d_pass = frac * 1e-6 / reps
         e1 = ev.pass_epsilon(d_pass)
-        assert eps <= ci.advanced_composition_epsilon(e1, reps, 1e-6 - reps * d_pass) + 1e-12
+        assert eps <= advanced_composition_epsilon(e1, reps, 1e-6 - reps * d_pass) + 1e-12
     assert eps <= reps * ev.pass_epsilon(1e-6 / reps) + 1e-12
     assert eps > ev.epsilon(1e-6)
 
@@ -259,7 +271,7 @@ def test_expected_dummies_fixed_monte_carlo() -> None:
     slot = rng.integers(0, m, (trials, n))
     flat = (np.arange(trials)[:, None] * m + slot)[on]
     empty = m - (np.bincount(flat, minlength=trials * m).reshape(trials, m) > 0).sum(axis=1)
-    exp = ci.expected_dummy_updates("fixed", n, m, p0)
+    exp = expected_dummy_updates("fixed", n, m, p0)
     assert exp["expected"] == pytest.approx(m * (1 - p0 / m) ** n, rel=1e-12)
     # Monte Carlo: within 5 standard errors (fixed seed)
     assert abs(empty.mean() - exp["expected"]) < 5 * empty.std() / math.sqrt(trials)
@@ -274,7 +286,7 @@ def test_expected_dummies_sliding_window_monte_carlo() -> None:
     occupied = np.zeros((trials, n + m), dtype=bool)
     occupied[np.arange(trials)[:, None], slot] = True
     empty = (~occupied[:, served]).sum(axis=1)
-    exp = ci.expected_dummy_updates("sliding-window", n, m)
+    exp = expected_dummy_updates("sliding-window", n, m)
     assert abs(empty.mean() - exp["expected"]) < 5 * empty.std() / math.sqrt(trials)
     assert exp["expected"] <= exp["bound"] == pytest.approx((n - m + 1) / math.e)
 
@@ -296,12 +308,12 @@ def test_expected_dummies_sliding_window_monte_carlo() -> None:
 def test_cli_refusals_name_the_key(params: dict[str, str], key: str) -> None:
     base = {"local_epsilon": "1", "num_clients": "1000", "num_slots": "100", "target_delta": "1e-6"}
     with pytest.raises(ConfigError) as err:
-        ci.run_cli({**base, **params})
+        run_cli({**base, **params})
     assert str(err.value).startswith(key + "=")
 
 
 def test_cli_and_ledger_agree() -> None:
-    out = ci.run_cli(
+    out = run_cli(
         {
             "variant": "fixed",
             "local_epsilon": "1",
@@ -312,13 +324,13 @@ def test_cli_and_ledger_agree() -> None:
             "repetitions": "10",
         }
     )
-    ev = ci.CheckinEvent("fixed", 1.0, 10_000, 1_000, 0.1)
+    ev = CheckinEvent("fixed", 1.0, 10_000, 1_000, 0.1)
     ledger = PrivacyLedger(neighboring_relation="replace_one")
     ledger.record(ev, 10)
     assert ledger.get_epsilon(1e-6) == pytest.approx(out["epsilon"], rel=1e-12)
     again = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
     assert again.get_epsilon(1e-6) == ledger.get_epsilon(1e-6)
-    back = ci.run_cli(
+    back = run_cli(
         {
             "variant": "fixed",
             "local_epsilon": "1",
@@ -336,7 +348,7 @@ def test_cli_and_ledger_agree() -> None:
 # --------------------------------------------------------------------------- properties
 @settings(max_examples=40, deadline=None)
 @given(
-    variant=st.sampled_from(ci.VARIANTS),
+    variant=st.sampled_from(VARIANTS),
     e0=st.floats(0.01, 3.0),
     n=st.integers(100, 100_000),
     frac=st.floats(0.01, 1.0),
@@ -347,12 +359,12 @@ def test_monotone_and_never_nan(
     variant: str, e0: float, n: int, frac: float, d: float, factor: float
 ) -> None:
     m = max(1, int(frac * n))
-    ev = ci.CheckinEvent(variant, e0, n, m)
+    ev = CheckinEvent(variant, e0, n, m)
     base = ev.epsilon(d)
     assert not math.isnan(base) and base >= 0  # 0 is valid once delta exceeds TV distance
-    assert ci.CheckinEvent(variant, e0 * factor, n, m).epsilon(d) >= base
+    assert CheckinEvent(variant, e0 * factor, n, m).epsilon(d) >= base
     if variant != "shuffle" and int(m * factor) + 1 <= n:
-        assert ci.CheckinEvent(variant, e0, n, int(m * factor) + 1).epsilon(d) <= base
+        assert CheckinEvent(variant, e0, n, int(m * factor) + 1).epsilon(d) <= base
     if variant in ("shuffle", "averaged"):
-        assert ci.CheckinEvent(variant, e0, int(n * factor) + 1, m).epsilon(d) <= base
+        assert CheckinEvent(variant, e0, int(n * factor) + 1, m).epsilon(d) <= base
     assert ev.epsilon(d, 3) >= base

@@ -9,6 +9,7 @@ References independent of fedpriv's mapping:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -23,8 +24,7 @@ from fedpriv.accounting.checkin_gaussian import (
     CheckinGaussianEvent,
     CheckinGaussianSpec,
 )
-from fedpriv.accounting.accountant import AccountingSpec
-from fedpriv.cli.experiment import account as cli
+from fedpriv.cli import account as cli
 from fedpriv.common.errors import ConfigError
 from tests.contracts import EventContract
 
@@ -56,10 +56,7 @@ def exact_epsilon(sigma: float, p0: float, delta: float) -> float:
 
 def spec(z: float = 1.0, m: int = 2, p0: float = 1.0, delta: float = 1e-3) -> CheckinGaussianSpec:
     return CheckinGaussianSpec(
-        noise_multiplier=z,
-        num_slots=m,
-        checkin_probability=p0,
-        accounting=AccountingSpec(target_delta=delta),
+        noise_multiplier=z, num_slots=m, checkin_probability=p0, target_delta=delta
     )
 
 
@@ -93,8 +90,10 @@ def test_p0_one_is_random_allocation_and_passes_compose_by_self_composition() ->
 def test_both_routes_are_visible_and_the_theorem_is_not_claimed() -> None:
     """The summary names the route that answered, shows every route's ε (the theorem's as
     None, with its reason) and the add/remove relation."""
-    s = spec(z=1.0, m=4, p0=0.5, delta=1e-5)
-    out = s.summary(2)
+    s = dataclasses.replace(spec(z=1.0, m=4, p0=0.5, delta=1e-5), num_rounds=2)
+    out = s.summary()
+    assert out["family"] == "checkin_gaussian" and out["num_rounds"] == 2
+    assert s.bounds(2)["epsilon"] == pytest.approx(s.epsilon(2), rel=1e-12)
     assert out["bound"] == ALLOCATION_BOUND
     assert out["epsilon_by_bound"][ALLOCATION_BOUND] == pytest.approx(s.epsilon(2), rel=1e-12)
     assert out["epsilon_by_bound"][THEOREM_BOUND] is None
@@ -213,32 +212,25 @@ RUN = [
 
 
 def _cfg(extra: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
+    from fedpriv.run.config import compose_config
 
-    from fedpriv.run.config import conf_dir, register_schema
-
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=[*RUN, *extra])
+    return compose_config([*RUN, *extra])
 
 
 def _run_in_process(tmp_path: Any, extra: list[str]) -> dict[str, Any]:
-    from fedpriv.report.display import RoundDisplay
-    from fedpriv.report.results import RunRecorder
-    from fedpriv.run.runner import Job, prepare, run_layout
-    from tests.test_checkin_workers import InProcessGrid, Recording
+    from fedpriv.run.prepare import prepare
+    from tests.test_checkin_workers import InProcessGrid, in_process_job, recording_strategy
 
-    cfg, algorithm = prepare(_cfg(extra))
-    layout = run_layout(cfg)
-    recorder = RunRecorder(tmp_path, privacy={})
-    job = Job(cfg, algorithm, None, recorder, RoundDisplay(2, enabled=False), layout)
-    strategy = Recording(**{k: v for k, v in cfg["strategy"].items() if k != "_target_"})
-    state = strategy.run(InProcessGrid(cfg, layout.num_workers), job)
+    plan, algorithm = prepare(_cfg(extra))
+    job = in_process_job(plan, algorithm, tmp_path)
+    strategy = recording_strategy(plan)
+    strategy.check_algorithm(algorithm)
+    state = strategy.start(InProcessGrid(plan, job.layout.num_workers), job)
     return {
-        "cfg": cfg,
+        "plan": plan,
         "algorithm": algorithm,
         "epsilon": job.privacy.epsilon(),
-        "rounds": recorder.rounds,
+        "rounds": job.log.recorder.rounds,
         "slot_updates": strategy.slot_updates,
         "state": state,
     }
@@ -270,7 +262,7 @@ def test_run_accounts_the_spec_and_clients_send_clipped_unnoised_updates(
     assert summary["epsilon_by_bound"][ALLOCATION_BOUND] == pytest.approx(want, rel=1e-12)
     assert summary["epsilon_by_bound"][THEOREM_BOUND] is None
     assert summary["normalizer"] == pytest.approx(20 * 0.8 / 5, rel=1e-12)
-    assert algo.local_events() == []
+    assert algo.privacy.local_events() == []
 
 
 def test_slot_release_noise_is_what_the_events_claim() -> None:
@@ -283,35 +275,38 @@ def test_slot_release_noise_is_what_the_events_claim() -> None:
     from clients.checkin_clients import CheckinGaussianClient
     from strategies.checkin_server import CheckinStrategy, SlotTask
 
-    privacy = {
-        "noise_multiplier": 1.5,
-        "clipping_norm": 2.0,
-        "checkin_probability": 1.0,
-        "target_delta": 1e-5,
-        "accountant": "pld",
-    }
-    algo = CheckinGaussianClient(num_slots=4, num_clients=12, privacy=privacy)
-    assert algo.normalizer == 3.0 and algo.gaussian.noise_stddev == 3.0
+    gauss = CheckinGaussianSpec(
+        noise_multiplier=1.5,
+        clipping_norm=2.0,
+        checkin_probability=1.0,
+        target_delta=1e-5,
+        accountant="pld",
+        num_slots=4,
+        num_clients=12,
+    )
+    algo = CheckinGaussianClient(num_slots=4, privacy=dataclasses.replace(gauss, num_rounds=1))
+    assert algo.normalizer == gauss.slot_divisor == 3.0 and gauss.noise_stddev == 3.0
     shapes = {"w": (60_000,)}
     rows = {(c, 1): {"w": np.full(60_000, 0.01 * c, dtype=np.float32)} for c in (3, 7)}
     stats: dict[str, Any] = {"updates": 0, "dummies": 0}
     gen = torch.Generator().manual_seed(5)
-    rel = CheckinStrategy.central_slot(algo, SlotTask(1, (3, 7)), rows, shapes, gen, stats)
+    rel = CheckinStrategy.central_slot(gauss, SlotTask(1, (3, 7)), rows, shapes, gen, stats)
     noise = rel["w"] * 3.0 - 0.01 * 3 - 0.01 * 7
     assert abs(float(noise.std()) - 3.0) <= 0.02 * 3.0 and abs(float(noise.mean())) < 0.05
-    empty = CheckinStrategy.central_slot(algo, SlotTask(2, ()), {}, shapes, gen, stats)
+    empty = CheckinStrategy.central_slot(gauss, SlotTask(2, ()), {}, shapes, gen, stats)
     assert abs(float((empty["w"] * 3.0).std()) - 3.0) <= 0.02 * 3.0
     assert stats == {"updates": 2, "dummies": 1}
 
 
 def test_run_calibrates_sigma_to_the_target_within_one_percent(task_identity: None) -> None:
-    from fedpriv.run.runner import prepare
+    from fedpriv.run.prepare import prepare
 
-    cfg, algo = prepare(
+    plan, algo = prepare(
         _cfg(["privacy.noise_multiplier=null", "privacy.target_epsilon=3", "num_rounds=2"])
     )
-    sigma = cfg["privacy"]["noise_multiplier"]
-    assert sigma == algo.gaussian.noise_multiplier
+    sigma = plan.privacy.noise_multiplier
+    assert sigma is not None and sigma == algo.privacy.noise_multiplier
+    assert plan.privacy.calibrated_from_target_epsilon == 3.0
     eps = spec(sigma, 5, 0.8, 1e-5).epsilon(2)
     assert 0.99 * 3.0 <= eps <= 3.0
 
@@ -320,16 +315,18 @@ def test_run_calibrates_sigma_to_the_target_within_one_percent(task_identity: No
     ("extra", "field"),
     [
         (["client.variant=averaged"], "client.variant"),
-        (["privacy.local_epsilon=1"], "privacy.noise_multiplier"),
+        (["+privacy.local_epsilon=1"], "privacy.local_epsilon"),  # not a key of the family
         (["privacy.accountant=rdp"], "privacy.accountant"),
         (["privacy.noise_multiplier=0"], "privacy.noise_multiplier"),
         (["client.window=[1,3]"], "client.window"),
         (["privacy.checkin_probability=0"], "privacy.checkin_probability"),
+        (["privacy.checkin_probability=nan"], "privacy.checkin_probability"),
+        (["privacy.clipping_norm=inf"], "privacy.clipping_norm"),
         (["client.noise=local"], "client.noise"),
     ],
 )
 def test_run_refuses_bad_input_naming_the_field(extra: list[str], field: str) -> None:
-    from fedpriv.run.runner import prepare
+    from fedpriv.run.prepare import prepare
 
     with pytest.raises(ConfigError) as err:
         prepare(_cfg(extra))
@@ -342,7 +339,7 @@ def test_local_checkin_client_points_central_noise_to_its_client() -> None:
     from clients.checkin_clients import CheckinClient
 
     with pytest.raises(ConfigError, match="client=checkin_gaussian") as err:
-        CheckinClient(noise="central_gaussian", privacy={"local_epsilon": 1.0}, num_clients=4)
+        CheckinClient(noise="central_gaussian")
     assert err.value.field == "client.noise"
 
 

@@ -14,28 +14,40 @@ import pytest
 import scipy.stats
 import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
-from hydra import compose, initialize_config_dir
 
-from clients.checkin_clients import CheckinClient
-from fedpriv.accounting.checkin import CheckinEvent, PoissonLocalEvent, expected_dummy_updates
+from fedpriv.accounting.checkin_events import CheckinEvent, PoissonLocalEvent
+from fedpriv.accounting.checkin_spec import CheckinSpec
+from fedpriv.accounting.checkin_theorems import expected_dummy_updates
 from fedpriv.accounting.gdp import analytic_gaussian_sigma
+from fedpriv.accounting.local_release import calibrated_randomizer
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import ABSTAIN, CHECKIN_KEY
-from fedpriv.mechanisms.checkin_draw import checkin_rng, checkin_window, draw_checkin
+from fedpriv.mechanisms.checkin_draw import (
+    CheckinVariant,
+    checkin_rng,
+    checkin_window,
+    draw_checkin,
+)
 from fedpriv.mechanisms.randomizers import LocalRandomizer
-from fedpriv.run.config import conf_dir, register_schema
-from fedpriv.run.runner import prepare, run_experiment
+from fedpriv.run.algorithm import MessageKind
+from fedpriv.run.config import compose_config
+from fedpriv.run.prepare import prepare
+from fedpriv.run.runner import run_experiment
 from strategies import checkin_server as server
-from strategies.checkin_server import CheckinStrategy, occupancy, plan_pass, update_slots
+from strategies.checkin_server import (
+    CheckinStrategy,
+    PassProtocol,
+    occupancy,
+    plan_pass,
+    update_slots,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["client=checkin", "privacy=checkin", "strategy=checkin", "model=logistic"]
 
 
 def _cfg(overrides: list[str]):
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=[*BASE, *overrides])
+    return compose_config([*BASE, *overrides])
 
 
 # --------------------------------------------------------------------------- client randomness
@@ -177,7 +189,7 @@ class FakeJob:
         return 0.0, 0.0
 
 
-class MarkerRandomizer:
+class MarkerRandomizer(LocalRandomizer):
     """Dummy noise = a marker value, so dummy steps are visible in the state."""
 
     def noise(
@@ -186,9 +198,11 @@ class MarkerRandomizer:
         return {k: torch.full(tuple(s), 1000.0, dtype=torch.float64) for k, s in shapes.items()}
 
 
-class FakeAlgo:
-    def __init__(self, variant: str) -> None:
-        self.variant, self.local_randomizer = variant, MarkerRandomizer()
+def fake_protocol(variant: str) -> PassProtocol:
+    """A pass of ``variant`` whose dummy updates are :class:`MarkerRandomizer`'s."""
+    return PassProtocol(
+        CheckinVariant(variant), 5, 40, 1.0, dummy=MarkerRandomizer("laplace", 1.0, 1.0)
+    )
 
 
 @pytest.mark.parametrize("variant", ["fixed", "averaged"])
@@ -205,7 +219,7 @@ def test_dummies_exactly_on_empty_slots_and_averaged_skips(
     trace, state = [], state0
     for task in tasks:  # one slot at a time, to see each step
         new, stats = strat.run_slots(
-            grid, FakeJob(), FakeAlgo(variant), [task], state, 1, torch.Generator(), HOSTS
+            grid, FakeJob(), fake_protocol(variant), [task], state, 1, torch.Generator(), HOSTS
         )
         trace.append(float(state["w"][0] - new["w"][0]))
         state = new
@@ -223,7 +237,14 @@ def test_minibatch_sends_one_request_per_step(task_identity: None) -> None:
     tasks = plan_pass("fixed", occupancy(answers, range(1, 11)), np.random.default_rng(1))
     grid = FakeGrid(answers, {"w": (1,)})
     new, stats = CheckinStrategy(batch_size=5, lr=1.0).run_slots(
-        grid, FakeJob(), FakeAlgo("fixed"), tasks, {"w": np.zeros(1)}, 1, torch.Generator(), HOSTS
+        grid,
+        FakeJob(),
+        fake_protocol("fixed"),
+        tasks,
+        {"w": np.zeros(1)},
+        1,
+        torch.Generator(),
+        HOSTS,
     )
     assert grid.calls == 2 and stats["updates"] == 10 and stats["dummies"] == 0
     assert stats["round_trips"] == 2 and all(k <= 2 for k in grid.messages)  # <= 1 per worker
@@ -240,7 +261,14 @@ def test_poisson_client_in_several_slots_of_a_block_reports_once_per_slot(
     grid = FakeGrid({}, {"w": (1,)})
     grid.answers = None  # the baseline has no check-ins to verify
     new, stats = CheckinStrategy(batch_size=4, lr=1.0).run_slots(
-        grid, FakeJob(), FakeAlgo("poisson"), tasks, {"w": np.zeros(1)}, 1, torch.Generator(), HOSTS
+        grid,
+        FakeJob(),
+        fake_protocol("poisson"),
+        tasks,
+        {"w": np.zeros(1)},
+        1,
+        torch.Generator(),
+        HOSTS,
     )
     assert sorted(grid.asked) == [(5, 1), (5, 2), (5, 4), (26, 1), (27, 4)]
     # one send, one message per worker (client 5 on worker 0 named in 3 slots; 26, 27 on 1)
@@ -253,7 +281,7 @@ def test_poisson_client_in_several_slots_of_a_block_reports_once_per_slot(
 def test_worker_answers_each_clients_own_checkin_and_refuses_other_slots(
     task_identity: None,
 ) -> None:
-    cfg, algo = prepare(_cfg(["num_clients=10", "client.num_slots=5"]))
+    plan, algo = prepare(_cfg(["num_clients=10", "client.num_slots=5"]))
     ctx = Context(
         run_id=1, node_id=3, node_config={"partition-id": 0}, state=RecordDict(), run_config={}
     )
@@ -268,7 +296,9 @@ def test_worker_answers_each_clients_own_checkin_and_refuses_other_slots(
         dst_node_id=3,
         message_type=MessageType.QUERY,
     )
-    rec = algo.query_handler(cfg, query, ctx).content.config_records[CHECKIN_KEY]
+    query_handler = algo.message_handler(MessageKind.QUERY)
+    assert query_handler is not None
+    rec = query_handler(plan, query, ctx).content.config_records[CHECKIN_KEY]
     assert set(rec) == {"clients", "slots", "tickets"}  # occupancy only, no data
     assert list(rec["clients"]) == hosted
     for pid, slot, ticket in zip(hosted, rec["slots"], rec["tickets"], strict=True):
@@ -282,7 +312,7 @@ def test_worker_answers_each_clients_own_checkin_and_refuses_other_slots(
     from fedpriv.run.engine import client_rows
     from fedpriv.run.setup import build_model_for
 
-    state = ArrayRecord({k: v.detach() for k, v in build_model_for(cfg).state_dict().items()})
+    state = ArrayRecord({k: v.detach() for k, v in build_model_for(plan).state_dict().items()})
     train = Message(
         content=RecordDict(
             {
@@ -295,7 +325,9 @@ def test_worker_answers_each_clients_own_checkin_and_refuses_other_slots(
         dst_node_id=3,
         message_type=MessageType.TRAIN,
     )
-    reply = algo.train_message_handler(cfg, train, ctx)
+    slot_handler = algo.message_handler(MessageKind.TRAIN)
+    assert slot_handler is not None
+    reply = slot_handler(plan, train, ctx)
     rows = client_rows(reply)
     # client 3 sends; client 2 asked for another slot and client 9 (not checked in here) refuse
     assert rows.ids == [3] and list(reply.content.config_records["config"]["slots"]) == [slots[3]]
@@ -326,8 +358,21 @@ def _gauss_delta(sigma: float, sens: float, eps: float) -> float:
     return float(mpmath.ncdf(a - b) - mpmath.exp(eps) * mpmath.ncdf(-a - b))
 
 
+def test_randomizer_draws_the_noise_scale_it_is_given() -> None:
+    """The mechanisms layer's randomizer takes its noise scale as a parameter (the accounting
+    calibrates it): Gaussian std = scale, Laplace std = sqrt(2) scale; a scale <= 0 is
+    refused."""
+    assert LocalRandomizer("gaussian", 0.5, noise_scale=3.0).noise_stddev == 3.0
+    lap = LocalRandomizer("laplace", 0.5, noise_scale=2.0)
+    assert lap.laplace_scale == 2.0 and lap.noise_stddev == pytest.approx(2.0 * math.sqrt(2))
+    assert lap.sensitivity == 1.0  # replace-one: 2L
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ConfigError, match="^noise_scale="):
+            LocalRandomizer("gaussian", 0.5, noise_scale=bad)
+
+
 def test_gaussian_randomizer_noise_has_the_calibrated_std() -> None:
-    r = LocalRandomizer("gaussian", clipping_norm=0.5, local_epsilon=1.0, local_delta=1e-6)
+    r = calibrated_randomizer("gaussian", clipping_norm=0.5, local_epsilon=1.0, local_delta=1e-6)
     sigma = analytic_gaussian_sigma(1.0, 1e-6, 1.0)
     assert r.noise_stddev == sigma
     # tight calibration, checked independently (mpmath, Balle & Wang Thm 8): 1e-6 relative
@@ -340,7 +385,7 @@ def test_gaussian_randomizer_noise_has_the_calibrated_std() -> None:
 
 
 def test_laplace_randomizer_is_l1_clipped_with_scale_2L_over_eps0() -> None:
-    r = LocalRandomizer("laplace", clipping_norm=2.0, local_epsilon=0.5)
+    r = calibrated_randomizer("laplace", clipping_norm=2.0, local_epsilon=0.5, local_delta=0.0)
     assert r.laplace_scale == 8.0
     clipped = r.clip({"a": torch.tensor([3.0, -4.0]), "b": torch.tensor(5.0)})
     assert sum(float(t.abs().sum()) for t in clipped.values()) == pytest.approx(2.0)
@@ -351,7 +396,7 @@ def test_laplace_randomizer_is_l1_clipped_with_scale_2L_over_eps0() -> None:
 
 
 def test_dummy_is_the_randomizer_on_no_data() -> None:
-    r = LocalRandomizer("laplace", clipping_norm=1.0, local_epsilon=1.0)
+    r = calibrated_randomizer("laplace", clipping_norm=1.0, local_epsilon=1.0, local_delta=0.0)
     g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
     zero = r.randomize({"w": torch.zeros(10)}, g1)["w"]
     dummy = r.noise({"w": (10,)}, g2)["w"]
@@ -360,13 +405,14 @@ def test_dummy_is_the_randomizer_on_no_data() -> None:
 
 # --------------------------------------------------------------------------- accounting
 def test_pass_event_matches_the_engine_and_theorem_3_2() -> None:
-    algo = CheckinClient(
+    spec = CheckinSpec(
         variant="fixed",
         num_slots=1000,
-        privacy={"local_epsilon": 1.0, "checkin_probability": 0.5},
+        local_epsilon=1.0,
+        checkin_probability=0.5,
         num_clients=1000,
     )
-    event = algo.round_events()[0][0]
+    event = spec.round_events()[0][0]
     assert event == CheckinEvent("fixed", 1.0, 1000, 1000, 0.5, 0.0)
     # Theorem 3.2 by hand:
     # p0 (e^e0 - 1) sqrt(2 e^e0 ln(1/delta) / m) + p0^2 e^e0 (e^e0 - 1)^2 / (2m)
@@ -412,13 +458,11 @@ def test_poisson_baseline_gaussian_mixture_matches_mpmath() -> None:
 
 
 def test_local_epsilon_is_the_randomizers_own() -> None:
-    algo = CheckinClient(
-        variant="fixed", num_slots=10, privacy={"local_epsilon": 2.0}, num_clients=10
-    )
-    ((ev, count),) = algo.local_events()
+    spec = CheckinSpec(variant="fixed", num_slots=10, local_epsilon=2.0, num_clients=10)
+    ((ev, count),) = spec.local_events()
     # pure Laplace: eps at any delta <= eps0, and > eps0 - 0.05 at delta = 1e-6 (PLD grid)
     assert 1.95 < ev.epsilon(1e-6, count) <= 2.0 + 1e-6
-    assert algo.privacy_report(1, 1e-6) == {"local_epsilon0": 2.0}
+    assert spec.report(1) == {"local_epsilon0": 2.0}
 
 
 # --------------------------------------------------------------------------- bad input
@@ -426,6 +470,14 @@ def test_local_epsilon_is_the_randomizers_own() -> None:
     ("overrides", "message"),
     [
         (["privacy.checkin_probability=0"], "privacy.checkin_probability=0.0 must be in (0, 1]"),
+        # non-finite values: the spec names the field and its range (no union config left)
+        (["privacy.local_delta=nan"], "privacy.local_delta=nan must be a finite number in [0, 1)"),
+        (["privacy.clipping_norm=inf"], "privacy.clipping_norm=inf must be a finite number > 0"),
+        (
+            ["privacy.checkin_probability=nan"],
+            "privacy.checkin_probability=nan must be a finite number in (0, 1]",
+        ),
+        (["privacy.local_epsilon=inf"], "privacy.local_epsilon=inf must be a finite number > 0"),
         (["privacy.checkin_probability=1.5"], "privacy.checkin_probability=1.5 must be in (0, 1]"),
         (
             ["client.variant=averaged", "privacy.checkin_probability=0.5"],
@@ -451,7 +503,14 @@ def test_local_epsilon_is_the_randomizers_own() -> None:
             "client.window=[0, 200] lies outside the run's slots",
         ),
         (["+client.window=[1,50]", "client.num_slots=100"], "cover only R_j = [m]"),
-        (["privacy.noise_multiplier=1.0"], "privacy.noise_multiplier=1.0 must be null"),
+        (
+            ["+privacy.noise_multiplier=1.0"],  # the family has no noise_multiplier
+            "privacy.noise_multiplier=1.0 is not a setting of privacy=checkin (its keys: ",
+        ),
+        (
+            ["privacy.target_epsilon=1.0"],  # local_epsilon (1.0 by default) and a target
+            "privacy.local_epsilon=1.0 and privacy.target_epsilon=1.0: give exactly one",
+        ),
     ],
 )
 def test_bad_input_is_one_clear_line(overrides: list[str], message: str) -> None:
@@ -461,15 +520,44 @@ def test_bad_input_is_one_clear_line(overrides: list[str], message: str) -> None
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["privacy.noise_multiplier=1.0"],
+            "fedpriv: error: privacy.noise_multiplier='1.0' is not a setting of privacy=checkin "
+            "(its keys: accountant, checkin_probability, clipping_norm, ",
+        ),
+        (
+            ["client.client_sample_rate=0.1"],
+            "fedpriv: error: client.client_sample_rate='0.1' was renamed (client=checkin "
+            "client.variant=poisson: the per-slot client rate): use client.slot_sample_rate",
+        ),
+    ],
+)
+def test_command_line_refuses_keys_the_family_does_not_take(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``fedpriv client=checkin privacy.noise_multiplier=1.0`` (no ``+``: Hydra refuses the
+    key) names the family's keys; the old per-slot rate key names its new one."""
+    from fedpriv.cli.experiment import precheck
+
+    with pytest.raises(SystemExit) as info:
+        precheck([*BASE, *argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(message), err
+
+
 def test_calibrating_eps0_to_a_central_target() -> None:
-    cfg, algo = prepare(
-        _cfg(["num_clients=100", "client.num_slots=100", "privacy.target_epsilon=1.0"])
-    )
-    eps = algo.event.epsilon(1e-6, 20)  # num_rounds=20 passes (conf/config.yaml)
+    overrides = ["privacy.local_epsilon=null", "privacy.target_epsilon=1.0"]
+    plan, algo = prepare(_cfg(["num_clients=100", "client.num_slots=100", *overrides]))
+    eps = algo.privacy.pass_event().epsilon(1e-6, 20)  # num_rounds=20 passes (RunConfig)
     assert (
         eps <= 1.0 and eps > 0.98
     )  # the largest eps0 meeting the target, to the bisection's precision
-    assert cfg["privacy"]["local_epsilon"] == algo.local_epsilon
+    assert plan.privacy.local_epsilon == algo.privacy.local_epsilon is not None
+    assert plan.privacy.calibrated_from_target_epsilon == 1.0
 
 
 # --------------------------------------------------------------------------- Flower runs
@@ -502,19 +590,21 @@ def test_short_flower_run(tmp_path: Path, variant: str, extra: list[str]) -> Non
     assert [r["server_round"] for r in rounds] == [1, 2]
     _, algo = prepare(_cfg([*SMALL, f"client.variant={variant}", *extra]))
     # the reported epsilon is the engine's value for 2 passes of the run's parameters
-    assert res["privacy"]["epsilon"] == pytest.approx(algo.event.epsilon(1e-6, 2), rel=1e-12)
-    assert rounds[0]["epsilon"] == pytest.approx(algo.event.epsilon(1e-6, 1), rel=1e-12)
+    event = algo.privacy.pass_event()
+    assert res["privacy"]["epsilon"] == pytest.approx(event.epsilon(1e-6, 2), rel=1e-12)
+    assert rounds[0]["epsilon"] == pytest.approx(event.epsilon(1e-6, 1), rel=1e-12)
     # results.json says which bound answered after the run's 2 passes, and the normalizer
     assert res["privacy"]["normalizer"] == 1.0
-    assert res["privacy"]["bound"] == algo.spec.bound(2).bound
-    assert res["privacy"].get("bound_reason") == algo.spec.bound(2).reason
+    assert res["privacy"]["bound"] == algo.privacy.bound_after(2).bound
+    assert res["privacy"].get("bound_reason") == algo.privacy.bound_after(2).reason
     n, m = 5, algo.num_slots
     for r in rounds:
         assert r["slots"] == len(update_slots(variant, m, n))
         empty = r.get("dummies", r.get("skipped"))
         assert 0 <= empty <= r["slots"] and len(r["block_accuracy"]) >= 1
         if variant != "poisson":
-            exp = expected_dummy_updates(variant, n, m, algo.checkin_probability)["expected"]
+            p0 = algo.privacy.checkin_probability
+            exp = expected_dummy_updates(variant, n, m, p0)["expected"]
             assert r.get("expected_dummies", r.get("expected_skipped")) == pytest.approx(exp)
         if variant in ("fixed", "sliding-window"):  # one update per occupied slot
             assert r["updates_used"] + r["dummies"] == r["slots"]

@@ -2,13 +2,15 @@
 
 For the same seed, ``num_workers=2`` (many virtual clients per worker) and one client per
 worker (``num_workers=num_clients``) give the same check-ins (each client's own draw, the
-same as the node-per-client code: :func:`fedpriv.mechanisms.checkin_draw.checkin_rng`), the same per-slot
-updates, the same final model and the same ε, for every variant. The per-slot updates are
-summed in check-in (ticket) order whatever the layout, so the comparison is BITWISE.
+same as the node-per-client code: :func:`fedpriv.mechanisms.checkin_draw.checkin_rng`), the
+same per-slot updates, the same final model and the same ε, for every variant. The per-slot
+updates are summed in check-in (ticket) order whatever the layout, so the comparison is
+BITWISE.
 
-The in-process grid below runs the real strategy and the real client handlers
-(``query_handler``, ``train_message_handler``) with one Flower ``Context`` per node, the
-way Flower's simulation does, without Ray; the slow test compares a Flower run (Ray) with the
+The in-process grid below runs the real strategy (on a real :class:`fedpriv.run.job.ServerJob`)
+and the real client handlers (``message_handler(QUERY)`` and ``message_handler(TRAIN)``: the
+check-in query and the slot messages) with one Flower ``Context`` per node, the way Flower's
+simulation does, without Ray; the slow test compares a Flower run (Ray) with the
 in-process run of the other layout.
 """
 
@@ -21,16 +23,22 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import Context, Error, Message, MessageType, RecordDict
-from hydra import compose, initialize_config_dir
 
 from fedpriv.common.wire import ABSTAIN
 from fedpriv.mechanisms.checkin_draw import checkin_rng, checkin_window, draw_checkin
 from fedpriv.report.display import RoundDisplay
 from fedpriv.report.results import RunRecorder
-from fedpriv.run.client_app import _algorithm
-from fedpriv.run.config import conf_dir, register_schema
-from fedpriv.run.runner import Job, prepare, run_experiment, run_layout
-from strategies.checkin_server import CheckinStrategy, SlotTask
+from fedpriv.run.aggregation import IdealAggregator
+from fedpriv.run.algorithm import ClientAlgorithm, MessageHandler, MessageKind
+from fedpriv.run.client_app import worker_algorithm
+from fedpriv.run.config import compose_config
+from fedpriv.run.job import ServerJob
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.prepare import prepare, run_layout
+from fedpriv.run.round_log import RoundLog
+from fedpriv.run.run_privacy import RunPrivacy
+from fedpriv.run.runner import run_experiment
+from strategies.checkin_server import CheckinStrategy, PassProtocol, SlotTask
 
 BASE = ["client=checkin", "privacy=checkin", "strategy=checkin", "model=logistic"]
 N = 20
@@ -43,9 +51,7 @@ VARIANTS = {
 
 
 def _cfg(overrides: list[str]) -> Any:
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=[*BASE, *overrides])
+    return compose_config([*BASE, *overrides])
 
 
 def _overrides(variant: str, workers: int) -> list[str]:
@@ -64,13 +70,14 @@ def _overrides(variant: str, workers: int) -> list[str]:
 
 
 class InProcessGrid:
-    """Flower's grid for ``num_nodes`` nodes, in this process: a message goes to the client
-    app's handler of the algorithm with its node's own ``Context`` (kept between messages);
-    a handler that raises answers with an error reply. Node ids are large random-looking
-    64-bit integers, as Flower's."""
+    """Flower's grid for ``num_nodes`` nodes, in this process: a message goes to the
+    algorithm's handler of its kind (as the client app routes it) with its node's own
+    ``Context`` (kept between messages); a handler that raises answers with an error reply.
+    Node ids are large random-looking 64-bit integers, as Flower's."""
 
-    def __init__(self, cfg: dict[str, Any], num_nodes: int) -> None:
-        self.cfg, self.algorithm = cfg, _algorithm(json.dumps(cfg, sort_keys=True))
+    def __init__(self, plan: RunPlan, num_nodes: int) -> None:
+        self.plan = plan
+        self.algorithm: Any = worker_algorithm(plan.to_payload())
         self.ids = [(2**63 + 7_919 * (i + 1) * 1_000_003) % 2**64 for i in range(num_nodes)]
         self.contexts = {
             nid: Context(
@@ -93,11 +100,11 @@ class InProcessGrid:
         for msg in messages:
             ctx = self.contexts[msg.metadata.dst_node_id]
             query = msg.metadata.message_type == MessageType.QUERY
-            handler = (
-                self.algorithm.query_handler if query else self.algorithm.train_message_handler
+            handler = self.algorithm.message_handler(
+                MessageKind.QUERY if query else MessageKind.TRAIN
             )
             try:
-                out.append(handler(self.cfg, msg, ctx))
+                out.append(handler(self.plan, msg, ctx))
             except Exception as exc:
                 out.append(Message(Error(code=0, reason=str(exc)), reply_to=msg))
         return out
@@ -122,16 +129,30 @@ class Recording(CheckinStrategy):
         return rows
 
 
+def in_process_job(plan: RunPlan, algorithm: ClientAlgorithm, out_dir: Path) -> ServerJob:
+    """The run's :class:`ServerJob` as the runner builds it (no checkpoints: the check-in
+    strategy is not resumable), recording into ``out_dir``."""
+    privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
+    display = RoundDisplay(plan.num_rounds, enabled=False)
+    log = RoundLog(privacy, RunRecorder(out_dir, privacy={}), display, None, plan.secure_mode)
+    return ServerJob(plan, algorithm, IdealAggregator(), run_layout(plan), log)
+
+
+def recording_strategy(plan: RunPlan) -> Recording:
+    """The plan's check-in strategy (its configured fields), recording."""
+    return Recording(**{k: v for k, v in plan.strategy.items() if k != "_target_"})
+
+
 def _run_in_process(tmp_path: Path, variant: str, workers: int) -> dict[str, Any]:
-    cfg, algorithm = prepare(_cfg(_overrides(variant, workers)))
-    layout = run_layout(cfg)
+    plan, algorithm = prepare(_cfg(_overrides(variant, workers)))
+    layout = run_layout(plan)
     assert layout.num_workers == workers and not layout.one_node_per_client
-    recorder = RunRecorder(tmp_path / f"{variant}-{workers}", privacy={})
-    display = RoundDisplay(int(cfg["num_rounds"]), enabled=False)
-    job = Job(cfg, algorithm, None, recorder, display, layout)
-    strategy = Recording(**{k: v for k, v in cfg["strategy"].items() if k != "_target_"})
-    grid = InProcessGrid(cfg, layout.num_workers)
-    state = strategy.run(grid, job)
+    job = in_process_job(plan, algorithm, tmp_path / f"{variant}-{workers}")
+    recorder = job.log.recorder
+    strategy = recording_strategy(plan)
+    strategy.check_algorithm(algorithm)
+    grid = InProcessGrid(plan, layout.num_workers)
+    state = strategy.start(grid, job)
     return {
         "state": state,
         "epsilon": job.privacy.epsilon(),
@@ -157,7 +178,7 @@ def test_two_workers_and_one_client_per_worker_compute_the_same_run(
         for pid in range(N):
             rng = checkin_rng(0, server_round, pid, False)
             window = checkin_window(variant, algo.num_slots, pid)
-            assert answers[pid] == draw_checkin(rng, algo.checkin_probability, window)
+            assert answers[pid] == draw_checkin(rng, algo.privacy.checkin_probability, window)
             assert tickets[pid] == int(rng.integers(2**62))
     assert (len(two["checkins"]) == 2) == (variant != "poisson")
     # the same per-slot updates, bitwise, in the same blocks
@@ -172,7 +193,8 @@ def test_two_workers_and_one_client_per_worker_compute_the_same_run(
     # the same final model (bitwise) and the same epsilon and slot figures
     for k in two["state"]:
         assert np.array_equal(two["state"][k], each["state"][k]), k
-    assert two["epsilon"] == each["epsilon"] == pytest.approx(algo.event.epsilon(1e-6, 2))
+    assert two["epsilon"] == each["epsilon"]
+    assert two["epsilon"] == pytest.approx(algo.privacy.pass_event().epsilon(1e-6, 2))
     keys = ("slots", "checkins", "updates_used", "dummies", "skipped", "accuracy", "epsilon")
     for r2, rn in zip(two["rounds"], each["rounds"], strict=True):
         assert {k: r2.get(k) for k in keys} == {k: rn.get(k) for k in keys}
@@ -183,8 +205,8 @@ def test_two_workers_and_one_client_per_worker_compute_the_same_run(
 def test_answers_for_clients_a_worker_was_not_asked_about_are_ignored(
     task_identity: None,
 ) -> None:
-    cfg, _ = prepare(_cfg(_overrides("fixed", 2)))
-    grid = InProcessGrid(cfg, 2)
+    plan, _ = prepare(_cfg(_overrides("fixed", 2)))
+    grid = InProcessGrid(plan, 2)
     real = grid.send_and_receive
 
     def lying(messages: list[Message], timeout: float | None = None) -> list:
@@ -195,32 +217,36 @@ def test_answers_for_clients_a_worker_was_not_asked_about_are_ignored(
         return replies
 
     grid.send_and_receive = lying  # type: ignore[method-assign]
-    algo = _algorithm(json.dumps(cfg, sort_keys=True))
+    protocol = PassProtocol.of(plan.privacy)
     shares = [list(range(10)), list(range(10, 20))]
-    answers, _, missing = CheckinStrategy().check_in(grid, grid.ids, shares, 1, algo, 1.0)
+    answers, _, missing = CheckinStrategy().check_in(grid, grid.ids, shares, 1, protocol, 1.0)
     rng = checkin_rng(0, 1, 19, False)
     assert answers[19] == draw_checkin(rng, 0.8, (1, 10)) and missing == 0
 
 
 def test_a_worker_that_fails_the_query_makes_its_clients_abstain(task_identity: None) -> None:
-    cfg, _ = prepare(_cfg(_overrides("fixed", 2)))
-    grid = InProcessGrid(cfg, 2)
-    algo = _algorithm(json.dumps(cfg, sort_keys=True))
-    real = algo.query_handler
+    plan, _ = prepare(_cfg(_overrides("fixed", 2)))
+    grid = InProcessGrid(plan, 2)
+    algo = grid.algorithm
     boom = grid.ids[1]
 
     class Failing:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(algo, name)
+        def message_handler(self, kind: MessageKind) -> MessageHandler | None:
+            real = algo.message_handler(kind)
+            if kind is not MessageKind.QUERY:
+                return real
 
-        def query_handler(self, c: Any, msg: Message, ctx: Context) -> Message:
-            if msg.metadata.dst_node_id == boom:
-                raise RuntimeError("worker down")
-            return real(c, msg, ctx)
+            def query(p: RunPlan, msg: Message, ctx: Context) -> Message:
+                if msg.metadata.dst_node_id == boom:
+                    raise RuntimeError("worker down")
+                return real(p, msg, ctx)
+
+            return query
 
     grid.algorithm = Failing()
     shares = [list(range(10)), list(range(10, 20))]
-    answers, _, missing = CheckinStrategy().check_in(grid, grid.ids, shares, 1, algo, 1.0)
+    protocol = PassProtocol.of(plan.privacy)
+    answers, _, missing = CheckinStrategy().check_in(grid, grid.ids, shares, 1, protocol, 1.0)
     assert sorted(answers) == list(range(10)) and missing == 10
     # the server then asks only the clients that answered; an empty slot gets a dummy
     assert all(s == ABSTAIN or 1 <= s <= 10 for s in answers.values())

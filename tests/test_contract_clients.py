@@ -92,8 +92,8 @@ class TestCheckinFixed(ClientAlgorithmContract):
     overrides = ["client=checkin", "privacy=checkin", "client.num_slots=10"]
     measurable = (
         "check-in replies are single slot updates scheduled by the check-in strategy "
-        "(train_message_handler); their release is not a sum over all clients (the local "
-        "release is measured by test_local_release_noise_multiplier)"
+        "(message_handler(TRAIN): the slot handler); their release is not a sum over all "
+        "clients (the local release is measured by test_local_release_noise_multiplier)"
     )
 
     def test_local_release_noise_multiplier(self) -> None:
@@ -108,7 +108,7 @@ class TestCheckinFixed(ClientAlgorithmContract):
 
         cfg = self.config(["privacy.clipping_norm=0.001"])
         algorithm = self.build(cfg)
-        ((event, _),) = algorithm.local_events()
+        ((event, _),) = algorithm.privacy.local_events()
         kind = str(event.kind)
         d0, d1 = client_partition(cfg, 0), client_partition(cfg, 1)
 
@@ -137,6 +137,40 @@ class TestCheckinAveraged(TestCheckinFixed):
         "client.variant=averaged",
         "client.num_slots=10",
     ]
+
+
+class TestCheckinGaussian(ClientAlgorithmContract):
+    """Check-ins with central Gaussian slot sums (conf/client/checkin_gaussian.yaml,
+    privacy=checkin_gaussian): PLD only (random allocation), so the RDP calibrations are
+    refused before training and skipped."""
+
+    overrides = ["client=checkin_gaussian", "client.num_slots=10"]
+    calibration_overrides = ["client.num_slots=2"]  # random-allocation PLDs of 2 slots: fast
+    measurable = (
+        "each checked-in client sends its clipped gradient without noise; the trusted "
+        "aggregator adds the slot's Gaussian (measured by tests/test_checkin_gaussian.py "
+        "test_slot_release_noise_is_what_the_events_claim)"
+    )
+
+    def test_reply_is_the_clipped_gradient_without_noise(self) -> None:
+        """From the serialized replies: the same bytes for two noise seeds (no local noise)
+        and an L2 norm of exactly C (every gradient is above C = 0.001: clipped; float32
+        rounding 1e-6 relative)."""
+        from fedpriv.run.setup import client_partition
+
+        cfg = self.config(["privacy.clipping_norm=0.001"])
+        algorithm = self.build(cfg)
+        x, y = client_partition(cfg, 0)
+
+        def release(seed: int) -> np.ndarray:
+            reply = parse_reply(self.reply_bytes(algorithm, cfg, x, y, 0, seed))
+            arrays = reply.content.array_records[UPDATE_KEY].to_numpy_ndarrays()
+            return np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in arrays])
+
+        a, b = release(21), release(22)
+        assert np.array_equal(a, b)
+        assert float(np.linalg.norm(a)) == pytest.approx(0.001, rel=1e-6)
+        assert algorithm.privacy.local_events() == []
 
 
 # ---- the instrument itself, on two algorithms whose effective σ is known in closed form -----

@@ -12,11 +12,11 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedpriv.accounting.batch_clipping import BatchClippingEvent
-from fedpriv.accounting.checkin import CheckinEvent, PoissonLocalEvent
+from fedpriv.accounting.checkin_events import CheckinEvent, LocalCapEvent, PoissonLocalEvent
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import INTEGER_ORDERS
+from fedpriv.accounting.local_release import LocalReleaseEvent
 from fedpriv.accounting.skellam import SkellamEvent
-from fedpriv.mechanisms.randomizers import LocalReleaseEvent
 from tests.contracts import EventContract, gaussian_epsilon
 
 DELTA = 1e-5
@@ -248,7 +248,7 @@ class TestPoissonLocalEvent(EventContract):
     target_delta = 1e-6
 
     def make_event(self, noise: float) -> Any:
-        return PoissonLocalEvent(local_epsilon=2.0, sample_rate=0.1, steps=10, mu=1.0 / noise)
+        return PoissonLocalEvent(local_epsilon=2.0, slot_sample_rate=0.1, steps=10, mu=1.0 / noise)
 
     def incompatible_partner(self) -> Any:
         return poisson_gaussian_event(1.0, 1.0)
@@ -258,7 +258,47 @@ class TestPoissonLocalEvent(EventContract):
         # exactly sqrt(count·steps)·μ-GDP (the Binomial mixture has one component)
         out = []
         for noise in (1.0, 4.0):
-            e = PoissonLocalEvent(local_epsilon=2.0, sample_rate=1.0, steps=10, mu=1.0 / noise)
+            e = PoissonLocalEvent(local_epsilon=2.0, slot_sample_rate=1.0, steps=10, mu=1.0 / noise)
             mu = math.sqrt(2 * 10) / noise
             out.append((e, 2, gaussian_epsilon(self.target_delta, mu), 1e-3))
         return out
+
+
+class TestLocalCapEvent(EventContract):
+    """A check-in pass accounted by the local cap alone (the (ε0, δ0) precondition of the
+    theorems fails): every client sends one (ε0, δ0)-DP report per pass, so ``count`` passes
+    are (count ε0, count δ0)-DP by basic composition; replace-one, standalone."""
+
+    noise_levels = (1 / 4.0, 1 / 2.0, 1 / 1.0, 1 / 0.5)  # noise = 1/ε0
+    relation = "replace_one"
+    unsupported_relation = "add_remove"
+    target_delta = 1e-6
+
+    def make_event(self, noise: float) -> Any:
+        return LocalCapEvent(1.0 / noise, 1e-9, reason="precondition fails (test)")
+
+    def incompatible_partner(self) -> Any:
+        return poisson_gaussian_event(1.0, 1.0)
+
+    def golden(self) -> list[tuple[Any, int, float, float]]:
+        # basic composition, exactly: count x eps0 (while count x delta0 <= target_delta)
+        return [
+            (LocalCapEvent(e0, d0, reason="test"), c, c * e0, 1e-15)
+            for e0, d0 in ((2.0, 1e-9), (0.5, 0.0))
+            for c in (1, 7)
+        ]
+
+    def test_delta_is_the_composed_local_delta(self) -> None:
+        """δ(ε) = count δ0 at ε >= count ε0, else 1 (nothing better is claimed)."""
+        ev = LocalCapEvent(2.0, 1e-9, reason="test")
+        assert ev.delta(6.0, 3) == pytest.approx(3e-9, rel=1e-15)
+        assert ev.delta(5.9, 3) == 1.0
+
+    def test_no_bound_when_the_local_deltas_exceed_the_target(self) -> None:
+        """``count δ0 > target_delta``: no ε holds; the event raises (never a number) and
+        its bound says why."""
+        ev = LocalCapEvent(2.0, 1e-7, reason="precondition fails (test)")
+        with pytest.raises(NotImplementedError, match="repetitions x local_delta"):
+            ev.epsilon(1e-6, 20)
+        b = ev.bound(1e-6, 20)
+        assert b.epsilon == math.inf and b.reason and "precondition fails" in b.reason

@@ -28,8 +28,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.accounting import checkin as ci
 from fedpriv.accounting import shuffle as sh
+from fedpriv.accounting.checkin_composition import compose_repetitions
+from fedpriv.accounting.checkin_events import LOCAL_CAP, CheckinEvent
+from fedpriv.accounting.checkin_theorems import pure_epsilon
 from fedpriv.cli.account import main
 from fedpriv.common.errors import ConfigError
 
@@ -199,7 +201,7 @@ def test_cli_reports_the_smaller_bound_and_both_values() -> None:
     assert rc == 0 and err == ""
     res = json.loads(out)
     both = res["epsilon_by_bound"]
-    thm = ci.pure_epsilon("shuffle", 1.0, 10_000, 10_000, 1e-6)
+    thm = pure_epsilon("shuffle", 1.0, 10_000, 10_000, 1e-6)
     assert both["Theorem 5.1"] == pytest.approx(thm, rel=1e-12)  # 0.4078 (docs)
     assert both[sh.FMT_NUMERICAL] == pytest.approx(sh.shuffle_epsilon(10_000, 1.0, 1e-6))
     assert both[sh.FMT_NUMERICAL] == pytest.approx(0.0530054, rel=1e-5)  # measured
@@ -208,7 +210,7 @@ def test_cli_reports_the_smaller_bound_and_both_values() -> None:
 
 
 def test_several_passes_compose_the_fmt_bound() -> None:
-    ev = ci.CheckinEvent("shuffle", 1.0, 10_000)
+    ev = CheckinEvent("shuffle", 1.0, 10_000)
     b = ev.bound(1e-6, 10)
     by = dict(b.by_bound)
     assert b.epsilon == min(by.values()) and b.bound == sh.FMT_NUMERICAL
@@ -216,7 +218,7 @@ def test_several_passes_compose_the_fmt_bound() -> None:
     assert b.epsilon <= 10 * sh.shuffle_epsilon(10_000, 1.0, 1e-7) * (1 + 1e-12)
     # ... and at least one pass's epsilon
     assert b.epsilon > sh.shuffle_epsilon(10_000, 1.0, 1e-6)
-    assert by["Theorem 5.1"] == ci.compose_repetitions(ev.pass_epsilon, 10, 1e-6)[0]
+    assert by["Theorem 5.1"] == compose_repetitions(ev.pass_epsilon, 10, 1e-6)[0]
     assert ev.epsilon(1e-6, 10) == b.epsilon  # what the ledger reports
     # delta at a target epsilon: never above the FMT delta (basic composition for 2 passes)
     assert ev.delta(0.1) <= sh.shuffle_delta(10_000, 1.0, 0.1)
@@ -225,13 +227,13 @@ def test_several_passes_compose_the_fmt_bound() -> None:
 
 
 def test_approximate_randomizers_keep_theorem_5_1_only() -> None:
-    ev = ci.CheckinEvent("shuffle", 0.02, 100_000, local_delta=1e-12)
+    ev = CheckinEvent("shuffle", 0.02, 100_000, local_delta=1e-12)
     assert not ev.uses_fmt
     b = ev.bound(1e-6)
-    assert b.by_bound == () and b.bound in ("Theorem 5.1", ci.LOCAL_CAP)
+    assert b.by_bound == () and b.bound in ("Theorem 5.1", LOCAL_CAP)
     with pytest.raises(ConfigError, match=r"^variant=.* must be shuffle with local_delta=0"):
         ev.fmt_pass_epsilon(1e-6)
-    assert not ci.CheckinEvent("fixed", 1.0, 1000, 100).uses_fmt
+    assert not CheckinEvent("fixed", 1.0, 1000, 100).uses_fmt
 
 
 # --------------------------------------------------------------------------- bad input

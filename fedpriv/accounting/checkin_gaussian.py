@@ -26,6 +26,10 @@ subsampling transforms of dominating pairs, remove: ``((1 - p0) Q + p0 A, Q)``, 
 A vector update of norm <= ``C`` is no worse than the scalar ``C`` (rotate it onto one axis;
 the orthogonal coordinates are identical in both worlds).
 
+``privacy.clipping_norm`` ``C`` is the L2 clip of one client's update, which is the add/remove
+sensitivity of a slot's sum; σ (``privacy.noise_multiplier``) is the std of the slot's
+Gaussian per unit of ``C``: the accounted release's noise multiplier.
+
 Theorem route (the paper's). NOT APPLICABLE: Theorem 3.2 accounts Algorithm 1, where a slot
 releases the local-randomizer report of ONE client chosen uniformly among those checked in
 (its proof reduces to reservoir sampling of size 1 per slot, then to the replacement
@@ -52,20 +56,25 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from fedpriv.accounting.allocation import RandomAllocationEvent
+from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.ledger import PldEvent
 from fedpriv.accounting.params import Params
+from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec
 from fedpriv.accounting.vocabulary import Accountant, NeighboringRelation
-from fedpriv.accounting.accountant import AccountingSpec
-from fedpriv.common.validate import check_positive, parse_enum
-from fedpriv.common.errors import check
+from fedpriv.common.errors import ConfigError, check
+from fedpriv.common.validate import check_finite, check_positive, parse_enum
+from fedpriv.mechanisms.noise import gaussian_noise_arrays
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "CheckinNoise",
@@ -82,8 +91,8 @@ class CheckinNoise(StrEnum):
     """Where a check-in protocol's noise comes from (a closed set: each has its analysis).
 
     ``local``: each client's report is its own ε0-DP local randomizer (the paper's theorems,
-    :mod:`fedpriv.accounting.checkin`); ``central_gaussian``: clipped reports summed per slot
-    plus one Gaussian by the trusted aggregator (this module).
+    :mod:`fedpriv.accounting.checkin_spec`); ``central_gaussian``: clipped reports summed per
+    slot plus one Gaussian by the trusted aggregator (this module).
     """
 
     LOCAL = "local"
@@ -174,81 +183,155 @@ def _checkin_pld(sigma: float, num_slots: int, p0: float) -> Any:
     return pa.subsample_pld(pld=alloc, sampling_probability=p0)
 
 
-def _default_accounting() -> AccountingSpec:
-    return AccountingSpec(accountant=Accountant.PLD)
+_BARE = {"num_slots": "client.num_slots"}
 
 
-@dataclass(frozen=True, kw_only=True)
-class CheckinGaussianSpec:
-    """Fixed-window check-ins with central Gaussian slot sums: events, ε, calibration.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckinGaussianSpec(PrivacySpec):
+    """Fixed-window check-ins with central Gaussian slot sums: events, ε, calibration, noise.
+
+    ``privacy.clipping_norm`` C is the L2 clip of each client's update: one client present
+    or absent moves a slot's sum by at most C (add/remove sensitivity), and the trusted
+    aggregator adds N(0, (σC)²) to every slot's sum.
 
     Parameters
     ----------
-    noise_multiplier : float
-        σ > 0 (noise std ``σ C`` on each slot's sum).
-    num_slots : int
-        ``m >= 1`` slots per pass.
-    checkin_probability : float
-        ``p0`` in (0, 1].
-    num_clients : int or None
-        ``n >= 1`` (only for the expected number of empty slots, ``m (1 - p0/m)^n``).
+    noise_multiplier : float or None
+        σ > 0 (noise std ``σ C`` on each slot's sum); ``None`` with ``target_epsilon``: the
+        run calibrates it (:meth:`calibrated`).
     clipping_norm : float
-        ``C > 0``: L2 clip of each client's update (the sensitivity of a slot's sum).
-    accounting : AccountingSpec
-        ``target_delta``; the accountant must be ``pld`` (random allocation has no RDP curve
-        here), the relation add/remove.
+        C > 0: L2 clip of each client's update (the sensitivity of a slot's sum).
+    checkin_probability : float
+        p0 in (0, 1].
+    num_slots : int
+        m >= 1 slots per pass (bound from ``client.num_slots``).
+    num_clients : int or None
+        n >= 1 (bound from the run; the public slot divisor ``max(1, n p0 / m)`` and the
+        expected number of empty slots ``m (1 - p0/m)^n`` need it).
+    num_rounds : int or None
+        The run's passes (bound from the run): :meth:`summary` states every route's ε after
+        them.
+    (and the fields of :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`; the accountant
+    must be ``pld``: random allocation has no RDP curve here; the relation is add/remove.)
 
     Raises
     ------
     ConfigError
-        One line naming the field, for an out-of-range value, an ``rdp`` accountant or a
-        replace-one relation.
+        One line naming the field, for an out-of-range value or an ``rdp`` accountant.
+
+    References
+    ----------
+    Feldman, Shenfeld (arXiv:2602.17284), the random-allocation PLD and its subsampling;
+    Balle et al. (arXiv:2007.06605), Algorithm 1 (the check-in draw).
     """
 
-    noise_multiplier: float
-    num_slots: int
-    checkin_probability: float = 1.0
-    num_clients: int | None = None
+    family: ClassVar[str] = "checkin_gaussian"
+    bound_fields: ClassVar[tuple[str, ...]] = (
+        *PrivacySpec.bound_fields,
+        "num_slots",
+        "num_clients",
+        "num_rounds",
+    )
+
+    noise_multiplier: float | None = 1.0
     clipping_norm: float = 1.0
-    accounting: AccountingSpec = field(default_factory=_default_accounting)
+    checkin_probability: float = 1.0
+    num_slots: int = 1
+    num_clients: int | None = None
+    num_rounds: int | None = None
 
     def __post_init__(self) -> None:
-        check_positive("clipping_norm", self.clipping_norm, "must be a finite number > 0")
-        if self.num_clients is not None:
-            n = self.num_clients
+        super().__post_init__()
+        set_ = object.__setattr__
+        sigma = self.noise_or_target(self.noise_multiplier)
+        if sigma is not None:
             check(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 1,
-                "num_clients",
+                sigma > 0,
+                "privacy.noise_multiplier",
+                sigma,
+                "must be > 0 (central check-ins have no noiseless analysis)",
+            )
+        set_(self, "noise_multiplier", sigma)
+        set_(self, "clipping_norm", check_positive("privacy.clipping_norm", self.clipping_norm))
+        p0 = check_finite(
+            "privacy.checkin_probability",
+            self.checkin_probability,
+            "must be a finite number in (0, 1]",
+        )
+        set_(self, "checkin_probability", p0)
+        for name in ("num_clients", "num_rounds"):
+            n = getattr(self, name)
+            check(
+                n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 1),
+                name,
                 n,
                 "must be an integer >= 1",
             )
-        acc = self.accounting
         check(
-            acc.accountant is Accountant.PLD,
-            "accountant",
-            acc.accountant.value,
+            self.accountant is Accountant.PLD,
+            "privacy.accountant",
+            self.accountant.value,
             "must be pld for central-Gaussian check-ins (random-allocation PLD)",
         )
-        check(
-            acc.neighboring_relation is NeighboringRelation.ADD_REMOVE,
-            "neighboring_relation",
-            acc.neighboring_relation.value,
-            "must be add_remove (the random-allocation PLD's relation)",
+        try:  # validates σ, m, p0
+            CheckinGaussianEvent(
+                1.0 if sigma is None else sigma, self.num_slots, self.checkin_probability
+            )
+        except ConfigError as exc:
+            name = _BARE.get(exc.field, f"privacy.{exc.field}")
+            raise ConfigError(name, exc.value, exc.allowed) from None
+
+    @classmethod
+    def from_params(cls, p: Params) -> CheckinGaussianSpec:
+        """The spec of ``fedpriv-account checkin noise=central_gaussian``'s keys
+        ``noise_multiplier`` (1 when absent: the CLI calibrates it to ``target_epsilon``),
+        ``num_slots``, ``checkin_probability`` (1), ``num_clients`` (optional),
+        ``clipping_norm`` (1), ``target_delta`` (1e-5), ``accountant`` (only ``pld``).
+
+        Raises
+        ------
+        ConfigError
+            Naming the CLI key.
+        """
+        sigma = p.float("noise_multiplier", 1.0, gt=0.0)
+        m = p.int("num_slots", ge=1)
+        p0 = p.float("checkin_probability", 1.0, gt=0.0, le=1.0)
+        n = p.int("num_clients", None, ge=1)
+        clip = p.float("clipping_norm", 1.0, gt=0.0)
+        delta = p.delta("target_delta", 1e-5)
+        accountant = p.str("accountant", "pld")
+        check(accountant == "pld", "accountant", accountant, "must be pld (random-allocation PLD)")
+        return cls(
+            noise_multiplier=sigma,
+            num_slots=m,
+            checkin_probability=p0,
+            num_clients=n,
+            clipping_norm=clip,
+            target_delta=delta,
         )
-        _ = self.pass_event()  # validates σ, m, p0
 
-    def pass_event(self) -> CheckinGaussianEvent:
-        """The ledger event of one pass."""
-        return CheckinGaussianEvent(self.noise_multiplier, self.num_slots, self.checkin_probability)
+    # ---- the mechanism -------------------------------------------------------------------
+    @property
+    def sigma(self) -> float:
+        """σ as a number.
 
-    def round_events(self) -> list[tuple[Any, int]]:
-        """One pass (fresh check-ins) per server round: ``[(pass_event, 1)]``."""
-        return [(self.pass_event(), 1)]
+        Raises
+        ------
+        ConfigError
+            Before calibration (``noise_multiplier=None``).
+        """
+        check(
+            self.noise_multiplier is not None,
+            "privacy.noise_multiplier",
+            None,
+            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
+        )
+        return float(self.noise_multiplier)  # type: ignore[arg-type]
 
     @property
     def noise_stddev(self) -> float:
         """Std ``σ C`` of the Gaussian added to each slot's sum (units of the update)."""
-        return float(self.noise_multiplier * self.clipping_norm)
+        return self.sigma * float(self.clipping_norm)
 
     @property
     def slot_divisor(self) -> float:
@@ -259,30 +342,36 @@ class CheckinGaussianSpec:
         return max(1.0, self.num_clients * self.checkin_probability / self.num_slots)
 
     def slot_noise(
-        self, shapes: Mapping[str, tuple[int, ...]], generator: Any
+        self, shapes: Mapping[str, tuple[int, ...]], generator: torch.Generator
     ) -> dict[str, np.ndarray]:
         """The Gaussian the trusted aggregator adds to ONE slot's sum: ``N(0, (σ C)² I)`` per
-        entry of each shape (float64 numpy), drawn from ``generator`` (a torch generator)."""
-        import torch
+        entry of each shape (float64 numpy), drawn from ``generator``
+        (:func:`fedpriv.mechanisms.noise.gaussian_noise_arrays`)."""
+        return gaussian_noise_arrays(shapes, self.noise_stddev, generator)
 
-        out: dict[str, np.ndarray] = {}
-        for k, shape in shapes.items():
-            z = torch.randn(
-                torch.Size(shape), generator=generator, dtype=torch.float64, device=generator.device
-            )
-            out[k] = (self.noise_stddev * z).cpu().numpy()
-        return out
+    def expected_empty_slots(self) -> float | None:
+        """``m (1 - p0/m)^n`` slots per pass that release noise only (None without ``n``)."""
+        if self.num_clients is None:
+            return None
+        m, p0 = self.num_slots, self.checkin_probability
+        return float(m * (1.0 - p0 / m) ** self.num_clients)
 
-    def epsilon(self, passes: int, target_delta: float | None = None) -> float:
-        """ε after ``passes`` passes at ``target_delta`` (default: the spec's), by the
+    # ---- events ----------------------------------------------------------------------
+    def pass_event(self) -> CheckinGaussianEvent:
+        """The ledger event of one pass."""
+        return CheckinGaussianEvent(self.sigma, self.num_slots, self.checkin_probability)
+
+    def round_events(self) -> EventRuns:
+        """One pass (fresh check-ins) per server round: ``[(pass_event, 1)]``."""
+        return [(self.pass_event(), 1)]
+
+    def epsilon(self, num_rounds: int, target_delta: float | None = None) -> float:
+        """ε after ``num_rounds`` passes at ``target_delta`` (default: the spec's), by the
         ledger (the reported, tighter valid route: random allocation)."""
-        check(int(passes) == passes and passes >= 0, "passes", passes, "must be >= 0")
-        if passes == 0:
-            return 0.0
         acc = self.accounting
         if target_delta is not None:
             acc = dataclasses.replace(acc, target_delta=target_delta)
-        return float(acc.epsilon([(self.pass_event(), int(passes))]))
+        return acc.epsilon_after(self.round_events(), num_rounds)
 
     def bounds(self, passes: int, target_delta: float | None = None) -> dict[str, Any]:
         """Every route with its ε (``None``: not applicable) and which one answered.
@@ -303,33 +392,10 @@ class CheckinGaussianSpec:
             "neighboring_relation": NeighboringRelation.ADD_REMOVE.value,
         }
 
-    def expected_empty_slots(self) -> float | None:
-        """``m (1 - p0/m)^n`` slots per pass that release noise only (None without ``n``)."""
-        if self.num_clients is None:
-            return None
-        m, p0 = self.num_slots, self.checkin_probability
-        return float(m * (1.0 - p0 / m) ** self.num_clients)
-
-    def summary(self, passes: int | None = None) -> dict[str, Any]:
-        """The ``privacy`` block of results.json (and the CLI's details)."""
-        out: dict[str, Any] = {
-            "variant": "fixed",
-            "noise": "central_gaussian",
-            "noise_multiplier": float(self.noise_multiplier),
-            "noise_stddev": self.noise_stddev,
-            "sensitivity": float(self.clipping_norm),
-            "num_slots": self.num_slots,
-            "checkin_probability": float(self.checkin_probability),
-        }
-        empty = self.expected_empty_slots()
-        if empty is not None:
-            out["expected_empty_slots"] = empty
-        if passes:
-            out.update(self.bounds(passes))
-        return out
-
-    def calibrated(self, target_epsilon: float, passes: int) -> CheckinGaussianSpec:
-        """The spec with the smallest σ (to 0.3 %) whose ε after ``passes`` is <= the target.
+    # ---- calibration, reporting ------------------------------------------------------
+    def calibrated(self, target_epsilon: float, num_rounds: int) -> CheckinGaussianSpec:
+        """A NEW spec with the smallest σ (to 0.3 %) whose ε after ``num_rounds`` passes is
+        <= the target.
 
         Bracketed by the σ of the Poisson-subsampled Gaussian at rate ``p0 / m`` over
         ``m x passes`` steps (dp-accounting's fast PLD), widened by 25 % each way and checked
@@ -338,42 +404,70 @@ class CheckinGaussianSpec:
         Raises
         ------
         ConfigError
-            For a non-positive target, ``passes < 1``, or a target no σ <= 1e6 reaches.
+            For a non-positive target, ``num_rounds < 1``, or a target no σ <= 1e6 reaches.
         """
-        from fedpriv.accounting.calibrate import bisect_noise
-
-        target = check_positive("target_epsilon", target_epsilon, "must be > 0")
-        check(int(passes) == passes and passes >= 1, "repetitions", passes, "must be >= 1")
+        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
+        check(
+            isinstance(num_rounds, int) and num_rounds >= 1,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 1",
+        )
 
         def eps_of(z: float) -> float:
-            return dataclasses.replace(self, noise_multiplier=z).epsilon(passes)
+            return self.with_noise(z).epsilon(num_rounds)
 
         z = bisect_noise(
             eps_of,
             target,
-            field="noise_multiplier",
-            hint=self._hint(target, int(passes)),
+            field="privacy.noise_multiplier",
+            hint=self._hint(target, num_rounds),
             rtol=3e-3,
         )
-        return dataclasses.replace(self, noise_multiplier=z)
+        return self.with_noise(z, target)
 
     def _hint(self, target: float, passes: int) -> tuple[float, float]:
         from dp_accounting import dp_event
         from dp_accounting.pld import pld_privacy_accountant
 
-        from fedpriv.accounting.calibrate import bisect_noise
-
         q = self.checkin_probability / self.num_slots
         steps = self.num_slots * passes
-        delta = self.accounting.target_delta
+        delta = self.target_delta
 
         def eps_of(z: float) -> float:
             acc = pld_privacy_accountant.PLDAccountant()
             acc.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(z)), steps)
             return float(acc.get_epsilon(delta))
 
-        z = bisect_noise(eps_of, target, field="noise_multiplier", rtol=1e-2)
+        z = bisect_noise(eps_of, target, field="privacy.noise_multiplier", rtol=1e-2)
         return (z / 1.25, z * 1.25)
+
+    def mechanism_summary(self) -> dict[str, Any]:
+        """The mechanism: variant, noise, σ and its std, sensitivity, slots, p0 and the
+        expected empty slots (when ``n`` is known)."""
+        out: dict[str, Any] = {
+            "variant": "fixed",
+            "noise": CheckinNoise.CENTRAL_GAUSSIAN.value,
+            "noise_multiplier": self.sigma,
+            "noise_stddev": self.noise_stddev,
+            "sensitivity": float(self.clipping_norm),
+            "num_slots": self.num_slots,
+            "checkin_probability": float(self.checkin_probability),
+        }
+        empty = self.expected_empty_slots()
+        if empty is not None:
+            out["expected_empty_slots"] = empty
+        return out
+
+    def extra_summary(self) -> dict[str, Any]:
+        """The mechanism and, after the run's passes, both routes (random allocation's ε,
+        Theorem 3.2 not applicable with its reason) and which one answered."""
+        if self.noise_multiplier is None:
+            return {"variant": "fixed", "noise": CheckinNoise.CENTRAL_GAUSSIAN.value}
+        out = self.mechanism_summary()
+        if self.num_rounds:
+            out.update({k: v for k, v in self.bounds(self.num_rounds).items() if k != "epsilon"})
+        return out
 
 
 # --------------------------------------------------------------------------- CLI
@@ -393,20 +487,20 @@ KEYS = (
 
 
 def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``fedpriv-account checkin noise=central_gaussian ...`` (or ``checkin-gaussian``).
+    """``fedpriv-account checkin noise=central_gaussian ...``.
 
     Keys: ``noise_multiplier`` (omit it and give ``target_epsilon`` to calibrate it),
     ``num_slots``, ``checkin_probability`` (1), ``num_clients`` (optional),
     ``clipping_norm`` (1), ``repetitions`` (passes, 1), ``target_delta`` (1e-5),
-    ``variant`` (only ``fixed``), ``accountant`` (only ``pld``).
+    ``variant`` (only ``fixed``), ``accountant`` (only ``pld``)
+    (:meth:`CheckinGaussianSpec.from_params`).
 
     Returns
     -------
     dict
         ``epsilon``, ``delta``, ``noise_multiplier``, ``bound`` (which answered),
         ``epsilon_by_bound`` (every route; ``None`` = not applicable), ``bound_reason``,
-        ``composition``, ``repetitions`` and the spec's summary; ``calibrated`` when
-        calibrated.
+        ``composition``, ``repetitions`` and the mechanism; ``calibrated`` when calibrated.
 
     Raises
     ------
@@ -429,39 +523,16 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
         "must be fixed with noise=central_gaussian (only R_j = [m] is accounted)",
     )
     given = p.exclusive("noise_multiplier", "target_epsilon")
-    m = p.int("num_slots", ge=1)
-    p0 = p.float("checkin_probability", 1.0, gt=0.0, le=1.0)
-    n = p.int("num_clients", None, ge=1)
-    clip = p.float("clipping_norm", 1.0, gt=0.0)
+    spec = CheckinGaussianSpec.from_params(p)
     reps = p.int("repetitions", 1, ge=1, le=100_000)
-    delta = p.delta("target_delta", 1e-5)
-    accountant = p.str("accountant", "pld")
-    check(accountant == "pld", "accountant", accountant, "must be pld (random-allocation PLD)")
     out: dict[str, Any] = {"analysis": "checkin", "noise": "central_gaussian"}
-    acc = AccountingSpec(accountant=Accountant.PLD, target_delta=delta)
     if given == "target_epsilon":
         target = p.float("target_epsilon", gt=0.0)
         p.finish()
-        base = CheckinGaussianSpec(
-            noise_multiplier=1.0,
-            num_slots=m,
-            checkin_probability=p0,
-            num_clients=n,
-            clipping_norm=clip,
-            accounting=acc,
-        )
-        spec = base.calibrated(target, reps)
+        spec = spec.calibrated(target, reps)
         out.update(calibrated="noise_multiplier", target_epsilon=target)
     else:
-        z = p.float("noise_multiplier", gt=0.0)
         p.finish()
-        spec = CheckinGaussianSpec(
-            noise_multiplier=z,
-            num_slots=m,
-            checkin_probability=p0,
-            num_clients=n,
-            clipping_norm=clip,
-            accounting=acc,
-        )
-    out.update(delta=delta, repetitions=reps, **spec.summary(reps))
+    out.update(delta=spec.target_delta, repetitions=reps, **spec.mechanism_summary())
+    out.update(spec.bounds(reps))
     return out

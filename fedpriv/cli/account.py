@@ -38,7 +38,7 @@ ANALYSES: dict[str, str] = {
     "gdp": "fedpriv.accounting.gdp:run_cli",
     "poisson-gaussian": "fedpriv.accounting.dpsgd:run_cli",
     "batch-clipping": "fedpriv.accounting.batch_clipping:run_cli",
-    "checkin": "fedpriv.accounting.checkin:run_cli",
+    "checkin": "fedpriv.accounting.checkin_spec:run_cli",
     "skellam": "fedpriv.accounting.skellam:run_cli",
     "secagg-dpsgd": "fedpriv.accounting.secagg:run_cli",
     "client-level": "fedpriv.accounting.client_level:run_cli",

@@ -18,7 +18,13 @@ from omegaconf import DictConfig
 
 from fedpriv.cli.help import print_help as help_text
 from fedpriv.common.errors import ConfigError, check
-from fedpriv.run.config import check_known_keys, compose_config, conf_dir, register_schema
+from fedpriv.run.config import (
+    check_known_keys,
+    compose_config,
+    conf_dir,
+    register_schema,
+    unknown_privacy_key,
+)
 from fedpriv.run.migration import check_argv, renamed_key
 
 
@@ -110,7 +116,10 @@ def precheck(argv: list[str]) -> None:
         key = _failed_key(exc)
         renamed = renamed_key(key)
         given = [a.split("=", 1)[1] for a in argv if a.lstrip("+~").split("=")[0] == key]
-        fail(renamed.error(given[-1] if given else None) if renamed else _one_line(exc))
+        value = given[-1] if given else None
+        if renamed:
+            fail(renamed.error(value))
+        fail(privacy_key_error(overrides, key, value) or _one_line(exc))
     try:
         check_known_keys(cfg)
     except ConfigError as exc:
@@ -134,6 +143,21 @@ def check_run_dirs(argv: list[str]) -> None:
         for part in [path, *path.parents]:
             if part.exists() and not part.is_dir():
                 raise ConfigError(key, value, f"is not a directory path: {part} is a file")
+
+
+def privacy_key_error(overrides: list[str], key: str, value: str | None) -> ConfigError | None:
+    """For an override of a ``privacy.KEY`` that Hydra refused: the refusal naming the family's
+    keys (:func:`fedpriv.run.config.unknown_privacy_key`, e.g. ``privacy.noise_multiplier``
+    with ``privacy=checkin``); ``None`` for any other failure."""
+    group, _, name = key.partition(".")
+    if group != "privacy" or not name or "." in name:
+        return None
+    rest = [o for o in overrides if o.lstrip("+~").split("=")[0] != key]
+    try:
+        cfg = compose_config(rest)
+    except Exception:  # the other overrides fail too: Hydra's own line
+        return None
+    return unknown_privacy_key(cfg.get("privacy"), name, value)
 
 
 def fail(reason: object) -> NoReturn:

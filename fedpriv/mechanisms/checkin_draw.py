@@ -1,9 +1,11 @@
-"""The random check-in draw: a client's window ``R_j``, its own RNG and its ``(R_j, p0)`` draw.
+"""The random check-in draw: the protocols, a client's window ``R_j``, its own RNG and its
+``(R_j, p0)`` draw.
 
-Core module shared by the client algorithm (which draws) and the server strategy (which only
-sees the answers). The server never samples clients: each client, with its own randomness,
-participates with probability ``checkin_probability`` ``p0`` and picks a slot uniformly from
-its window ``R_j``, or answers :data:`fedpriv.common.wire.ABSTAIN`.
+Core module shared by the client algorithm (which draws), the server strategy (which only
+sees the answers) and the accounting (whose analyses are named by :class:`CheckinVariant`).
+The server never samples clients: each client, with its own randomness, participates with
+probability ``checkin_probability`` ``p0`` and picks a slot uniformly from its window
+``R_j``, or answers :data:`fedpriv.common.wire.ABSTAIN`.
 
 References
 ----------
@@ -14,14 +16,35 @@ sliding window of Section 4.2.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import numpy as np
 
-from fedpriv.accounting.checkin import CheckinVariant
-from fedpriv.common.validate import parse_enum
 from fedpriv.common.errors import ConfigError, check
+from fedpriv.common.validate import parse_enum
 from fedpriv.common.wire import ABSTAIN
 
-__all__ = ["checkin_window", "checkin_rng", "draw_checkin"]
+__all__ = ["CheckinVariant", "checkin_window", "checkin_rng", "draw_checkin"]
+
+
+class CheckinVariant(StrEnum):
+    """The check-in protocols (and the analyses that account them).
+
+    ``fixed`` (Algorithm 1, Theorem 3.2), ``averaged`` (Algorithm 2, Theorem 4.1),
+    ``sliding-window`` (Section 4.2, Theorem 4.3), ``poisson`` (server-side Poisson sampling
+    of clients, the baseline: ``fedpriv.accounting.checkin_events.PoissonLocalEvent``) and
+    ``shuffle`` (Theorem 5.1 and, for pure ``eps0``, the FMT21 numerical bound: shuffling of
+    ``n`` local reports; an analysis of ``fedpriv-account`` only, no run).
+    A closed set: each member names the protocol a run executes and the analysis that
+    accounts it; any other value would run something no analysis covers.
+    """
+
+    FIXED = "fixed"
+    AVERAGED = "averaged"
+    SLIDING_WINDOW = "sliding-window"
+    POISSON = "poisson"
+    SHUFFLE = "shuffle"
+
 
 _CHECKIN_STREAM = 0x636B  # domain separation of the check-in RNG from the noise RNG
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from fedpriv.common.errors import check
@@ -48,6 +49,27 @@ def add_gaussian_noise(
     }
 
 
+def gaussian_noise_arrays(
+    shapes: Mapping[str, tuple[int, ...]], noise_stddev: float, generator: torch.Generator
+) -> dict[str, np.ndarray]:
+    """i.i.d. N(0, noise_stddev²) per entry of each shape, drawn in float64 from ``generator``
+    (on its device), as CPU numpy arrays (e.g. a trusted aggregator's noise on a sum).
+
+    Raises
+    ------
+    ConfigError
+        If ``noise_stddev < 0``.
+    """
+    check(noise_stddev >= 0, "noise_stddev", noise_stddev, "must be >= 0")
+    out: dict[str, np.ndarray] = {}
+    for k, shape in shapes.items():
+        z = torch.randn(
+            torch.Size(shape), generator=generator, dtype=torch.float64, device=generator.device
+        )
+        out[k] = (noise_stddev * z).cpu().numpy()
+    return out
+
+
 #: Spawn key of the trusted aggregator's noise stream (never a client's ``(seed, round, id)``).
 _SERVER_NOISE_STREAM = 0x5E4F
 
@@ -55,7 +77,5 @@ _SERVER_NOISE_STREAM = 0x5E4F
 def server_generator(seed: int, server_round: int, secure_mode: bool = False) -> torch.Generator:
     """The trusted aggregator's noise generator for ``server_round``: seeded from
     ``(seed, server_round)`` with its own spawn key, or from OS entropy if ``secure_mode``."""
-    import numpy as np
-
     seq = np.random.SeedSequence([int(seed), int(server_round)], spawn_key=(_SERVER_NOISE_STREAM,))
     return make_generator(int(seq.generate_state(1, np.uint64)[0] >> 1), secure_mode=secure_mode)

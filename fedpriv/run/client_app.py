@@ -75,7 +75,7 @@ def worker_algorithm(plan_json: str) -> ClientAlgorithm:
 
 
 @lru_cache(maxsize=2)
-def _model(plan_json: str) -> torch.nn.Module:
+def worker_model(plan_json: str) -> torch.nn.Module:
     """The worker's model, built once per process; each client starts from a fresh load."""
     plan = worker_plan(plan_json)
     return build_model_for(plan).to(resolve_device(plan))
@@ -168,7 +168,7 @@ def worker_train_handler(plan_json: str, msg: Message) -> Message:
     server_round = int(str(msg.content.config_records[CONFIG_KEY]["server_round"]))
     plan = worker_plan(plan_json)
     algorithm = worker_algorithm(plan_json)
-    model = _model(plan_json)
+    model = worker_model(plan_json)
     start = msg.content.array_records[MODEL_KEY].to_torch_state_dict()
     pids = named_clients(msg) or []
     rc = round_config_of(msg)

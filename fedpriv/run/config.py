@@ -294,25 +294,43 @@ def check_known_keys(cfg: DictConfig) -> None:
 
 
 def check_privacy_keys(node: Any) -> None:
-    """Refuse a key the privacy family's spec does not take (``+privacy.foo=1``)."""
+    """Refuse a key the privacy family's spec does not take (``+privacy.foo=1``).
+
+    Raises
+    ------
+    ConfigError
+        :func:`unknown_privacy_key`'s line.
+    """
     if not isinstance(node, DictConfig):
         return
+    for key in node.keys():
+        error = unknown_privacy_key(node, str(key), node.get(key))
+        if error is not None:
+            raise error
+
+
+def unknown_privacy_key(node: Any, key: str, value: Any) -> ConfigError | None:
+    """The refusal of ``privacy.<key>=value`` when the spec that the privacy ``node`` names
+    does not take ``key`` (``privacy.noise_multiplier=1.0 is not a setting of privacy=checkin
+    (its keys: ...)``); ``None`` when it does, or the node names no spec."""
+    if not isinstance(node, DictConfig):
+        return None
     try:
         family = get_class(str(node.get("_target_", "")))
     except Exception:  # an unknown target is reported when the spec is built
-        return
+        return None
     if not (isinstance(family, type) and issubclass(family, PrivacySpec)):
-        return
+        return None
     known = {f.name for f in fields(config_schema(family))}
-    for key in node.keys():
-        if key not in known and key != "calibrated_from_target_epsilon":
-            raise ConfigError(
-                f"privacy.{key!s}",
-                node.get(key),
-                f"is not a setting of privacy={family.family} (its keys: "
-                + ", ".join(sorted(known - {"_target_"}))
-                + ")",
-            )
+    if key in known or key == "calibrated_from_target_epsilon":
+        return None
+    return ConfigError(
+        f"privacy.{key!s}",
+        value,
+        f"is not a setting of privacy={family.family} (its keys: "
+        + ", ".join(sorted(known - {"_target_"}))
+        + ")",
+    )
 
 
 def to_container(cfg: DictConfig) -> dict[str, Any]:

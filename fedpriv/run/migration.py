@@ -40,6 +40,12 @@ RENAMED_KEYS: tuple[Renamed, ...] = (
         family="batch_clipping",
         where="privacy=batch_clipping: the clip of a group's update",
     ),
+    Renamed(
+        "client.client_sample_rate",
+        "client.slot_sample_rate",
+        family="checkin",
+        where="client=checkin client.variant=poisson: the per-slot client rate",
+    ),
 )
 
 #: ``_target_`` class paths that moved: old path -> new path.
