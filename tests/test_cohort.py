@@ -263,9 +263,10 @@ def test_cli_bad_sampling_or_workers_exits_2_with_one_line(
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("fedpriv: error: "), proc.stderr
     assert message in lines[0], lines[0]
-    # nothing of the run is written (Hydra's own .hydra/ and cli.log are all there is)
+    # nothing of the run is written (Hydra's own .hydra/ and the log of fedpriv.cli.experiment
+    # are all there is)
     written = {p.name for p in out.iterdir()} if out.exists() else set()
-    assert written <= {".hydra", "cli.log"}, written
+    assert written <= {".hydra", "experiment.log"}, written
 
 
 # ---------------------------------------------------------------------------------------------
