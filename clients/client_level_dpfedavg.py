@@ -24,27 +24,26 @@ Learning with Adaptive Clipping" (arXiv:1905.03871), Alg. 1, Sec. 3.1.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
 from torch import nn
 
 from fedpriv.accounting.client_level import ClientLevelSpec
-from fedpriv.accounting.accountant import AccountingSpec
-from fedpriv.common.validate import check_finite, parse_enum
+from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
+from fedpriv.common.validate import check_finite, parse_enum
+from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.client_sampling import CohortSampler
 from fedpriv.mechanisms.lattice_gaussian import add_lattice_gaussian, lattice_step
 from fedpriv.mechanisms.noise import add_gaussian_noise, server_generator
-from fedpriv.run.algorithm import ClientAlgorithm, TrainContext
-from fedpriv.data.client_data import ClientData
+from fedpriv.run.algorithm import ClientAlgorithm, PrivacyUnit, TrainContext, check_spec
+from fedpriv.run.plan import RunPlan
 
 #: Update entry carrying ``b − 1/2`` (adaptive clipping); stripped by :meth:`release`.
 UNCLIPPED_KEY = "fedpriv.unclipped"
@@ -87,37 +86,35 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         γ in (0, 1): turns adaptive clipping on (``privacy.count_noise_multiplier`` needed).
     clip_learning_rate : float
         η_C > 0 of the geometric clip-norm update.
-    privacy : dict
-        The run's privacy group (noise_multiplier, clipping_norm, count_noise_multiplier,
-        accountant, conversion, target_delta, secure_mode).
-    num_clients : int
-        Nominal cohort size m (the noise shares of ``noise_placement=clients``).
-    cohort : CohortSampler, optional
-        The run's participation, bound by :meth:`for_run` (needed for the events).
+    privacy : ClientLevelSpec
+        The run's privacy spec (``privacy=client_level``); the algorithm binds the lattice flag
+        (``secure_mode`` with the trusted aggregator's noise) and, in :meth:`for_run`, the
+        run's cohort sampler and the noise shares (the nominal cohort m with
+        ``noise_placement=clients``).
     seed : int
-        The run's seed (the server noise stream), bound by :meth:`for_run`.
+        The run's seed (the trusted aggregator's noise stream), bound by :meth:`for_run`.
 
     Raises
     ------
     ConfigError
         For a field out of range, a quantile outside (0, 1), adaptive clipping without
-        ``privacy.count_noise_multiplier`` (or the count noise without the quantile), or
-        client noise shares with a cohort of varying size.
+        ``privacy.count_noise_multiplier`` (or the count noise without the quantile), client
+        noise shares with a cohort of varying size or with ``privacy.secure_mode``.
     """
 
-    privacy_unit: ClassVar[str] = "client"
+    spec_type: ClassVar[type[PrivacySpec]] = ClientLevelSpec
+    privacy_unit: ClassVar[PrivacyUnit] = PrivacyUnit.CLIENT
+    bound_fields: ClassVar[tuple[str, ...]] = ("seed",)
 
     local_epochs: int = 1
     batch_size: int = 10
     lr: float = 0.1
     momentum: float = 0.0
-    optimizer: str = "sgd"
-    noise_placement: str = "server"
+    optimizer: LocalOptimizer = LocalOptimizer.SGD
+    noise_placement: NoisePlacement = NoisePlacement.SERVER
     target_unclipped_quantile: float | None = None
     clip_learning_rate: float = 0.2
-    privacy: dict[str, Any] = field(default_factory=dict)
-    num_clients: int = 1
-    cohort: CohortSampler | None = None
+    privacy: ClientLevelSpec = field(default_factory=ClientLevelSpec)
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -131,32 +128,28 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         set_(self, "optimizer", parse_enum(LocalOptimizer, "client.optimizer", self.optimizer))
         placement = parse_enum(NoisePlacement, "client.noise_placement", self.noise_placement)
         set_(self, "noise_placement", placement)
+        check_spec(self, ClientLevelSpec)
         self._check_adaptive()
         check(
-            not (self.privacy.get("secure_mode") and placement is NoisePlacement.CLIENTS),
+            not (self.privacy.secure_mode and placement is NoisePlacement.CLIENTS),
             "client.noise_placement",
             placement.value,
             "with privacy.secure_mode=true must be server (the trusted aggregator draws discrete "
             "Gaussian noise); for noise drawn on the clients use client=client_level_skellam",
         )
-        if self.cohort is not None:
-            check(
-                placement is NoisePlacement.SERVER or not self.cohort.varies,
-                "client.noise_placement",
-                placement.value,
-                f"needs a cohort of known size (client_sampling={self.cohort.client_sampling} "
-                "varies): use client.noise_placement=server or client_sampling=fixed_size",
-            )
-            self.spec  # noqa: B018 - validates the privacy fields now
+        lattice = self.privacy.secure_mode and not self.shares and not self.integer_updates
+        set_(self, "privacy", self.privacy.bound(lattice_noise=lattice))
+        if self.privacy.cohort is not None:
+            self.check_cohort(self.privacy.cohort)
 
     def _check_adaptive(self) -> None:
-        gamma, sb = self.target_unclipped_quantile, self.privacy.get("count_noise_multiplier")
+        gamma, sb = self.target_unclipped_quantile, self.privacy.count_noise_multiplier
         if gamma is not None:
             g = check_finite("client.target_unclipped_quantile", gamma, "must be in (0, 1)")
             check(0 < g < 1, "client.target_unclipped_quantile", gamma, "must be in (0, 1)")
             eta = check_finite("client.clip_learning_rate", self.clip_learning_rate)
             check(eta > 0, "client.clip_learning_rate", self.clip_learning_rate, "must be > 0")
-        noisy = float(self.privacy.get("noise_multiplier") or 0) > 0
+        noisy = not self.privacy.non_private  # a z to calibrate will be > 0
         check(
             not (gamma is not None and sb is None and noisy),
             "privacy.count_noise_multiplier",
@@ -171,98 +164,69 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
             "needs client.target_unclipped_quantile (it is the noise of adaptive clipping)",
         )
 
-    # ---- binding and the analysis ----------------------------------------------------
-    def for_run(self, cfg: dict[str, Any]) -> ClientLevelDPFedAvg:
-        """Bind the run's participation (cohort sampler) and seed."""
-        from fedpriv.run.layout import cohort_sampler
+    def check_cohort(self, cohort: CohortSampler) -> None:
+        """Refuse a cohort sampling the algorithm cannot run (client noise shares need a
+        cohort of known size).
 
-        return replace(self, cohort=cohort_sampler(cfg), seed=int(cfg["seed"]))
-
-    @cached_property
-    def spec(self) -> ClientLevelSpec:
-        """The mechanism's analysis (events, calibration); needs the bound cohort."""
-        check(self.cohort is not None, "client.cohort", None, "is unbound: call for_run(cfg)")
-        p = self.privacy
-        return ClientLevelSpec(
-            noise_multiplier=float(p.get("noise_multiplier") or 0.0),
-            clipping_norm=p.get("clipping_norm", 1.0),
-            cohort=self.cohort,  # type: ignore[arg-type]
-            count_noise_multiplier=p.get("count_noise_multiplier"),
-            accounting=AccountingSpec.from_privacy(p),
-            discrete=self.lattice_noise,
+        Raises
+        ------
+        ConfigError
+            Naming ``client.noise_placement``.
+        """
+        check(
+            not self.shares or not cohort.varies,
+            "client.noise_placement",
+            self.noise_placement.value,
+            f"needs a cohort of known size (client_sampling={cohort.client_sampling} "
+            "varies): use client.noise_placement=server or client_sampling=fixed_size",
         )
+
+    # ---- binding and the capabilities --------------------------------------------------
+    def for_run(self, plan: RunPlan) -> Self:
+        """Bind the run's cohort sampler and the noise shares into the spec, and the seed."""
+        cohort = plan.cohort
+        self.check_cohort(cohort)
+        shares = cohort.nominal_size if self.shares else None
+        spec = self.privacy.bound(cohort=cohort, noise_shares=shares)
+        return replace(self, privacy=spec, seed=plan.seed)
 
     @property
     def lattice_noise(self) -> bool:
         """``privacy.secure_mode``: the trusted aggregator's noise is lattice discrete Gaussian
         (:mod:`fedpriv.mechanisms.lattice_gaussian`), safe against floating-point attacks."""
-        secure = bool(self.privacy.get("secure_mode"))
-        return secure and not self.shares and not self.integer_updates
+        return self.privacy.lattice_noise
 
     @property
     def hardened_noise(self) -> bool:  # type: ignore[override]
         return self.lattice_noise
 
     @property
-    def adaptive(self) -> bool:
+    def adaptive_clipping(self) -> bool:
         return self.target_unclipped_quantile is not None
-
-    @property
-    def neighboring_relation(self) -> str:
-        return self.spec.neighboring_relation.value
 
     @property
     def normalizer(self) -> float:
         """The public divisor of the sum: the expected cohort size."""
-        return float(self.spec.cohort.expected_size)
+        return float(self.privacy.bound_cohort.expected_size)
 
     @property
     def shares(self) -> bool:
+        """Each client draws its share of the noise (``noise_placement=clients``)."""
         return self.noise_placement is NoisePlacement.CLIENTS
 
-    def round_events(self) -> list[tuple[Any, int]]:
-        return self.spec.round_events()
-
-    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
-        """Server noise: the full events (the noise does not depend on who replied). Client
-        shares: ``contributors`` of the m shares, multiplier z·√(contributors/m)."""
-        if not self.shares:
-            return self.round_events()
-        check(contributors >= 1, "contributors", contributors, "must be >= 1")
-        frac = math.sqrt(min(contributors, self.num_clients) / self.num_clients)
-        z = self.spec.noise_multiplier * frac
-        if z == 0:
-            return self.round_events()
-        return dataclasses.replace(self.spec, noise_multiplier=z).round_events()
-
-    def accounting_epoch(self, server_round: int) -> int | None:
-        return self.spec.accounting_epoch(server_round)
-
     def privacy_summary(self) -> dict[str, Any]:
+        """The spec's summary, the public normalizer and the placement and adaptive-clipping
+        settings (``results.json``)."""
         return {
-            **self.spec.summary(),
-            "noise_placement": str(self.noise_placement),
+            **super().privacy_summary(),
+            "noise_placement": self.noise_placement.value,
             "target_unclipped_quantile": self.target_unclipped_quantile,
-            "clip_learning_rate": self.clip_learning_rate if self.adaptive else None,
-            "normalizer": self.normalizer,
-            "max_grad_norm": None,  # record-level fields: not used by client-level DP
-            "sample_rate": None,
+            "clip_learning_rate": self.clip_learning_rate if self.adaptive_clipping else None,
         }
-
-    def calibrated(
-        self, target_epsilon: float, target_delta: float, num_rounds: int
-    ) -> ClientLevelDPFedAvg:
-        """Smallest z whose ε after ``num_rounds`` rounds is <= the target (same accountant)."""
-        spec = replace(
-            self.spec,
-            accounting=replace(self.spec.accounting, target_delta=target_delta),
-        ).calibrated(target_epsilon, num_rounds)
-        privacy = {**self.privacy, "noise_multiplier": spec.noise_multiplier}
-        return replace(self, privacy={**privacy, "target_epsilon": None})
 
     # ---- the server's side ------------------------------------------------------------
     def initial_round_config(self) -> dict[str, float]:
-        return {"clipping_norm": float(self.spec.clipping_norm)}
+        return {"clipping_norm": float(self.privacy.clipping_norm)}
 
     def release(
         self, total: dict[str, Any], server_round: int, round_config: Mapping[str, float]
@@ -272,22 +236,23 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
 
         Returns ``(sum of deltas, {"clipping_norm", "unclipped_fraction"}, next config)``.
         """
-        c = float(round_config.get("clipping_norm", self.spec.clipping_norm))
+        spec = self.privacy
+        c = float(round_config.get("clipping_norm", spec.clipping_norm))
         deltas = {k: v for k, v in total.items() if k != UNCLIPPED_KEY}
         count = total.get(UNCLIPPED_KEY)
-        gen = server_generator(self.seed, server_round, bool(self.privacy.get("secure_mode")))
-        sd = self.spec.update_noise_multiplier * c
+        gen = server_generator(self.seed, server_round, spec.secure_mode)
+        sd = spec.update_noise_multiplier * c
         rng = np.random.default_rng()  # OS entropy: used in secure_mode (lattice noise) only
         if self.lattice_noise and sd > 0:
             dim = sum(int(np.size(v)) for v in deltas.values())
             deltas = add_lattice_gaussian(deltas, sd, lattice_step(c, dim), rng)
         elif not self.shares:
             deltas = _noisy(deltas, sd, gen)
-        if not self.adaptive:
+        if not self.adaptive_clipping:
             return deltas, {}, dict(round_config)
         figures: dict[str, float] = {"clipping_norm": c}
         centred = float(np.sum(count)) if count is not None else 0.0
-        sb = float(self.spec.count_noise_multiplier or 0.0)
+        sb = float(spec.count_noise_multiplier or 0.0)
         if self.lattice_noise and sb > 0:
             noisy = add_lattice_gaussian({"b": np.array(centred)}, sb, lattice_step(0.5, 1), rng)
             centred = float(noisy["b"])
@@ -303,16 +268,18 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
     def train(
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        c = float(ctx.round_config.get("clipping_norm", self.spec.clipping_norm))
+        spec = self.privacy
+        c = float(ctx.round_config.get("clipping_norm", spec.clipping_norm))
         update, metrics = self.clipped_delta(model, data, ctx, c)
-        if self.shares:
-            share = self.spec.update_noise_multiplier * c / math.sqrt(self.num_clients)
+        m = spec.noise_shares
+        if m is not None:
+            share = spec.update_noise_multiplier * c / math.sqrt(m)
             update = add_gaussian_noise(update, share, ctx.generator)
             metrics["noise_draws"] = 1.0
-        if self.adaptive:
+        if self.adaptive_clipping:
             b = torch.tensor([float(metrics["clipped"] == 0) - 0.5], dtype=torch.float32)
-            if self.shares:
-                sb = float(self.spec.count_noise_multiplier or 0.0) / math.sqrt(self.num_clients)
+            if m is not None:
+                sb = float(spec.count_noise_multiplier or 0.0) / math.sqrt(m)
                 b = add_gaussian_noise({"b": b}, sb, ctx.generator)["b"]
             update[UNCLIPPED_KEY] = b
         return update, metrics

@@ -21,7 +21,6 @@ import torch
 
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.audit import (
-    AuditKind,
     count_guesses,
     epsilon_lower_bound,
     gaussian_epsilon,
@@ -30,6 +29,7 @@ from fedpriv.run.audit import (
     record_canaries,
     with_canaries,
 )
+from fedpriv.run.plan import AuditKind, RunPlan
 from tests.test_client_level import _compose
 
 CLIENT_LEVEL = ["client=client_level", "privacy=client_level", "num_clients=40"]
@@ -116,8 +116,8 @@ def test_gaussian_epsilon_inverts_the_gdp_delta() -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def _cfg(overrides: list[str]) -> dict[str, Any]:
-    from fedpriv.run.runner import prepare
+def _cfg(overrides: list[str]) -> RunPlan:
+    from fedpriv.run.prepare import prepare
 
     return prepare(_compose(overrides))[0]
 
@@ -165,7 +165,7 @@ def test_canary_clients_enter_the_sum_before_release() -> None:
     """Client level, all sampling: a zero sum becomes C Σ_{j included} u_j (to 1e-5: float32
     sums); the included canaries' cosines with it are the larger ones (every guess right)."""
     from fedpriv.run.audit import RunAudit
-    from fedpriv.run.runner import prepare
+    from fedpriv.run.prepare import prepare
     from fedpriv.run.setup import build_model_for
 
     cfg, algorithm = prepare(
@@ -245,14 +245,14 @@ def _run(tmp_path: Path, overrides: list[str]) -> tuple[list[dict[str, str]], di
 
 def _accounted(overrides: list[str]) -> list[float]:
     """The ε path of the same run WITHOUT audit, from its algorithm's events alone."""
+    from fedpriv.run.prepare import prepare
     from fedpriv.run.run_privacy import RunPrivacy
-    from fedpriv.run.runner import prepare
 
-    cfg, algorithm = prepare(_compose([o for o in (*RUN, *overrides) if o != "audit=canaries"]))
-    privacy = RunPrivacy(algorithm, cfg["privacy"])
+    plan, _ = prepare(_compose([o for o in (*RUN, *overrides) if o != "audit=canaries"]))
+    privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
     out = []
-    for server_round in range(1, int(cfg["num_rounds"]) + 1):
-        privacy.record_round(int(cfg["num_clients"]), server_round)
+    for server_round in range(1, plan.num_rounds + 1):
+        privacy.record_round(plan.num_clients, server_round)
         out.append(privacy.epsilon())
     return out
 

@@ -10,7 +10,6 @@ References used here, independent of fedpriv's mapping:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from typing import Any
@@ -25,15 +24,17 @@ from flwr.common.serde import recorddict_to_proto
 from scipy import integrate, optimize, stats
 
 from clients.client_level_dpfedavg import UNCLIPPED_KEY, ClientLevelDPFedAvg
-from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.run import client_app
+from fedpriv.run.config import compose_config
 from fedpriv.run.engine import client_rows, worker_messages
-from fedpriv.run.runner import prepare
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.prepare import prepare
 from fedpriv.run.setup import build_model_for
-from tests.contracts import compose_config, parse_reply
+from tests.contracts import parse_reply
 
 
 def spec(kind: str, z: float = 1.0, n: int = 6000, acc: str = "pld", **kw: Any) -> ClientLevelSpec:
@@ -42,7 +43,8 @@ def spec(kind: str, z: float = 1.0, n: int = 6000, acc: str = "pld", **kw: Any) 
         noise_multiplier=z,
         clipping_norm=1.0,
         cohort=CohortSampler(n, ClientSampling(kind), **kw),
-        accounting=AccountingSpec(accountant=acc, target_delta=delta),
+        accountant=acc,
+        target_delta=delta,
     )
 
 
@@ -184,28 +186,24 @@ def test_calibration_meets_the_target_within_one_percent(kind: str, kw: dict, ro
 BASE = ["client=client_level", "privacy=client_level", "model=logistic", "num_clients=6", "seed=0"]
 
 
-def _algorithm(extra: list[str]) -> tuple[dict[str, Any], ClientLevelDPFedAvg]:
-    run_cfg, algorithm = prepare(_compose(BASE + extra))
-    return run_cfg, algorithm
+def _algorithm(extra: list[str]) -> tuple[RunPlan, ClientLevelDPFedAvg]:
+    plan, algorithm = prepare(_compose(BASE + extra))
+    assert isinstance(algorithm, ClientLevelDPFedAvg)
+    return plan, algorithm
 
 
 def _compose(overrides: list[str]) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    from fedpriv.run.config import conf_dir, register_schema
-
-    register_schema()
-    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+    return compose_config(overrides)
 
 
-def _sent_rows(run_cfg: dict[str, Any], round_config: dict[str, float]) -> Any:
-    """Every client's row of the serialized replies of two workers (Flower's protobuf)."""
-    state = {k: v.detach().numpy() for k, v in build_model_for(run_cfg).state_dict().items()}
-    cfg_json = json.dumps(run_cfg, sort_keys=True)
+def _sent_rows(plan: RunPlan, round_config: dict[str, float]) -> Any:
+    """Every client's row of the serialized replies of two workers (Flower's protobuf), the
+    plan decoded from its payload as a worker decodes it."""
+    state = {k: v.detach().numpy() for k, v in build_model_for(plan).state_dict().items()}
+    plan_json = plan.to_payload()
     rows: dict[int, dict[str, np.ndarray]] = {}
     for msg in worker_messages([1, 2], list(range(6)), state, 1, round_config):
-        reply = client_app.worker_train_handler(run_cfg, cfg_json, msg)
+        reply = client_app.worker_train_handler(plan_json, msg)
         wire = client_rows(parse_reply(recorddict_to_proto(reply.content).SerializeToString()))
         assert not wire.errors
         for i, pid in enumerate(wire.ids):
@@ -226,9 +224,9 @@ def test_sent_updates_are_clipped_to_the_round_clip_norm_with_centred_bits() -> 
     the norm is C to 1e-5), the adaptive bit is exactly ±1/2, and no noise is sent with
     ``noise_placement=server``."""
     extra = ["privacy.count_noise_multiplier=2", "client.target_unclipped_quantile=0.5"]
-    run_cfg, _ = _algorithm(extra)
+    plan, _ = _algorithm(extra)
     for c in (0.01, 100.0):
-        rows = _sent_rows(run_cfg, {"clipping_norm": c})
+        rows = _sent_rows(plan, {"clipping_norm": c})
         for row in rows.values():
             assert _norm(row) <= c
             assert float(row[UNCLIPPED_KEY][0]) == (-0.5 if c == 0.01 else 0.5)
@@ -246,16 +244,16 @@ def test_client_noise_shares_measured_from_the_bytes_give_the_events_sigma() -> 
         "privacy.noise_multiplier=2",
         "privacy.clipping_norm=0.5",
     ]
-    run_cfg, algorithm = _algorithm(extra)
-    noisy = _sent_rows(run_cfg, {"clipping_norm": 0.5})
-    clean_cfg, _ = _algorithm(
+    plan, algorithm = _algorithm(extra)
+    noisy = _sent_rows(plan, {"clipping_norm": 0.5})
+    clean_plan, _ = _algorithm(
         extra[:1] + ["privacy.noise_multiplier=0", "privacy.clipping_norm=0.5"]
     )
-    clean = _sent_rows(clean_cfg, {"clipping_norm": 0.5})
+    clean = _sent_rows(clean_plan, {"clipping_norm": 0.5})
     noise = np.concatenate([(noisy[p][k] - clean[p][k]).ravel() for p in noisy for k in noisy[p]])
     share = float(np.std(noise))
     assert share == pytest.approx(2 * 0.5 / math.sqrt(6), rel=0.03)
-    event = algorithm.round_events()[0][0]
+    event = algorithm.privacy.round_events()[0][0]
     assert isinstance(event, dp_event.GaussianDpEvent)
     assert share * math.sqrt(6) / 0.5 == pytest.approx(event.noise_multiplier, rel=0.03)
 
@@ -264,7 +262,7 @@ def test_server_release_noise_and_count_noise_give_the_effective_multiplier() ->
     """``release`` on a zero sum: the delta noise std is σ_Δ C (7850 coordinates × 40 rounds,
     2 %) and the released fraction's std × m is σ_b (400 rounds, 10 %); together they are the
     events' z = (σ_Δ⁻² + (2σ_b)⁻²)^(-1/2) (5 %)."""
-    run_cfg, algorithm = _algorithm(
+    _, algorithm = _algorithm(
         [
             "privacy.count_noise_multiplier=1.5",
             "client.target_unclipped_quantile=0.5",
@@ -288,10 +286,10 @@ def test_server_release_noise_and_count_noise_give_the_effective_multiplier() ->
         )
     sd = float(np.std(np.concatenate(deltas))) / c
     sb = float(np.std(fractions)) * 4
-    assert sd == pytest.approx(algorithm.spec.update_noise_multiplier, rel=0.02)
+    assert sd == pytest.approx(algorithm.privacy.update_noise_multiplier, rel=0.02)
     assert sb == pytest.approx(1.5, rel=0.10)
     z = (sd**-2 + (2 * sb) ** -2) ** -0.5
-    event = algorithm.round_events()[0][0]
+    event = algorithm.privacy.round_events()[0][0]
     assert isinstance(event, dp_event.SampledWithoutReplacementDpEvent)
     assert 2 * event.event.noise_multiplier == pytest.approx(z, rel=0.05)  # replace-one: z/2
 
@@ -403,8 +401,11 @@ def test_skellam_client_level_events_are_fedpriv_account_skellams() -> None:
     max_grad_norm = the clip norm C (rel. 1e-12)."""
     from fedpriv.cli.account import run
 
-    run_cfg, algorithm = prepare(_compose([*SKELLAM, "privacy.clipping_norm=0.5"]))
-    ours = algorithm.spec.accounting.epsilon([(e, 7 * n) for e, n in algorithm.round_events()])
+    _, algorithm = prepare(_compose([*SKELLAM, "privacy.clipping_norm=0.5"]))
+    ours = algorithm.privacy.epsilon(7)
+    assert ours == algorithm.privacy.accounting.epsilon(
+        [(e, 7 * n) for e, n in algorithm.privacy.round_events()]
+    )
     cli = run(
         "skellam",
         {
@@ -429,25 +430,26 @@ def test_skellam_sum_decodes_to_the_clipped_deltas_plus_sigma_c_noise() -> None:
     """Measured from the serialized integer replies: the decoded modular sum of 6 clients
     minus the sum of their clipped deltas (recomputed with the same generators) has std σC
     (real units, 7850 coordinates, 4 %): the noise the Skellam events claim."""
+    from clients.client_level_skellam import ClientLevelSkellam
     from fedpriv.data.client_data import ClientData
     from fedpriv.run.client_app import client_context
 
-    run_cfg, algorithm = prepare(
+    plan, algorithm = prepare(
         _compose([*SKELLAM, "privacy.noise_multiplier=2", "privacy.clipping_norm=0.5"])
     )
-    rows = _sent_rows(run_cfg, {})
+    assert isinstance(algorithm, ClientLevelSkellam)
+    rows = _sent_rows(plan, {})
     total = {k: np.sum([rows[p][k] for p in rows], axis=0) for k in rows[0]}
-    model = build_model_for(run_cfg)
+    model = build_model_for(plan)
     shapes = {k: tuple(p.shape) for k, p in model.named_parameters()}
     decoded = algorithm.decode_sum(total, shapes, 1)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     clean = {k: np.zeros(s) for k, s in shapes.items()}
     for pid in range(6):
         model.load_state_dict(state)
-        x, y = client_app._client_data(json.dumps(run_cfg, sort_keys=True), pid).x, None
-        data = client_app._client_data(json.dumps(run_cfg, sort_keys=True), pid)
-        assert isinstance(data, ClientData) and x is not None and y is None
-        ctx = client_context(run_cfg, pid, 1, torch.device("cpu"))
+        data = client_app.client_data(plan.to_payload(), pid)
+        assert isinstance(data, ClientData)
+        ctx = client_context(plan, pid, 1, torch.device("cpu"))
         delta, _ = algorithm.clipped_delta(model, data, ctx, 0.5)
         for k in clean:
             clean[k] += delta[k].double().numpy()
@@ -489,3 +491,80 @@ def test_random_allocation_cohorts_hold_every_client_k_times_per_epoch(
         counts[c.draw(r)] += 1
     assert (counts == k).all()
     assert any(not np.array_equal(c.draw(r), c.draw(r + t)) for r in range(1, t + 1))
+
+
+# ------------------------------------------------------------------ the typed spec and binding
+
+
+@pytest.mark.parametrize("key", ["max_grad_norm", "sample_rate"])
+def test_record_level_keys_are_refused_for_client_level(key: str, tmp_path: Any) -> None:
+    """``privacy.max_grad_norm`` and ``privacy.sample_rate`` are record-level fields: the
+    client-level spec has none (C of a client's delta is ``privacy.clipping_norm``); the schema
+    refuses them when the config is composed, and the CLI in one line (exit 2)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(TypeError, match=key):
+        ClientLevelSpec(**{key: 1.0})  # type: ignore[arg-type]
+    with pytest.raises(ConfigCompositionException, match=key):
+        _compose([*BASE, f"privacy.{key}=1"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedpriv.cli.experiment", *BASE, f"+privacy.{key}=1"]
+        + [f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=120,
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"fedpriv: error: privacy.{key}=1 is not a setting of privacy=")
+
+
+def test_the_algorithm_binds_the_cohort_shares_lattice_and_seed_into_its_spec() -> None:
+    """``for_run(plan)`` binds the run's cohort sampler (and the noise shares: the nominal
+    cohort with ``noise_placement=clients``) into the spec and the seed into the algorithm;
+    the plan holds the same spec, and a worker decodes the same spec from the payload."""
+    plan, algorithm = _algorithm(
+        ["client_sampling=fixed_size", "num_sampled_clients=4", "privacy.accountant=rdp"]
+        + ["client.noise_placement=clients", "seed=3"]
+    )
+    spec = algorithm.privacy
+    assert plan.privacy == spec and spec.cohort == plan.cohort and spec.noise_shares == 4
+    assert algorithm.seed == 3 and not spec.lattice_noise
+    assert ClientLevelDPFedAvg.bound_fields == ("seed",)
+    assert {"cohort", "noise_shares", "lattice_noise"} <= set(ClientLevelSpec.bound_fields)
+    assert RunPlan.from_payload(plan.to_payload()).privacy == spec
+    assert "cohort" not in plan.to_config()["privacy"]  # bound fields are not config keys
+    _, server = _algorithm(["privacy.secure_mode=true", "privacy.accountant=rdp"])
+    assert server.privacy.lattice_noise and server.privacy.noise_shares is None
+    with pytest.raises(ConfigError, match="privacy.cohort=None is unbound"):
+        ClientLevelSpec().round_events()
+
+
+def test_calibration_is_a_new_spec_and_writes_no_config() -> None:
+    """``privacy.noise_multiplier=null privacy.target_epsilon=2``: the plan's spec is a new,
+    calibrated spec (target recorded, noise set), the events of the algorithm's spec."""
+    plan, algorithm = _algorithm(["privacy.noise_multiplier=null", "privacy.target_epsilon=2"])
+    spec = plan.privacy
+    assert isinstance(spec, ClientLevelSpec) and spec is algorithm.privacy
+    assert spec.target_epsilon is None and spec.calibrated_from_target_epsilon == 2.0
+    assert 0.99 * 2 <= spec.epsilon(plan.num_rounds) <= 2
+    assert plan.to_config()["privacy"]["noise_multiplier"] == spec.noise_multiplier
+
+
+def test_yaml_options_state_no_values() -> None:
+    """conf/client/client_level*.yaml and conf/privacy/client_level.yaml name their class and
+    extend its schema; every default is the class's."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    for path in ("client/client_level", "client/client_level_skellam", "privacy/client_level"):
+        node = OmegaConf.to_container(OmegaConf.load(conf / f"{path}.yaml"))
+        assert isinstance(node, dict)
+        assert set(node) == {"defaults", "_target_"}, (path, node)

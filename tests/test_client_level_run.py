@@ -102,9 +102,10 @@ def test_skellam_shares_through_secaggplus_report_the_specs_epsilon(tmp_path: Pa
     ]
     summary = run_experiment(_compose(extra), tmp_path)
     assert summary["status"] == "complete"
-    from fedpriv.run.runner import prepare
+    from fedpriv.run.prepare import prepare
 
-    _, algorithm = prepare(_compose(extra))
-    expected = algorithm.spec.accounting.epsilon([(e, 2 * n) for e, n in algorithm.round_events()])
+    plan, _ = prepare(_compose(extra))
+    spec = plan.privacy
+    expected = spec.accounting.epsilon([(e, 2 * n) for e, n in spec.round_events()])
     assert summary["privacy"]["epsilon"] == pytest.approx(expected, rel=1e-12)
     assert summary["rounds"][-1]["accuracy"] > 0.1

@@ -1,5 +1,6 @@
-"""Client sampling (:mod:`fedpriv.mechanisms.client_sampling`): the draws, their statistics, and the bad input a
-user can type on the command line (one line, exit 2, nothing trained or written)."""
+"""Client sampling (:mod:`fedpriv.mechanisms.client_sampling`): the draws, their statistics,
+and the bad input a user can type on the command line (one line, exit 2, nothing trained or
+written)."""
 
 from __future__ import annotations
 
@@ -262,9 +263,10 @@ def test_cli_bad_sampling_or_workers_exits_2_with_one_line(
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("fedpriv: error: "), proc.stderr
     assert message in lines[0], lines[0]
-    # nothing of the run is written (Hydra's own .hydra/ and cli.log are all there is)
+    # nothing of the run is written (Hydra's own .hydra/ and the log of fedpriv.cli.experiment
+    # are all there is)
     written = {p.name for p in out.iterdir()} if out.exists() else set()
-    assert written <= {".hydra", "cli.log"}, written
+    assert written <= {".hydra", "experiment.log"}, written
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,12 +342,12 @@ def test_values_that_coerce_silently_are_refused(override: str, message: str) ->
 
     from fedpriv.common.errors import ConfigError
     from fedpriv.run.config import conf_dir, register_schema
-    from fedpriv.run.runner import _instantiate, prepare, run_layout
+    from fedpriv.run.prepare import build_server, prepare, run_layout
 
     register_schema()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["model=logistic", override])
     with pytest.raises(ConfigError, match=re.escape(message)):
-        run_cfg, _ = prepare(cfg)
-        run_layout(run_cfg)
-        _instantiate(cfg.strategy, "strategy")  # the CLI's path: Hydra's wrapper unwrapped
+        plan, algorithm = prepare(cfg)
+        run_layout(plan)
+        build_server(plan, algorithm)  # the CLI's path: Hydra's wrapper unwrapped

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -239,3 +239,33 @@ class TestMeasurementInstrument:
         inst = _Instrument(_OwnSizeDivisor)
         sigma, measured = inst.effective_sigmas(inst.measurement_config("dirichlet-0.05", None))
         assert min(measured.values()) < 0.5 * sigma, measured
+
+
+class _WholeClientNeighbour:
+    """Client-level neighbours: the measured client's WHOLE data removed (its update becomes
+    0, its noise share stays the same coupled draw); every delta clipped (C = 0.001, far below
+    the deltas' norms), so the influence is C, the sensitivity the events are stated for."""
+
+    measure_overrides: ClassVar[list[str]] = ["privacy.clipping_norm=0.001"]
+
+    def neighbour_data(
+        self, cfg: Any, pid: int, x: np.ndarray, y: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return x[:0], y[:0]
+
+
+class TestClientLevelDPFedAvg(_WholeClientNeighbour, ClientAlgorithmContract):
+    """Client-level DP-FedAvg (conf/client/client_level.yaml), every client every round, each
+    client drawing its noise share (``noise_placement=clients``: the replies carry the noise
+    the measurement sees; the trusted aggregator's noise, drawn in ``release``, is measured by
+    tests/test_client_level.py::test_server_release_noise_and_count_noise_give_the_effective_
+    multiplier)."""
+
+    overrides = ["client=client_level", "client.noise_placement=clients"]
+
+
+class TestClientLevelSkellam(_WholeClientNeighbour, ClientAlgorithmContract):
+    """Client-level DP-FedAvg with integer Skellam shares (conf/client/client_level_skellam.yaml);
+    RDP only."""
+
+    overrides = ["client=client_level_skellam", "privacy.accountant=rdp"]

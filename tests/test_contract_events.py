@@ -11,8 +11,10 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.batch_clipping import BatchClippingEvent
 from fedpriv.accounting.checkin_events import CheckinEvent, LocalCapEvent, PoissonLocalEvent
+from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import INTEGER_ORDERS
 from fedpriv.accounting.local_release import LocalReleaseEvent
@@ -277,6 +279,49 @@ class TestLocalCapEvent(EventContract):
     def make_event(self, noise: float) -> Any:
         return LocalCapEvent(1.0 / noise, 1e-9, reason="precondition fails (test)")
 
+
+class TestDiscreteGaussianEvent(EventContract):
+    """secure_mode's lattice discrete Gaussian (Poisson-subsampled), RDP only: its curve is the
+    continuous Gaussian's (Canonne, Kamath, Steinke 2020, Thm 15)."""
+
+    noise_levels = (0.5, 1.0, 2.0, 4.0)
+    accountant = "rdp"
+    unsupported_relation = "replace_one"
+    unsupported_accountant = "pld"
+
+    def make_event(self, noise: float) -> Any:
+        return DiscreteGaussianEvent(noise, 0.05)
+
+    def incompatible_partner(self) -> Any:
+        return BatchClippingEvent("shuffle", 100, 1, 10, 1.0)
+
+    def golden(self) -> list[tuple[Any, int, float, float]]:
+        # q = 1: α/(2z²) written out, converted by dp-accounting; q < 1: dp-accounting's RDP of
+        # the Poisson-subsampled continuous Gaussian at the same integer orders (1e-9)
+        a = INTEGER_ORDERS
+        out = []
+        for z, c in ((1.0, 1), (2.0, 10)):
+            eps = rdp_privacy_accountant.compute_epsilon(a, c * a / (2 * z * z), DELTA)[0]
+            out.append((DiscreteGaussianEvent(z), c, eps, 1e-9))
+        acc = rdp_privacy_accountant.RdpAccountant(list(a))
+        acc.compose(dp_event.PoissonSampledDpEvent(0.05, dp_event.GaussianDpEvent(1.0)), 50)
+        out.append((DiscreteGaussianEvent(1.0, 0.05), 50, acc.get_epsilon(DELTA), 1e-9))
+        return out
+
+
+class TestRandomAllocationEvent(EventContract):
+    """Random allocation (k of every t rounds, one event per epoch): pld-accounting's
+    dominating PLD, self-composed over epochs, PLD only."""
+
+    noise_levels = (0.7, 1.0, 2.0)
+    counts = (1, 2, 5)
+    unsupported_relation = "replace_one"
+    unsupported_accountant = "rdp"
+    monotone_rtol = 1e-9
+
+    def make_event(self, noise: float) -> Any:
+        return RandomAllocationEvent(noise, 4, 1)
+
     def incompatible_partner(self) -> Any:
         return poisson_gaussian_event(1.0, 1.0)
 
@@ -302,3 +347,21 @@ class TestLocalCapEvent(EventContract):
             ev.epsilon(1e-6, 20)
         b = ev.bound(1e-6, 20)
         assert b.epsilon == math.inf and b.reason and "precondition fails" in b.reason
+
+        # t = k = 1: every client in the epoch's only round, the Gaussian mechanism: the exact
+        # Gaussian ε (Balle & Wang 2018) of c epochs, sqrt(c)/σ-GDP (PLD grid: 1 %)
+        return [
+            (RandomAllocationEvent(s, 1, 1), c, gaussian_epsilon(DELTA, math.sqrt(c) / s), 1e-2)
+            for s in (1.0, 2.0)
+            for c in (1, 4)
+        ]
+
+    def test_between_pld_accountings_own_bounds(self) -> None:
+        """t = 4, k = 1, σ = 1, 3 epochs: within pld-accounting's lower and upper bounds
+        (``gaussian_allocation_epsilon_range``; 2 % slack for the grids)."""
+        import PLD_accounting as pa
+
+        upper, lower = pa.gaussian_allocation_epsilon_range(
+            delta=DELTA, sigma=1.0, num_steps=4, num_selected=1, num_epochs=3
+        )
+        assert lower <= self.epsilon(self.make_event(1.0), 3) <= upper * 1.02

@@ -23,8 +23,9 @@ from fedpriv.mechanisms.lattice_gaussian import (
     lattice_step,
     sample_discrete_gaussian,
 )
-from fedpriv.run.runner import prepare
-from tests.test_faults import _cfg
+from fedpriv.run.config import compose_config as _cfg
+from fedpriv.run.header import secure_mode_warning
+from fedpriv.run.prepare import prepare
 
 SECURE = [
     "client=client_level",
@@ -104,12 +105,10 @@ def test_event_rdp_is_the_gaussian_curve() -> None:
 
 
 def test_secure_client_level_run_accounts_lattice_noise() -> None:
-    run_cfg, algorithm = prepare(
-        _cfg([*SECURE, "client_sampling=poisson", "client_sample_rate=0.25"])
-    )
+    plan, algorithm = prepare(_cfg([*SECURE, "client_sampling=poisson", "client_sample_rate=0.25"]))
     assert algorithm.hardened_noise is True
-    ((event, count),) = algorithm.round_events()
-    z = float(run_cfg["privacy"]["noise_multiplier"])
+    ((event, count),) = plan.privacy.round_events()
+    z = float(plan.privacy.summary()["noise_multiplier"])
     assert event == DiscreteGaussianEvent(z / (1 + 2.0**-LATTICE_BITS), 0.25) and count == 1
 
 
@@ -122,7 +121,7 @@ def test_secure_client_level_release_is_on_the_lattice() -> None:
     step = lattice_step(1.0, d + 3)
     for v in out.values():
         np.testing.assert_array_equal(v / step, np.rint(v / step))
-    sd = algorithm.spec.update_noise_multiplier * 1.0
+    sd = algorithm.privacy.update_noise_multiplier * 1.0
     noise = out["w"] - total["w"]
     assert noise.std() == pytest.approx(sd, rel=4 * math.sqrt(1 / (2 * d)))
     assert abs(noise.mean()) <= 4 * sd / math.sqrt(d)
@@ -144,15 +143,13 @@ def test_secure_client_level_refuses_what_no_analysis_covers(
 
 
 def test_secure_mode_warns_for_float_noise_clients() -> None:
-    from fedpriv.run.runner import secure_mode_warning
-
-    run_cfg, algorithm = prepare(_cfg(["model=logistic", "privacy.secure_mode=true"]))
-    line = secure_mode_warning(algorithm, run_cfg["privacy"])
+    _, algorithm = prepare(_cfg(["model=logistic", "privacy.secure_mode=true"]))
+    line = secure_mode_warning(algorithm)
     assert line.startswith("fedpriv: warning: privacy.secure_mode=true: LocalDPSGD draws float")
-    run_cfg, algorithm = prepare(_cfg(SECURE))
-    assert secure_mode_warning(algorithm, run_cfg["privacy"]) == ""
+    _, algorithm = prepare(_cfg(SECURE))
+    assert secure_mode_warning(algorithm) == ""
     # σ = 0 draws no noise: nothing to harden
-    run_cfg, algorithm = prepare(
+    _, algorithm = prepare(
         _cfg(["model=logistic", "privacy.secure_mode=true", "privacy.noise_multiplier=0"])
     )
-    assert secure_mode_warning(algorithm, run_cfg["privacy"]) == ""
+    assert secure_mode_warning(algorithm) == ""

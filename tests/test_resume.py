@@ -33,6 +33,7 @@ from hydra import compose, initialize_config_dir
 from fedpriv.common.errors import ConfigError
 from fedpriv.run import checkpoint
 from fedpriv.run.config import conf_dir, register_schema
+from fedpriv.run.plan import RunPlan
 from fedpriv.run.run_privacy import RunPrivacy
 from strategies.fedavg import DPFedAvg
 
@@ -50,7 +51,7 @@ BASE = [
     "progress=false",
     "plot=false",
     "num_workers=2",
-    "+strategy.server_optimizer=fedadam",
+    "strategy.server_optimizer=fedadam",
 ]
 
 
@@ -78,10 +79,11 @@ def _cfg(overrides: list[str] | tuple[str, ...] = ()) -> Any:
 
 
 class InProcessGrid:
-    """Flower's grid for ``num_nodes`` worker nodes, in this process."""
+    """Flower's grid for ``num_nodes`` worker nodes, in this process (the plan travels as the
+    workers' payload)."""
 
-    def __init__(self, cfg: dict[str, Any], num_nodes: int) -> None:
-        self.cfg, self.cfg_json = cfg, json.dumps(cfg, sort_keys=True)
+    def __init__(self, plan: RunPlan, num_nodes: int) -> None:
+        self.plan_json = plan.to_payload()
         self.ids = [1000 + i for i in range(num_nodes)]
 
     def get_node_ids(self) -> list[int]:
@@ -90,22 +92,23 @@ class InProcessGrid:
     def send_and_receive(self, messages: list[Any], timeout: float | None = None) -> list[Any]:
         from fedpriv.run.client_app import worker_train_handler
 
-        return [worker_train_handler(self.cfg, self.cfg_json, m) for m in messages]
+        return [worker_train_handler(self.plan_json, m) for m in messages]
 
 
 def _in_process(set_attr: Any) -> None:
     """Make ``run_experiment`` run its server app on :class:`InProcessGrid` (no Ray)."""
     from flwr.supercore.task_identity import TaskIdentity
 
-    from fedpriv import runner
+    from fedpriv.run import runner
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
 
     def simulate(server_app: Any, client_app: Any, num_nodes: int, backend: Any) -> None:
         server_app._main(InProcessGrid(client_app, num_nodes), None)
 
-    set_attr(runner, "make_client_app", lambda cfg: cfg)  # the grid needs the run's config
+    set_attr(runner, "make_client_app", lambda plan: plan)  # the grid needs the run's plan
     set_attr(runner, "_run_simulation", simulate)
+    set_attr(runner, "start_ray", lambda *args, **kw: None)  # no Ray in this process
 
 
 @pytest.fixture()
@@ -363,10 +366,10 @@ def test_secure_mode_counts_a_round_lost_after_its_release(
         (5, "lost"),
         *[(r, "ok") for r in range(5, 11)],
     ]
-    from fedpriv.run.runner import prepare
+    from fedpriv.run.prepare import prepare
 
-    run_cfg, algorithm = prepare(_cfg(extra))
-    expected = RunPrivacy(algorithm, run_cfg["privacy"])
+    plan, _ = prepare(_cfg(extra))
+    expected = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
     for _ in range(ROUNDS + 2):  # 10 released rounds and 2 lost attempts
         expected.record_round()
     assert res["privacy"]["rounds_released"] == ROUNDS + 2

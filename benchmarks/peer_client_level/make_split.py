@@ -23,21 +23,25 @@ from pathlib import Path
 
 import numpy as np
 
+from fedpriv.run.config import compose_config
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.prepare import prepare
 from fedpriv.run.setup import build_model_for, partitions, run_dataset
 
 NUM_CLIENTS = 6000
 DEFAULT_DATA_DIR = "/work/shared/data/fashion-mnist"
 
 
-def workload_cfg(data_dir: str) -> dict:
-    """The keys of fedpriv's run config that fix the dataset, the split and the initial model."""
-    return {
-        "dataset": {"name": "fashion_mnist", "data_dir": data_dir, "options": {}},
-        "partition": {"name": "iid"},
-        "num_clients": NUM_CLIENTS,
-        "seed": 0,
-        "model": {"name": "logistic"},
-    }
+def workload_plan(data_dir: str) -> RunPlan:
+    """The run plan of ``+experiment=client_level_fmnist`` (full Fashion-MNIST in
+    ``data_dir``, IID over 6,000 clients, ``seed=0``, logistic): what fixes the dataset, the
+    split and the initial model."""
+    cfg = compose_config(
+        ["+experiment=client_level_fmnist", f"dataset.data_dir={data_dir}", "seed=0"]
+    )
+    plan, _ = prepare(cfg)
+    assert plan.num_clients == NUM_CLIENTS and plan.model.name == "logistic"
+    return plan
 
 
 def sha256(a: np.ndarray) -> str:
@@ -50,7 +54,7 @@ def main() -> int:
     out = Path(sys.argv[1])
     data_dir = sys.argv[2] if len(sys.argv) > 2 else DEFAULT_DATA_DIR
     out.mkdir(parents=True, exist_ok=True)
-    cfg = workload_cfg(str(Path(data_dir).resolve()))
+    cfg = workload_plan(str(Path(data_dir).resolve()))
     ds = run_dataset(cfg)
     assert len(ds.y_train) == 60000 and len(ds.y_test) == 10000, "not the full Fashion-MNIST"
     parts = [np.asarray(p, dtype=np.int64) for p in partitions(cfg)]
@@ -64,7 +68,7 @@ def main() -> int:
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     np.savez(out / "init_state.npz", **state)
     checks = {
-        "data_dir": cfg["dataset"]["data_dir"],
+        "data_dir": cfg.dataset.data_dir,
         "num_clients": NUM_CLIENTS,
         "client_size": 10,
         "init_keys": sorted(state),

@@ -36,89 +36,146 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from dp_accounting import dp_event
 
 from fedpriv.accounting.allocation import RandomAllocationEvent
+from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.params import Params, noise_or_target
+from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
-from fedpriv.accounting.accountant import AccountingSpec
-from fedpriv.common.validate import check_finite, check_positive
 from fedpriv.common.errors import check
+from fedpriv.common.validate import check_positive
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
 
 
-@dataclass(frozen=True, kw_only=True)
-class ClientLevelSpec:
-    """The mechanism and participation of a client-level DP-FedAvg run.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClientLevelSpec(PrivacySpec):
+    """The mechanism and participation of a client-level DP-FedAvg run (family
+    ``client_level``): what each round releases about a whole client, and its events.
+
+    Built by the run's client algorithm (``clients.client_level_dpfedavg.ClientLevelDPFedAvg``,
+    which binds the run's cohort sampler and where the noise is drawn) and by
+    ``fedpriv-account client-level`` (:meth:`from_params`), so the CLI answers exactly what a
+    run accounts.
 
     Parameters
     ----------
-    noise_multiplier : float
-        z >= 0: noise std of each round's release per unit of a client's sensitivity (the
-        effective multiplier when ``count_noise_multiplier`` is set). 0: NON-PRIVATE.
+    noise_multiplier : float or None
+        z >= 0: noise std of each round's release per unit of a client's sensitivity C (the
+        effective multiplier of both releases when ``count_noise_multiplier`` is set). 0:
+        NON-PRIVATE. ``None`` with ``target_epsilon`` (calibrated by the run).
     clipping_norm : float
-        C > 0, the L2 bound of each client's whole model delta (the initial one with adaptive
-        clipping; the sensitivity relative to C does not change as C adapts).
-    cohort : CohortSampler
-        Who takes part in each round (all, poisson, fixed_size, random_allocation).
+        C > 0, the L2 bound of each client's WHOLE model delta (one norm over all
+        parameters; real units). With adaptive clipping it is round 1's clip norm: the clip
+        then moves from round to round, but every round's sensitivity relative to its own C,
+        hence the events, stays the same.
     count_noise_multiplier : float, optional
-        σ_b of the noisy unclipped count (adaptive clipping); ``2 σ_b > z`` is required.
-    accounting : AccountingSpec
-        Accountant, conversion, δ; its relation is replaced by the participation's.
-    discrete : bool
-        The trusted aggregator draws lattice discrete Gaussian noise (``privacy.secure_mode``,
-        :mod:`fedpriv.mechanisms.lattice_gaussian`): events :class:`DiscreteGaussianEvent` with the
-        rounding-inflated sensitivity; RDP accountant, client_sampling all or poisson.
+        σ_b of the noisy count of unclipped clients (adaptive clipping, Andrew et al.); the
+        delta's noise is then σ_Δ = (z⁻² − (2σ_b)⁻²)^(-1/2) per unit C, so ``2 σ_b > z`` is
+        required.
+    cohort : CohortSampler, optional
+        Who takes part in each round (all, poisson, fixed_size, random_allocation); bound by
+        the client algorithm from the run (needed for the events).
+    noise_shares : int, optional
+        m: the clients whose noise shares N(0, (σ_Δ C)²/m) make up the sum's noise (each client
+        draws its share: ``client.noise_placement=clients``); ``None`` (default): the trusted
+        aggregator draws the whole noise once per round. Bound by the client algorithm.
+    lattice_noise : bool
+        The trusted aggregator's noise is a lattice discrete Gaussian (``secure_mode``,
+        :mod:`fedpriv.mechanisms.lattice_gaussian`): events :class:`DiscreteGaussianEvent`
+        with the rounding-inflated sensitivity; RDP accountant, client_sampling all or poisson.
+        Bound by the client algorithm.
+    (and the fields of :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`)
 
     Raises
     ------
     ConfigError
-        For C <= 0 or non-finite, z < 0, σ_b <= z/2, or an accountant that cannot account the
-        participation (fixed_size needs rdp, random_allocation needs pld).
+        For C <= 0 or non-finite, z < 0, σ_b <= z/2, both or neither of ``noise_multiplier``
+        and ``target_epsilon``, an accountant that cannot account the participation
+        (fixed_size needs rdp, random_allocation needs pld), lattice noise without
+        ``secure_mode`` or with client shares.
+
+    References
+    ----------
+    McMahan et al. 2018, arXiv:1710.06963, Alg. 1; Andrew et al. 2021, arXiv:1905.03871,
+    Sec. 3.1; Canonne, Kamath, Steinke 2020, arXiv:2004.00010, Thm 15 (discrete Gaussian).
     """
 
-    noise_multiplier: float
-    clipping_norm: float
-    cohort: CohortSampler
+    family: ClassVar[str] = "client_level"
+    bound_fields: ClassVar[tuple[str, ...]] = (
+        *PrivacySpec.bound_fields,
+        "cohort",
+        "noise_shares",
+        "lattice_noise",
+    )
+
+    noise_multiplier: float | None = 1.0
+    clipping_norm: float = 1.0
     count_noise_multiplier: float | None = None
-    accounting: AccountingSpec = field(default_factory=AccountingSpec)
-    discrete: bool = False
+    cohort: CohortSampler | None = None
+    noise_shares: int | None = None
+    lattice_noise: bool = False
 
     def __post_init__(self) -> None:
-        z = check_finite("privacy.noise_multiplier", self.noise_multiplier, "must be >= 0")
-        check(z >= 0, "privacy.noise_multiplier", self.noise_multiplier, "must be >= 0")
-        check_positive("privacy.clipping_norm", self.clipping_norm)
+        super().__post_init__()
+        set_ = object.__setattr__
+        z = self.noise_or_target(self.noise_multiplier)
+        set_(self, "noise_multiplier", z)
+        set_(self, "clipping_norm", check_positive("privacy.clipping_norm", self.clipping_norm))
         sb = self.count_noise_multiplier
         if sb is not None:
-            check_positive("privacy.count_noise_multiplier", sb)
+            sb = check_positive("privacy.count_noise_multiplier", sb)
+            set_(self, "count_noise_multiplier", sb)
             check(
-                z == 0 or 2 * sb > z,
+                z is None or z == 0 or 2 * sb > z,
                 "privacy.count_noise_multiplier",
                 sb,
-                f"must be > noise_multiplier/2 = {z / 2:g} (the count's noise would take all "
-                "of the budget: Andrew et al. 2021, Sec. 3.1)",
+                f"must be > noise_multiplier/2 = {(z or 0) / 2:g} (the count's noise would take "
+                "all of the budget: Andrew et al. 2021, Sec. 3.1)",
             )
-        relation = self.neighboring_relation
-        object.__setattr__(
-            self, "accounting", dataclasses.replace(self.accounting, neighboring_relation=relation)
+        self._check_shares()
+        if self.cohort is not None and z != 0:
+            self._check_participation()
+
+    def _check_shares(self) -> None:
+        m = self.noise_shares
+        check(
+            m is None or (isinstance(m, int) and not isinstance(m, bool) and m >= 1),
+            "num_clients",
+            m,
+            "must be an integer >= 1 (the clients whose noise shares add up)",
         )
-        kind, acc = self.cohort.client_sampling, self.accounting.accountant
-        if self.discrete and z > 0:
+        check(
+            isinstance(self.lattice_noise, bool),
+            "privacy.lattice_noise",
+            self.lattice_noise,
+            "must be true or false",
+        )
+        check(
+            not self.lattice_noise or (self.secure_mode and m is None),
+            "privacy.lattice_noise",
+            self.lattice_noise,
+            "needs privacy.secure_mode=true and the trusted aggregator's noise (no shares)",
+        )
+
+    def _check_participation(self) -> None:
+        """The accountant can account the cohort sampling (and the lattice noise)."""
+        kind, acc = self.bound_cohort.client_sampling, self.accountant
+        if self.lattice_noise:
             self._check_discrete()
         check(
-            not (kind is ClientSampling.FIXED_SIZE and acc is Accountant.PLD and z > 0),
+            not (kind is ClientSampling.FIXED_SIZE and acc is Accountant.PLD),
             "privacy.accountant",
             acc.value,
             "cannot account client_sampling=fixed_size (sampling without replacement has an "
             "RDP analysis only): use privacy.accountant=rdp (fedpriv-account: accountant=rdp)",
         )
         check(
-            not (kind is ClientSampling.RANDOM_ALLOCATION and acc is Accountant.RDP and z > 0),
+            not (kind is ClientSampling.RANDOM_ALLOCATION and acc is Accountant.RDP),
             "privacy.accountant",
             acc.value,
             "cannot account client_sampling=random_allocation (its analysis is a PLD): use "
@@ -127,7 +184,7 @@ class ClientLevelSpec:
 
     def _check_discrete(self) -> None:
         """secure_mode's discrete Gaussian: accounted by RDP, for all or Poisson cohorts."""
-        kind = self.cohort.client_sampling
+        kind = self.bound_cohort.client_sampling
         check(
             kind in (ClientSampling.ALL, ClientSampling.POISSON),
             "client_sampling",
@@ -137,38 +194,107 @@ class ClientLevelSpec:
             "allocation",
         )
         check(
-            self.accounting.accountant is Accountant.RDP,
+            self.accountant is Accountant.RDP,
             "privacy.accountant",
-            self.accounting.accountant.value,
+            self.accountant.value,
             "cannot account privacy.secure_mode=true's discrete Gaussian noise (its analysis "
             "is RDP: Canonne, Kamath, Steinke 2020, Thm 15): use privacy.accountant=rdp",
         )
 
+    @classmethod
+    def from_params(cls, p: Params) -> ClientLevelSpec:
+        """``fedpriv-account client-level``'s keys: ``num_clients``, ``client_sampling`` (all
+        by default, as a run) and its parameters, ``count_noise_multiplier``, ``target_delta``,
+        ``accountant`` (rdp by default for fixed_size, else pld), ``conversion``,
+        ``secure_mode`` (the trusted aggregator's lattice noise) and ``noise_multiplier`` (0
+        when absent: the CLI then calibrates it to ``target_epsilon``). The clip norm does not
+        change ε (C = 1)."""
+        kind = ClientSampling(p.choice("client_sampling", tuple(ClientSampling), "all"))
+        cohort = CohortSampler(
+            num_clients=p.int("num_clients", ge=1),
+            client_sampling=kind,
+            client_sample_rate=p.float("client_sample_rate", None),
+            num_sampled_clients=p.int("num_sampled_clients", None),
+            allocation_window=p.int("allocation_window", None),
+            rounds_per_client=p.int("rounds_per_client", None),
+        )
+        default_acc = "rdp" if kind is ClientSampling.FIXED_SIZE else "pld"
+        secure = p.bool("secure_mode", False)
+        return cls(
+            noise_multiplier=p.float("noise_multiplier", 0.0, ge=0.0),
+            cohort=cohort,
+            count_noise_multiplier=p.float("count_noise_multiplier", None, gt=0.0),
+            accountant=Accountant(p.choice("accountant", tuple(Accountant), default_acc)),
+            conversion=Conversion(p.choice("conversion", tuple(Conversion), "default")),
+            target_delta=p.delta("target_delta"),
+            secure_mode=secure,
+            lattice_noise=secure,
+        )
+
     # ---- the mechanism --------------------------------------------------------------
     @property
+    def bound_cohort(self) -> CohortSampler:
+        """The cohort sampler; refuses an unbound spec.
+
+        Raises
+        ------
+        ConfigError
+            Before the client algorithm bound the run's cohort (``for_run(plan)``).
+        """
+        check(
+            self.cohort is not None,
+            "privacy.cohort",
+            None,
+            "is unbound: the client algorithm binds the run's cohort (for_run(plan))",
+        )
+        return self.cohort  # type: ignore[return-value]
+
+    @property
+    def sigma(self) -> float:
+        """z as a number.
+
+        Raises
+        ------
+        ConfigError
+            Before calibration (``noise_multiplier=None``).
+        """
+        check(
+            self.noise_multiplier is not None,
+            "privacy.noise_multiplier",
+            None,
+            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
+        )
+        return float(self.noise_multiplier)  # type: ignore[arg-type]
+
+    @property
+    def non_private(self) -> bool:
+        return self.noise_multiplier == 0
+
+    @property
     def neighboring_relation(self) -> NeighboringRelation:
-        """replace-one for fixed-size cohorts, add/remove otherwise."""
-        if self.cohort.client_sampling is ClientSampling.FIXED_SIZE:
+        """replace-one for fixed-size cohorts, add/remove otherwise (and while unbound)."""
+        c = self.cohort
+        if c is not None and c.client_sampling is ClientSampling.FIXED_SIZE:
             return NeighboringRelation.REPLACE_ONE
         return NeighboringRelation.ADD_REMOVE
 
     @property
     def update_noise_multiplier(self) -> float:
         """σ_Δ: the delta sum's noise per unit C (z itself without adaptive clipping)."""
-        z, sb = float(self.noise_multiplier), self.count_noise_multiplier
+        z, sb = self.sigma, self.count_noise_multiplier
         if sb is None or z == 0:
             return z
-        return (z**-2 - (2 * sb) ** -2) ** -0.5
+        return float((z**-2 - (2 * sb) ** -2) ** -0.5)
 
     # ---- events ---------------------------------------------------------------------
-    def round_events(self) -> list[tuple[Any, int]]:
+    def round_events(self) -> EventRuns:
         """Events of one released round (for random allocation: of the round's whole epoch,
         recorded once per epoch, see :meth:`accounting_epoch`)."""
-        z, c = float(self.noise_multiplier), self.cohort
+        z, c = self.sigma, self.bound_cohort
         if z == 0:
             return [(dp_event.NonPrivateDpEvent(), 1)]
         kind = c.client_sampling
-        if self.discrete:
+        if self.lattice_noise:
             q = 1.0 if kind is ClientSampling.ALL else float(c.client_sample_rate)  # type: ignore[arg-type]
             return [(DiscreteGaussianEvent(lattice_noise_multiplier(z), q), 1)]
         if kind is ClientSampling.ALL:
@@ -183,19 +309,39 @@ class ClientLevelSpec:
         t, k = int(c.allocation_window), int(c.rounds_per_client)  # type: ignore[arg-type]
         return [(RandomAllocationEvent(z, t, k), 1)]
 
+    def degraded_round_events(self, contributors: int) -> EventRuns:
+        """The trusted aggregator's noise: the full events (its noise does not depend on who
+        replied). Client shares: ``contributors`` of the m shares reached the sum, multiplier
+        z·√(min(contributors, m)/m).
+
+        Raises
+        ------
+        UnaccountableRound
+            With client shares and no contributor (no noise in the sum).
+        """
+        m = self.noise_shares
+        if m is None:
+            return self.round_events()
+        if contributors < 1:
+            raise UnaccountableRound(f"contributors={contributors}: no noise share in the sum")
+        z = self.sigma * math.sqrt(min(contributors, m) / m)
+        if z == 0:
+            return self.round_events()
+        return self.with_noise(z).round_events()
+
     def accounting_epoch(self, server_round: int) -> int | None:
         """The allocation epoch of ``server_round`` (its events cover all of it); ``None`` when
         every round is its own event."""
-        return self.cohort.epoch_of(server_round)
+        return self.bound_cohort.epoch_of(server_round)
 
-    def events_after(self, num_rounds: int) -> list[tuple[Any, int]]:
+    def events_after(self, num_rounds: int) -> EventRuns:
         """The events of ``num_rounds`` released rounds (whole epochs for allocation)."""
         epoch = self.accounting_epoch(num_rounds)
         count = num_rounds if epoch is None else epoch + 1
         return [(e, n * count) for e, n in self.round_events()]
 
     def epsilon(self, num_rounds: int) -> float:
-        """ε at ``accounting.target_delta`` after ``num_rounds`` rounds."""
+        """ε at ``target_delta`` after ``num_rounds`` rounds (whole epochs for allocation)."""
         if num_rounds == 0:
             return 0.0
         return self.accounting.epsilon(self.events_after(num_rounds))
@@ -209,16 +355,19 @@ class ClientLevelSpec:
         ConfigError
             For a non-positive target, or one that no z <= 1e6 reaches.
         """
-        from fedpriv.accounting.calibrate import bisect_noise
-
         target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
-        check(num_rounds >= 1, "num_rounds", num_rounds, "must be an integer >= 1")
+        check(
+            isinstance(num_rounds, int) and num_rounds >= 1,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 1",
+        )
         sb = self.count_noise_multiplier
 
         def eps_of(z: float) -> float:
             if sb is not None and 2 * sb <= z:
                 return math.inf
-            return dataclasses.replace(self, noise_multiplier=z).epsilon(num_rounds)
+            return self.with_noise(z).epsilon(num_rounds)
 
         top = 1e6 if sb is None else 2 * sb * (1 - 1e-9)
         hint = self._hint(target, num_rounds)
@@ -230,37 +379,41 @@ class ClientLevelSpec:
             hint=hint,
             rtol=1e-3 if hint is None else 3e-3,  # allocation: ~5 s per PLD
         )
-        return dataclasses.replace(self, noise_multiplier=z)
+        return self.with_noise(z, target)
 
     def _hint(self, target: float, num_rounds: int) -> tuple[float, float] | None:
-        """A bracket for random allocation (each PLD costs seconds): the σ of Poisson sampling
+        """A bracket for random allocation (each PLD costs seconds): the z of Poisson sampling
         at q = k/t on dp-accounting's fast PLD, widened by 25 % each way (checked by
         :func:`~fedpriv.accounting.calibrate.bisect_noise` before use)."""
-        c = self.cohort
+        c = self.bound_cohort
         if c.client_sampling is not ClientSampling.RANDOM_ALLOCATION:
             return None
         q = c.rounds_per_client / c.allocation_window  # type: ignore[operator]
         poisson = CohortSampler(c.num_clients, ClientSampling.POISSON, client_sample_rate=q)
         proxy = dataclasses.replace(self, cohort=poisson, count_noise_multiplier=None)
-        z = proxy.calibrated(target, num_rounds).noise_multiplier
+        z = proxy.calibrated(target, num_rounds).sigma
         return (z / 1.25, z * 1.25)
 
-    def summary(self) -> dict[str, Any]:
-        """The parameters for results.json's ``privacy`` block."""
-        c = self.cohort
-        return {
+    def extra_summary(self) -> dict[str, Any]:
+        """The privacy unit, the mechanism, σ_Δ, the neighbouring relation and the cohort
+        sampling's parameters (flat, as ``fedpriv-account client-level`` takes them)."""
+        out: dict[str, Any] = {
             "privacy_unit": "client",
-            "noise_multiplier": float(self.noise_multiplier),
-            "update_noise_multiplier": self.update_noise_multiplier,
-            "count_noise_multiplier": self.count_noise_multiplier,
-            "clipping_norm": float(self.clipping_norm),
-            "client_sampling": c.client_sampling.value,
+            "mechanism": "discrete_gaussian" if self.lattice_noise else "gaussian",
             "neighboring_relation": self.neighboring_relation.value,
-            "client_sample_rate": c.client_sample_rate,
-            "num_sampled_clients": c.num_sampled_clients,
-            "allocation_window": c.allocation_window,
-            "rounds_per_client": c.rounds_per_client,
         }
+        if self.noise_multiplier is not None:
+            out["update_noise_multiplier"] = self.update_noise_multiplier
+        c = self.cohort
+        if c is not None:
+            out.update(
+                client_sampling=c.client_sampling.value,
+                client_sample_rate=c.client_sample_rate,
+                num_sampled_clients=c.num_sampled_clients,
+                allocation_window=c.allocation_window,
+                rounds_per_client=c.rounds_per_client,
+            )
+        return out
 
 
 #: Keys of ``fedpriv-account client-level``.
@@ -280,32 +433,19 @@ KEYS = (
     "accountant",
     "conversion",
 )
-
-
-def spec_from_params(p: Params, noise_multiplier: float = 0.0) -> ClientLevelSpec:
-    """The :class:`ClientLevelSpec` of ``fedpriv-account client-level``'s keys (z apart)."""
-    kind = p.choice("client_sampling", tuple(ClientSampling), "all")  # a run's default
-    cohort = CohortSampler(
-        num_clients=p.int("num_clients", ge=1),
-        client_sampling=ClientSampling(kind),
-        client_sample_rate=p.float("client_sample_rate", None),
-        num_sampled_clients=p.int("num_sampled_clients", None),
-        allocation_window=p.int("allocation_window", None),
-        rounds_per_client=p.int("rounds_per_client", None),
-    )
-    default_acc = "rdp" if cohort.client_sampling is ClientSampling.FIXED_SIZE else "pld"
-    return ClientLevelSpec(
-        noise_multiplier=noise_multiplier,
-        clipping_norm=1.0,
-        cohort=cohort,
-        count_noise_multiplier=p.float("count_noise_multiplier", None, gt=0.0),
-        accounting=AccountingSpec(
-            accountant=Accountant(p.choice("accountant", tuple(Accountant), default_acc)),
-            conversion=Conversion(p.choice("conversion", tuple(Conversion), "default")),
-            target_delta=p.delta("target_delta"),
-        ),
-        discrete=p.bool("secure_mode", False),
-    )
+#: The spec's summary entries ``fedpriv-account client-level`` prints.
+CLI_SUMMARY = (
+    "privacy_unit",
+    "noise_multiplier",
+    "update_noise_multiplier",
+    "count_noise_multiplier",
+    "client_sampling",
+    "neighboring_relation",
+    "client_sample_rate",
+    "num_sampled_clients",
+    "allocation_window",
+    "rounds_per_client",
+)
 
 
 def run_cli(params: dict[str, str]) -> dict[str, Any]:
@@ -318,20 +458,19 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     (the trusted aggregator's lattice discrete Gaussian: RDP). The same
     :class:`ClientLevelSpec` a run builds, so a run's settings give the run's ε."""
     p = Params(params, "client-level", KEYS)
-    spec = spec_from_params(p)
+    spec = ClientLevelSpec.from_params(p)
     num_rounds = p.int("num_rounds", 1, ge=1)
     spec, calibration = noise_or_target(p, spec, num_rounds)
-    out: dict[str, Any] = {"analysis": "client-level", **calibration}
     summary = spec.summary()
-    del summary["clipping_norm"]
+    out: dict[str, Any] = {"analysis": "client-level", **calibration}
     out.update(
         epsilon=spec.epsilon(num_rounds),
-        delta=spec.accounting.target_delta,
+        delta=spec.target_delta,
         num_rounds=num_rounds,
-        num_clients=spec.cohort.num_clients,
-        expected_cohort_size=spec.cohort.expected_size,
-        accountant=spec.accounting.accountant.value,
-        conversion=spec.accounting.conversion.value,
-        **summary,
+        num_clients=spec.bound_cohort.num_clients,
+        expected_cohort_size=spec.bound_cohort.expected_size,
+        accountant=spec.accountant.value,
+        conversion=spec.conversion.value,
+        **{k: summary[k] for k in CLI_SUMMARY},
     )
     return out

@@ -8,7 +8,7 @@ noise it draws: the server's accountant composes exactly what the clients did.
 
 Capabilities are declared class attributes, never probed: ``integer_updates`` (SecAgg+ needs
 integers), ``hardened_noise``, ``privacy_unit``, ``checks_in`` (the client answers the check-in
-server's query messages and needs ``strategy=checkin``).
+server's query messages and needs ``strategy=checkin``), ``adaptive_clipping``.
 """
 
 from __future__ import annotations
@@ -104,6 +104,12 @@ class ClientAlgorithm(ABC):
     def update_bits(self) -> int | None:
         """The modular width of integer updates (``integer_updates``); ``None``: floats."""
         return None
+
+    @property
+    def adaptive_clipping(self) -> bool:
+        """True if the clip norm changes from round to round (adaptive clipping: the server
+        releases each next clip norm in ``round_config``); default False."""
+        return False
 
     @property
     def normalizer(self) -> float:

@@ -120,7 +120,7 @@ def check_audit(plan: RunPlan, algorithm: ClientAlgorithm) -> None:
         check(type(algorithm.privacy) is DPSGDSpec, "audit", kind, supported)
         return
     check(not algorithm.integer_updates, "audit", kind, supported)
-    check(algorithm.initial_round_config() == {}, "audit", kind, supported)  # adaptive clip
+    check(not algorithm.adaptive_clipping, "audit", kind, supported)
     sampling = plan.cohort.client_sampling
     check(sampling in (ClientSampling.ALL, ClientSampling.POISSON), "audit", kind, supported)
 
