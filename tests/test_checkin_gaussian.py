@@ -172,6 +172,8 @@ class TestCheckinGaussianEvent(EventContract):
     """The pass event through the ledger's contract: m = 4, p0 = 0.5; PLD only, add/remove
     only, alone in its ledger; golden: p0 = 1 is pld-accounting's random allocation."""
 
+    event_class = CheckinGaussianEvent
+
     noise_levels = (1.0, 2.0, 4.0)
     unsupported_relation = "replace_one"
     unsupported_accountant = "rdp"

@@ -34,6 +34,8 @@ def _pld(event: Any, count: int, delta: float = DELTA) -> float:
 class TestPoissonGaussianEvent(EventContract):
     """fedpriv's DP-SGD step (q < 1) under dp-accounting's PLD accountant."""
 
+    event_class = dp_event.PoissonSampledDpEvent
+
     noise_levels = (1.0, 2.0, 4.0)
     unsupported_accountant = None
     incompatible = True
@@ -90,6 +92,8 @@ class TestPoissonGaussianEventRdp(TestPoissonGaussianEvent):
 class TestGaussianEvent(EventContract):
     """q = 1: the plain Gaussian mechanism; golden: the exact Gaussian ε (Balle & Wang 2018)."""
 
+    event_class = dp_event.GaussianDpEvent
+
     noise_levels = (0.5, 1.0, 2.0, 4.0)
 
     def make_event(self, noise: float) -> Any:
@@ -115,6 +119,8 @@ class TestGaussianEvent(EventContract):
 
 class TestSkellamEvent(EventContract):
     """The (Poisson-subsampled) Skellam release, RDP only."""
+
+    event_class = SkellamEvent
 
     noise_levels = (50.0, 200.0, 1000.0, 5000.0)  # μ, with Δ1 = Δ2² = 100 (Δ2 = 10)
     accountant = "rdp"
@@ -148,6 +154,8 @@ class TestSkellamEvent(EventContract):
 
 class TestBatchClippingEvent(EventContract):
     """Algorithm 1 of the batch-clipping paper (f-DP mixture), replace-one, standalone."""
+
+    event_class = BatchClippingEvent
 
     noise_levels = (1.0, 2.0, 4.0, 8.0)
     counts = (1, 4, 10)
@@ -196,6 +204,8 @@ class TestBatchClippingSubsampleEvent(TestBatchClippingEvent):
 class TestCheckinEvent(EventContract):
     """One pass of random check-ins (fixed window, Thm 3.2), standalone, replace-one."""
 
+    event_class = CheckinEvent
+
     noise_levels = (1 / 2.0, 1 / 1.0, 1 / 0.5, 1 / 0.1)  # noise = 1/ε0
     counts = (1, 2, 5)
     relation = "replace_one"
@@ -223,6 +233,8 @@ class TestCheckinAveragedEvent(TestCheckinEvent):
 class TestLocalReleaseEvent(EventContract):
     """A check-in client's own Gaussian release (its LDP): exactly the Gaussian mechanism."""
 
+    event_class = LocalReleaseEvent
+
     noise_levels = (1.0, 2.0, 4.0)
     relation = "replace_one"
 
@@ -242,6 +254,8 @@ class TestLocalReleaseEvent(EventContract):
 
 class TestPoissonLocalEvent(EventContract):
     """The server-sampled baseline of the check-in paper (mixture over participations)."""
+
+    event_class = PoissonLocalEvent
 
     noise_levels = (0.5, 1.0, 2.0, 4.0)  # σ/(2L) of a Gaussian randomizer: μ = 1/noise
     counts = (1, 2, 5)
@@ -271,6 +285,8 @@ class TestLocalCapEvent(EventContract):
     theorems fails): every client sends one (ε0, δ0)-DP report per pass, so ``count`` passes
     are (count ε0, count δ0)-DP by basic composition; replace-one, standalone."""
 
+    event_class = LocalCapEvent
+
     noise_levels = (1 / 4.0, 1 / 2.0, 1 / 1.0, 1 / 0.5)  # noise = 1/ε0
     relation = "replace_one"
     unsupported_relation = "add_remove"
@@ -283,6 +299,8 @@ class TestLocalCapEvent(EventContract):
 class TestDiscreteGaussianEvent(EventContract):
     """secure_mode's lattice discrete Gaussian (Poisson-subsampled), RDP only: its curve is the
     continuous Gaussian's (Canonne, Kamath, Steinke 2020, Thm 15)."""
+
+    event_class = DiscreteGaussianEvent
 
     noise_levels = (0.5, 1.0, 2.0, 4.0)
     accountant = "rdp"
@@ -312,6 +330,8 @@ class TestDiscreteGaussianEvent(EventContract):
 class TestRandomAllocationEvent(EventContract):
     """Random allocation (k of every t rounds, one event per epoch): pld-accounting's
     dominating PLD, self-composed over epochs, PLD only."""
+
+    event_class = RandomAllocationEvent
 
     noise_levels = (0.7, 1.0, 2.0)
     counts = (1, 2, 5)
