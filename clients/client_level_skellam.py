@@ -1,13 +1,13 @@
 """Client-level DP-FedAvg with integer Skellam noise shares, for Flower's real SecAgg+.
 
-As :class:`clients.client_level_dpfedavg.ClientLevelDPFedAvg`, but each client encodes its clipped delta
-(L2 ≤ C, flattened) as integers (scale s, optional randomized Hadamard rotation, conditional
-randomized rounding so the rounded vector's L2 norm is ≤ Δ2) and adds its share Sk(μ/m) of the
-Skellam noise, μ = (s σ C)² / 2; its message is the residues modulo ``2**bits``, what SecAgg+
-sums. The sum over the m clients carries Sk(μ): one Skellam release per round in which a client
-(the privacy unit) contributes ONE rounded vector (RDP: Agarwal, Kairouz, Liu,
-"The Skellam Mechanism for Differentially Private Federated Learning", arXiv:2110.04995,
-Thm 3.5). The scale, mechanism and events come from the same
+As :class:`clients.client_level_dpfedavg.ClientLevelDPFedAvg`, but each client encodes its
+clipped delta (L2 ≤ C, flattened) as integers (scale s, optional randomized Hadamard rotation,
+conditional randomized rounding so the rounded vector's L2 norm is ≤ Δ2) and adds its share
+Sk(μ/m) of the Skellam noise, μ = (s σ C)² / 2; its message is the residues modulo ``2**bits``,
+what SecAgg+ sums. The sum over the m clients carries Sk(μ): one Skellam release per round in
+which a client (the privacy unit) contributes ONE rounded vector (RDP: Agarwal, Kairouz, Liu,
+"The Skellam Mechanism for Differentially Private Federated Learning", arXiv:2110.04995, Thm
+3.5). The scale, mechanism and events come from the same
 :class:`fedpriv.accounting.skellam.SkellamSpec` that ``fedpriv-account skellam`` builds
 (``steps=1``, ``sample_rate=1``, ``local_samples=1``, ``max_grad_norm`` = C).
 
@@ -28,12 +28,12 @@ from torch import nn
 
 from clients.client_level_dpfedavg import ClientLevelDPFedAvg
 from clients.skellam_dpsgd import UPDATE_NAME
-from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.common.errors import check
+from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.client_sampling import ClientSampling
 from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
-from fedpriv.data.client_data import ClientData
 from fedpriv.run.algorithm import TrainContext
 
 
@@ -93,7 +93,7 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
                 "must be all for client=client_level_skellam (SecAgg+ trains every client)",
             )
         super().__post_init__()
-        if self.num_params and self.skellam.noise_multiplier > 0:
+        if self.num_params and self.skellam.noise_multiplier:
             self.mechanism  # noqa: B018 - validates bits now, before training
 
     def for_run(self, cfg: dict[str, Any]) -> ClientLevelSkellam:
@@ -109,14 +109,19 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
     def skellam(self) -> SkellamSpec:
         """THE Skellam spec of the run: one rounded vector per client per round."""
         p = self.privacy
+        accounting = AccountingSpec.from_privacy({**p, "accountant": "rdp"})
+        noise = p.get("noise_multiplier")
         return SkellamSpec(
-            noise_multiplier=float(p.get("noise_multiplier") or 0.0),
+            noise_multiplier=None if noise is None else float(noise),
+            target_epsilon=p.get("target_epsilon") if noise is None else None,
             sample_rate=1.0,
             steps=1,
             max_grad_norm=float(p.get("clipping_norm", 1.0)),
             num_clients=self.num_clients,
             normalizer=1.0,
-            accounting=AccountingSpec.from_privacy({**p, "accountant": "rdp"}),
+            accountant=accounting.accountant,
+            conversion=accounting.conversion,
+            target_delta=accounting.target_delta,
             bits=self.bits,
             num_params=self.num_params,
             rotation=self.rotation,
@@ -143,11 +148,8 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
         self, target_epsilon: float, target_delta: float, num_rounds: int
     ) -> ClientLevelSkellam:
         """Smallest σ whose Skellam ε (RDP) after ``num_rounds`` rounds meets the target."""
-        spec = replace(
-            self.skellam,
-            noise_multiplier=self.skellam.noise_multiplier or 1.0,
-            accounting=replace(self.skellam.accounting, target_delta=target_delta),
-        ).calibrated(target_epsilon, num_rounds)
+        probe = self.skellam.with_noise(self.skellam.noise_multiplier or 1.0)
+        spec = replace(probe, target_delta=target_delta).calibrated(target_epsilon, num_rounds)
         privacy = {**self.privacy, "noise_multiplier": spec.noise_multiplier}
         return replace(self, privacy={**privacy, "target_epsilon": None})
 

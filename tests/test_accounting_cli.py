@@ -12,7 +12,7 @@ import pytest
 
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
 from fedpriv.accounting.params import Params, parse_assignments
-from fedpriv.cli.experiment import account as cli
+from fedpriv.cli import account as cli
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)

@@ -114,6 +114,7 @@ class TestGaussianEvent(EventContract):
 class TestSkellamEvent(EventContract):
     """The (Poisson-subsampled) Skellam release, RDP only."""
 
+    event_class = SkellamEvent
     noise_levels = (50.0, 200.0, 1000.0, 5000.0)  # μ, with Δ1 = Δ2² = 100 (Δ2 = 10)
     accountant = "rdp"
     unsupported_relation = "replace_one"
