@@ -237,7 +237,7 @@ def test_local_dpsgd_refuses_bad_privacy_fields(privacy: dict[str, Any], field: 
         ({"beta": 1.0}, "client.beta"),
         ({"dropout_tolerance": -1}, "client.dropout_tolerance"),
         ({"local_samples": 0}, "client.local_samples"),
-        ({"scale": -1.0}, "client.scale"),
+        ({"scale": -1.0}, "^scale=-1.0 must be"),
     ],
 )
 def test_skellam_spec_refuses_bad_fields(privacy: dict[str, Any], field: str) -> None:
@@ -324,3 +324,19 @@ def test_cli_poisson_gaussian_calibrates_to_the_runs_sigma(
     assert status == 0, out
     assert out["noise_multiplier"] == p.noise_multiplier  # the same bisection, bit for bit
     assert out["epsilon"] == pytest.approx(run_epsilon(plan, ROUNDS), rel=1e-12)
+
+
+@pytest.mark.parametrize("client", ["dpsgd", "skellam_dpsgd"])
+def test_honest_but_curious_is_checked_once_the_cohort_is_bound(client: str) -> None:
+    """``privacy.honest_but_curious=true`` builds (the spec's cohort is bound by the client
+    algorithm, 0 until then) and the bound spec counts N − 1 noise shares; one client is
+    refused in one line before anything runs."""
+    base = [f"client={client}", "model=logistic", "privacy.honest_but_curious=true"]
+    plan, _ = prepare(compose_config(base))
+    assert plan.privacy.num_clients == 10 and plan.privacy.noise_shares == 9
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_config([*base, "num_clients=1"]))
+    assert "num_clients=1 must be >= 2 with privacy.honest_but_curious=true" in str(err.value)
+    unbound = DPSGDSpec(honest_but_curious=True)
+    with pytest.raises(ConfigError, match="num_clients=0 is not bound yet"):
+        unbound.local_events()

@@ -43,6 +43,16 @@ from fedpriv.mechanisms.skellam_noise import (
 )
 
 
+def _check_count(field: str, value: Any, low: int) -> None:
+    """Refuse ``value`` unless it is an integer >= ``low`` (ConfigError naming ``field``)."""
+    check(
+        isinstance(value, int) and not isinstance(value, bool) and value >= low,
+        field,
+        value,
+        f"must be an integer >= {low}",
+    )
+
+
 def _integer_orders(orders: np.ndarray) -> np.ndarray:
     orders = np.asarray(orders, dtype=float)
     if orders.size == 0 or np.any(orders < 2) or np.any(orders != np.round(orders)):
@@ -377,19 +387,10 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
         beta = check_finite("client.beta", self.beta, "must be in [0, 1)")
         check(0 <= beta < 1, "client.beta", self.beta, "must be in [0, 1)")
         object.__setattr__(self, "beta", beta)
-        for name, value in (
-            ("dropout_tolerance", self.dropout_tolerance),
-            ("local_samples", self.local_samples),
-        ):
-            low = 0 if name == "dropout_tolerance" else 1
-            check(
-                isinstance(value, int) and not isinstance(value, bool) and value >= low,
-                f"client.{name}",
-                value,
-                f"must be an integer >= {low}",
-            )
-        if self.scale is not None:
-            object.__setattr__(self, "scale", check_positive("client.scale", self.scale))
+        _check_count("client.dropout_tolerance", self.dropout_tolerance, 0)
+        _check_count("client.local_samples", self.local_samples, 1)
+        if self.scale is not None:  # a fedpriv-account key (the run picks the scale)
+            object.__setattr__(self, "scale", check_positive("scale", self.scale))
 
     @functools.cached_property
     def mechanism(self) -> SkellamMechanism:
