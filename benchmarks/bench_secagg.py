@@ -23,7 +23,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from clients.secagg_probe import make_probe_client_app
 from fedpriv.run.aggregation import Aggregator, IdealAggregator
-from strategies.fedavg import wait_for_nodes
+from fedpriv.run.job import wait_for_nodes
 from strategies.secaggplus import SecAggPlusAggregator
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar, Self
 
 import torch
 from torch import nn
@@ -97,13 +97,18 @@ class LocalDPSGD(ClientAlgorithm):
         check(lr > 0, "client.lr", self.lr, "must be a finite number > 0")
         mom = check_finite("client.momentum", self.momentum)
         check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
-        check_spec(self, DPSGDSpec)
-        bound: dict[str, float | int] = {"steps": self.steps}
-        if self.normalizer is not None:
-            bound["normalizer"] = self.normalizer
-        object.__setattr__(self, "privacy", self.privacy.bound(**bound))
+        check_spec(self, self.spec_type)
+        object.__setattr__(self, "privacy", self.privacy.bound(**self.bound_facts()))
 
-    def for_run(self, plan: RunPlan) -> LocalDPSGD:
+    def bound_facts(self) -> dict[str, Any]:
+        """What the client binds into its spec: its local steps, and the normalizer when it
+        is configured (or bound by :meth:`for_run`)."""
+        facts: dict[str, Any] = {"steps": self.steps}
+        if self.normalizer is not None:
+            facts["normalizer"] = self.normalizer
+        return facts
+
+    def for_run(self, plan: RunPlan) -> Self:
         """Bind the nominal cohort and the public normalizer (nominal expected batch when
         ``normalizer`` is not configured)."""
         normalizer = self.normalizer

@@ -15,25 +15,24 @@ Skellam release per step (RDP: AKL21 Thm 3.5 + Steinke 2022 subsampling).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import cached_property
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
 from clients.local_dpsgd import LocalDPSGD, summed_cross_entropy
-from clients.local_dpsgd import nominal_expected_batch as nominal
-from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.skellam import SkellamEvent, SkellamSpec
-from fedpriv.accounting.accountant import AccountingSpec
+from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.common.errors import check
+from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.persample import per_sample_grads
 from fedpriv.mechanisms.samplers import PoissonSampler
 from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
-from fedpriv.data.client_data import ClientData
 from fedpriv.run.algorithm import TrainContext
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.setup import build_model_for, partitions
 
 UPDATE_NAME = "skellam_residues"
 
@@ -43,13 +42,14 @@ class SkellamDPSGD(LocalDPSGD):
     """Local DP-SGD whose per-step noise is a Skellam share on integers.
 
     The mechanism, its scale and its events come from ONE
-    :class:`~fedpriv.accounting.skellam.SkellamSpec`, the object ``fedpriv-account skellam``
-    also builds; :meth:`privacy_summary` lists the settings that reproduce the run's ε there.
+    :class:`~fedpriv.accounting.skellam.SkellamSpec` (``privacy=skellam``), the object
+    ``fedpriv-account skellam`` also builds; the client binds its mechanism fields into it,
+    and :meth:`privacy_summary` lists the settings that reproduce the run's ε there.
 
     Parameters
     ----------
     bits : int
-        Width of the modular secure sum (2..62).
+        Width of the modular secure sum (2..62; must equal ``aggregator.bits``).
     rotation : bool
         Randomized Hadamard rotation before rounding (seeded per round, public).
     beta : float
@@ -57,13 +57,18 @@ class SkellamDPSGD(LocalDPSGD):
     dropout_tolerance : int
         Clients that may drop out while the survivors' shares still sum to Sk(μ).
     num_params : int
-        Model dimension; filled in by :meth:`for_run`.
+        Model dimension; bound by :meth:`for_run` (not a config key).
     local_samples : int
         Most records any client holds (the wrap bound sums at most ``steps * local_samples``
-        rounded vectors per message); filled in by :meth:`for_run` from the run's partition.
+        rounded vectors per message); bound by :meth:`for_run` from the run's partition (not a
+        config key).
     normalizer : float, optional
         Public constant B of the local steps AND of the server's decoding (see
         :class:`~clients.local_dpsgd.LocalDPSGD`).
+    privacy : SkellamSpec
+        The run's privacy spec (``privacy=skellam``); the fields above, ``steps``, the nominal
+        cohort and the normalizer are bound into it.
+    (and ``steps``, ``lr``, ``momentum`` of :class:`~clients.local_dpsgd.LocalDPSGD`)
 
     Raises
     ------
@@ -72,8 +77,12 @@ class SkellamDPSGD(LocalDPSGD):
         the steps), or ``bits`` too small for the sum not to wrap.
     """
 
-    integer_updates = True  # what it sends: residues modulo 2**bits (SecAgg+-compatible)
-    hardened_noise = True  # integer Skellam noise: no floating-point attack surface
+    spec_type: ClassVar[type[PrivacySpec]] = SkellamSpec
+    #: What it sends: residues modulo 2**bits (SecAgg+-compatible).
+    integer_updates: ClassVar[bool] = True
+    #: Integer Skellam noise: no floating-point attack surface.
+    hardened_noise: ClassVar[bool] = True
+    bound_fields: ClassVar[tuple[str, ...]] = ("num_params", "local_samples")
 
     bits: int = 32
     rotation: bool = False
@@ -81,6 +90,7 @@ class SkellamDPSGD(LocalDPSGD):
     dropout_tolerance: int = 0
     num_params: int = 0
     local_samples: int = 1
+    privacy: SkellamSpec = field(default_factory=SkellamSpec)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -90,84 +100,38 @@ class SkellamDPSGD(LocalDPSGD):
             self.momentum,
             "must be 0 for skellam_dpsgd (the server decodes the plain sum of the steps)",
         )
-        calibrating = not self.noise_multiplier and self.privacy.get("target_epsilon") is not None
-        check(
-            self.noise_multiplier > 0 or calibrating,
-            "privacy.noise_multiplier",
-            self.noise_multiplier,
-            "must be > 0 for the Skellam mechanism",
-        )
-        if self.num_params and not calibrating:
-            self.mechanism  # noqa: B018 - validates bits now, before training
 
-    @cached_property
-    def spec(self) -> SkellamSpec:  # type: ignore[override]
-        """THE Skellam spec of the run (scale, mechanism, events), built once."""
-        base = DPSGDSpec.from_privacy(self.privacy, steps=self.steps, num_clients=self.num_clients)
-        return SkellamSpec(
-            noise_multiplier=base.noise_multiplier,
-            sample_rate=base.sample_rate,
-            steps=self.steps,
-            max_grad_norm=base.max_grad_norm,
-            num_clients=self.num_clients,
-            honest_but_curious=base.honest_but_curious,
-            normalizer=self.normalizer,
-            accounting=AccountingSpec.from_privacy({"accountant": "rdp", **self.privacy}),
-            bits=self.bits,
-            num_params=self.num_params,
-            rotation=self.rotation,
-            beta=self.beta,
-            dropout_tolerance=self.dropout_tolerance,
-            local_samples=self.local_samples,
-        )
+    def bound_facts(self) -> dict[str, Any]:
+        """The local steps and normalizer, and the mechanism's fields (the spec validates
+        them, and ``bits`` against the wrap bound once ``num_params`` is bound)."""
+        return {
+            **super().bound_facts(),
+            "bits": self.bits,
+            "rotation": self.rotation,
+            "beta": self.beta,
+            "dropout_tolerance": self.dropout_tolerance,
+            "num_params": self.num_params,
+            "local_samples": self.local_samples,
+        }
 
-    def for_run(self, cfg: dict[str, Any]) -> SkellamDPSGD:
-        """Bind the model dimension, the largest client's record count (wrap bound) and the
-        public normalizer."""
-        from fedpriv.run.setup import build_model_for, partitions
+    def for_run(self, plan: RunPlan) -> SkellamDPSGD:
+        """Bind the nominal cohort, the public normalizer, the model dimension and the largest
+        client's record count (wrap bound)."""
+        bound = super().for_run(plan)
+        model = build_model_for(plan)
+        num_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        local_samples = max(1, max(len(idx) for idx in partitions(plan)))
+        return replace(bound, num_params=int(num_params), local_samples=local_samples)
 
-        num_params = sum(p.numel() for p in build_model_for(cfg).parameters() if p.requires_grad)
-        return replace(
-            self,
-            normalizer=self.normalizer if self.normalizer is not None else nominal(cfg),
-            num_params=int(num_params),
-            local_samples=max(1, max(len(idx) for idx in partitions(cfg))),
-        )
+    @property
+    def update_bits(self) -> int:
+        """The width of the residues it sends (``aggregator.bits`` must equal it)."""
+        return self.bits
 
     @property
     def mechanism(self) -> SkellamMechanism:
         """The client's (and decoder's) mechanism: largest scale that cannot wrap."""
-        return self.spec.mechanism
-
-    def step_event(self) -> SkellamEvent:
-        """The Skellam release of one step's sum over the clients (integer units)."""
-        return self.spec.step_event()
-
-    def privacy_summary(self) -> dict[str, Any]:
-        """The spec's parameters: with ``noise_multiplier``, ``steps``, ``num_rounds``,
-        ``sample_rate`` and ``num_clients`` they are the keys of ``fedpriv-account skellam``
-        that reproduce the run's ε."""
-        return {**self.spec.summary(), "normalizer": self.bound_normalizer}
-
-    def calibrated(
-        self, target_epsilon: float, target_delta: float, num_rounds: int
-    ) -> SkellamDPSGD:
-        """Smallest σ whose ε (RDP, the run's ``privacy.conversion``) meets the target."""
-        spec = replace(
-            self.spec,
-            noise_multiplier=self.noise_multiplier or 1.0,
-            accounting=AccountingSpec.from_privacy(
-                {"accountant": "rdp", **self.privacy}, target_delta=target_delta
-            ),
-        ).calibrated(target_epsilon, num_rounds)
-        return replace(
-            self,
-            privacy={
-                **self.privacy,
-                "noise_multiplier": spec.noise_multiplier,
-                "target_epsilon": None,
-            },
-        )
+        return self.privacy.mechanism
 
     def rotation_seed(self, server_round: int) -> int:
         """Public rotation seed of a round (the same for every client and step)."""
@@ -176,7 +140,7 @@ class SkellamDPSGD(LocalDPSGD):
     def train(
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        mech, sampler = self.mechanism, PoissonSampler(self.sample_rate)
+        mech, sampler = self.mechanism, PoissonSampler(self.privacy.sample_rate)
         normalizer = self.bound_normalizer
         check(
             len(data) <= self.local_samples,

@@ -2,8 +2,9 @@
 
 The server runs Flower's :class:`flwr.server.workflow.SecAggPlusWorkflow` (in flwr 1.42 a
 legacy workflow: it reads a ``LegacyContext`` and a legacy ``Strategy``), and each client
-runs ``flwr.client.mod.secaggplus_mod`` (registered by :data:`fedpriv.run.secagg_codec.SECAGG_MODS`).
-Only the sum of the clients' masked vectors is ever unmasked (Bell et al. 2020, SecAgg+).
+runs ``flwr.client.mod.secaggplus_mod`` (registered by
+:data:`fedpriv.run.secagg_codec.SECAGG_MODS`). Only the sum of the clients' masked vectors is
+ever unmasked (Bell et al. 2020, SecAgg+).
 
 How integers pass through exactly. The workflow is built for float models: a client clips a
 value ``v`` to ``[-c, c]``, computes ``(v + c) · T / (2c)`` (``T`` = quantization range),
@@ -149,9 +150,10 @@ class SecAggPlusAggregator(Aggregator):
     ``uses_secagg_mods`` (every client registers :data:`fedpriv.run.secagg_codec.SECAGG_MODS`).
 
     Every client's ``update`` arrays must hold integers in ``[0, 2**bits)`` (e.g. Skellam
-    residues, :meth:`fedpriv.mechanisms.skellam_noise.SkellamMechanism.encode`); the returned ``total`` is their
-    exact int64 sum over the clients that survived the protocol (reduce it modulo
-    ``2**bits`` to decode). The round's clients must register :data:`fedpriv.run.secagg_codec.SECAGG_MODS`.
+    residues, :meth:`fedpriv.mechanisms.skellam_noise.SkellamMechanism.encode`); the returned
+    ``total`` is their exact int64 sum over the clients that survived the protocol (reduce it
+    modulo ``2**bits`` to decode). The round's clients must register
+    :data:`fedpriv.run.secagg_codec.SECAGG_MODS`.
 
     Parameters
     ----------
@@ -165,11 +167,13 @@ class SecAggPlusAggregator(Aggregator):
     bits : int
         Width of the residues, 1 ≤ bits ≤ 62.
     stage_timeout : float
-        Seconds to wait for replies in each key stage (setup, share keys, unmask); the
-        training stage waits the ``timeout`` given to :meth:`sum_updates`, so a round takes at
-        most ``timeout + 3 * stage_timeout`` seconds (plus the server's unmasking).
+        Seconds to wait for replies in each key stage (setup, share keys, unmask; the first
+        stage of a run also waits for the Ray actors to start); the training stage waits the
+        ``timeout`` given to :meth:`sum_updates`, so a round takes at most
+        ``timeout + 3 * stage_timeout`` seconds (plus the server's unmasking).
     num_clients : int, optional
-        If given, the constructor already checks the threshold against it.
+        If given, the constructor already checks the threshold against it (the option binds
+        it to the run's ``num_clients``).
 
     Raises
     ------
@@ -182,7 +186,7 @@ class SecAggPlusAggregator(Aggregator):
     num_shares: int | float = 1.0
     reconstruction_threshold: int | float = 0.5
     bits: int = 32
-    stage_timeout: float = 30.0
+    stage_timeout: float = 180.0
     num_clients: int | None = None
     last_num_dropped: int = field(default=0, init=False)
 

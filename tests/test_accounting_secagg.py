@@ -164,15 +164,14 @@ def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
     # give the run's central and local ε: the CLI builds the run's SkellamSpec (same scale
     # rule).
     from fedpriv.accounting.secagg import run_cli
+    from fedpriv.run.config import compose_config
+    from fedpriv.run.prepare import prepare
     from fedpriv.run.run_privacy import RunPrivacy
-    from fedpriv.run.runner import prepare
-    from tests.test_integration import _cfg
 
-    run_cfg, algo = prepare(
-        _cfg(
+    plan, algo = prepare(
+        compose_config(
             [
                 "client=skellam_dpsgd",
-                "privacy.accountant=rdp",
                 "model=logistic",
                 "num_clients=4",
                 "num_rounds=2",
@@ -182,7 +181,7 @@ def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
             ]
         )
     )
-    privacy = RunPrivacy(algo, run_cfg["privacy"])
+    privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
     for _ in range(2):
         privacy.record_round()
     s = algo.privacy_summary()
@@ -191,10 +190,10 @@ def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
             "mechanism": "skellam",
             "noise_multiplier": "1.3",
             "num_clients": "4",
-            "sample_rate": repr(algo.sample_rate),
+            "sample_rate": repr(plan.privacy.sample_rate),
             "steps": "3",
             "num_rounds": "2",
-            "target_delta": repr(run_cfg["privacy"]["target_delta"]),
+            "target_delta": repr(plan.privacy.target_delta),
             "accountant": "rdp",
             "num_params": str(s["num_params"]),
             "bits": "24",
@@ -218,7 +217,6 @@ def test_noise_multiplier_means_what_it_means_in_a_run(num_clients, honest_but_c
     # (rel 1e-9: the same ledger arithmetic; σ_i = 1.2/√m computed by both).
     from fedpriv.accounting.dpsgd import DPSGDSpec
     from fedpriv.accounting.vocabulary import Accountant
-    from fedpriv.accounting.accountant import AccountingSpec
 
     run = DPSGDSpec(
         noise_multiplier=1.2,
@@ -226,7 +224,8 @@ def test_noise_multiplier_means_what_it_means_in_a_run(num_clients, honest_but_c
         steps=3,
         num_clients=num_clients,
         honest_but_curious=honest_but_curious,
-        accounting=AccountingSpec(accountant=Accountant(accountant), target_delta=1e-5),
+        accountant=Accountant(accountant),
+        target_delta=1e-5,
     )
     out = secagg_dpsgd(
         "gaussian",

@@ -11,17 +11,16 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special, stats
 
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.skellam import SkellamEvent, SkellamSpec
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
-from fedpriv.accounting.ledger import IncompatibleEventsError
+from fedpriv.accounting.ledger import IncompatibleEventsError, PrivacyLedger
 from fedpriv.accounting.skellam import (
+    SkellamEvent,
+    SkellamSpec,
     poisson_subsampled_rdp,
     rounded_sensitivities,
     skellam_rdp,
 )
 from fedpriv.accounting.vocabulary import Accountant, Conversion
-from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -113,10 +112,15 @@ def test_rounded_sensitivities_by_hand():
 def test_32_bit_skellam_matches_gaussian_accounting():
     # With 32 bits the scale is ~1e8 and rounding/discreteness are negligible: Skellam ε
     # equals the Gaussian's at integer orders (third paper, Table 1 "no quantization").
-    mironov = AccountingSpec(accountant=Accountant.RDP, conversion=Conversion.MIRONOV)
     spec = SkellamSpec(
-        noise_multiplier=0.69, num_params=100_000, sample_rate=0.1, bits=32, accounting=mironov
+        noise_multiplier=0.69,
+        num_params=100_000,
+        sample_rate=0.1,
+        bits=32,
+        num_clients=1,
+        conversion=Conversion.MIRONOV,
     )
+    assert spec.accountant is Accountant.RDP  # the family's default
     ev = spec.step_event()
     assert spec.epsilon(1) == ev.epsilon(1e-5, 1, "mironov")  # the ledger composes the same
     gauss = PrivacyLedger("rdp", "mironov")

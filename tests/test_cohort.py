@@ -173,7 +173,7 @@ def _cli(args: list[str], out: Path) -> subprocess.CompletedProcess:
     )
 
 
-SKELLAM = ["client=skellam_dpsgd", "privacy.accountant=rdp"]
+SKELLAM = ["client=skellam_dpsgd"]  # privacy=skellam: RDP by default
 
 
 @pytest.mark.parametrize(
@@ -229,7 +229,7 @@ SKELLAM = ["client=skellam_dpsgd", "privacy.accountant=rdp"]
                 "client_sampling=poisson",
                 "client_sample_rate=0.2",
             ],
-            "client_sampling='poisson' draws cohorts of varying size, and SkellamDPSGD cannot "
+            "client_sampling='poisson' draws cohorts of varying size, and SkellamSpec cannot "
             "account a round with fewer than 2 clients",
         ),
         (

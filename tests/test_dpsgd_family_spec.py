@@ -1,7 +1,7 @@
 """Issue 11, items 2 and 3 for the DP-SGD family (LocalDPSGD, SkellamDPSGD).
 
 * Calibration honours ``privacy.accountant`` AND ``privacy.conversion``: after the run's own
-  calibration (``fedpriv.run.runner.prepare``), the ε that the run's ledger composes over
+  calibration (``fedpriv.run.prepare.prepare``), the ε that the run's ledger composes over
   ``num_rounds`` rounds is <= the target and within 1 % of it.
 * ``fedpriv-account skellam`` given a run's settings prints exactly the run's ε (16, 20, 24
   and 32 bits): one :class:`~fedpriv.accounting.skellam.SkellamSpec` picks the scale for both.
@@ -21,15 +21,18 @@ import torch
 
 from clients.local_dpsgd import LocalDPSGD
 from clients.skellam_dpsgd import UPDATE_NAME, SkellamDPSGD
-from fedpriv.cli.experiment import account as cli
+from fedpriv.accounting.dpsgd import DPSGDSpec
+from fedpriv.accounting.skellam import SkellamSpec
+from fedpriv.cli import account as cli
 from fedpriv.common.errors import ConfigError
-from fedpriv.models.zoo import build_model
 from fedpriv.data.client_data import ClientData
+from fedpriv.models.zoo import build_model
 from fedpriv.run.algorithm import TrainContext
+from fedpriv.run.config import compose_config
+from fedpriv.run.plan import RunPlan
+from fedpriv.run.prepare import prepare
 from fedpriv.run.run_privacy import RunPrivacy
-from fedpriv.run.runner import prepare
 from fedpriv.run.setup import build_algorithm
-from tests.test_integration import _cfg
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
@@ -44,9 +47,10 @@ CALIBRATION = [
 ]
 
 
-def run_epsilon(run_cfg: dict[str, Any], algorithm: Any, rounds: int) -> float:
+def run_epsilon(plan: RunPlan, rounds: int) -> float:
     """ε of the run's ledger after ``rounds`` full rounds (what the run prints)."""
-    privacy = RunPrivacy(algorithm, run_cfg["privacy"]).check()
+    privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
+    privacy.check()
     for _ in range(rounds):
         privacy.record_round()
     return privacy.epsilon()
@@ -56,8 +60,8 @@ def run_epsilon(run_cfg: dict[str, Any], algorithm: Any, rounds: int) -> float:
 def test_calibration_meets_the_target_with_the_runs_accountant_and_conversion(
     client: str, accountant: str, conversion: str
 ) -> None:
-    run_cfg, algorithm = prepare(
-        _cfg(
+    plan, algorithm = prepare(
+        compose_config(
             [
                 f"client={client}",
                 f"privacy.accountant={accountant}",
@@ -68,27 +72,32 @@ def test_calibration_meets_the_target_with_the_runs_accountant_and_conversion(
             ]
         )
     )
-    assert algorithm.noise_multiplier > 0
-    eps = run_epsilon(run_cfg, algorithm, ROUNDS)
+    assert algorithm.privacy is plan.privacy
+    assert plan.privacy.noise_multiplier > 0
+    assert plan.privacy.calibrated_from_target_epsilon == TARGET
+    eps = run_epsilon(plan, ROUNDS)
     # bisection to 0.1 % in σ: ε lands within 1 % below the target (measured: < 0.3 %)
     assert 0.99 * TARGET <= eps <= TARGET, eps
     # the spec alone (what fedpriv-account builds) says the same
-    assert algorithm.spec.epsilon(ROUNDS) == pytest.approx(eps, rel=1e-12)
+    assert plan.privacy.epsilon(ROUNDS) == pytest.approx(eps, rel=1e-12)
 
 
 def test_skellam_refuses_pld_in_one_line() -> None:
     with pytest.raises(ConfigError) as err:
-        build_algorithm(
-            _to_dict(_cfg(["client=skellam_dpsgd", "privacy.accountant=pld", "model=logistic"]))
+        prepare(
+            compose_config(["client=skellam_dpsgd", "privacy.accountant=pld", "model=logistic"])
         )
     text = str(err.value)
     assert "\n" not in text and text.startswith("privacy.accountant='pld' must be rdp")
+    with pytest.raises(ConfigError, match="^privacy.accountant='pld' must be rdp"):
+        SkellamSpec(accountant="pld")  # type: ignore[arg-type]
 
 
-def _to_dict(cfg: Any) -> dict[str, Any]:
-    from fedpriv.run.runner import to_container
-
-    return to_container(cfg)
+def test_skellam_is_accounted_by_rdp_without_saying_so() -> None:
+    """``client=skellam_dpsgd`` selects ``privacy=skellam``, whose default accountant is RDP."""
+    plan, algorithm = prepare(compose_config(["client=skellam_dpsgd", "model=logistic"]))
+    assert isinstance(algorithm, SkellamDPSGD) and isinstance(plan.privacy, SkellamSpec)
+    assert plan.privacy.accountant.value == "rdp" and plan.privacy.family == "skellam"
 
 
 def _cli_json(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, Any]:
@@ -115,21 +124,22 @@ def test_cli_skellam_prints_exactly_the_runs_epsilon(
     bits: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     overrides = [*SKELLAM_RUN, f"client.bits={bits}"]
-    run_cfg, algorithm = prepare(_cfg(overrides))
+    plan, algorithm = prepare(compose_config(overrides))
     assert isinstance(algorithm, SkellamDPSGD)
-    eps_run = run_epsilon(run_cfg, algorithm, int(run_cfg["num_rounds"]))
-    s, p = algorithm.privacy_summary(), run_cfg["privacy"]
+    eps_run = run_epsilon(plan, plan.num_rounds)
+    s, p = algorithm.privacy_summary(), plan.privacy
+    assert isinstance(p, SkellamSpec)
     args = [
         "skellam",
-        f"noise_multiplier={p['noise_multiplier']!r}",
-        f"num_clients={run_cfg['num_clients']}",
-        f"sample_rate={p['sample_rate']!r}",
+        f"noise_multiplier={p.noise_multiplier!r}",
+        f"num_clients={plan.num_clients}",
+        f"sample_rate={p.sample_rate!r}",
         f"steps={algorithm.steps}",
-        f"num_rounds={run_cfg['num_rounds']}",
-        f"target_delta={p['target_delta']!r}",
-        f"conversion={p['conversion']}",
-        f"max_grad_norm={p['max_grad_norm']!r}",
-        f"honest_but_curious={str(bool(p['honest_but_curious'])).lower()}",
+        f"num_rounds={plan.num_rounds}",
+        f"target_delta={p.target_delta!r}",
+        f"conversion={p.conversion.value}",
+        f"max_grad_norm={p.max_grad_norm!r}",
+        f"honest_but_curious={str(bool(p.honest_but_curious)).lower()}",
         f"bits={s['bits']}",
         f"num_params={s['num_params']}",
         f"beta={s['beta']!r}",
@@ -147,8 +157,8 @@ def test_cli_skellam_prints_exactly_the_runs_epsilon(
 def test_fewer_bits_cost_privacy_in_the_run() -> None:
     eps = []
     for bits in (16, 20, 24, 32):
-        run_cfg, algorithm = prepare(_cfg([*SKELLAM_RUN, f"client.bits={bits}"]))
-        eps.append(run_epsilon(run_cfg, algorithm, 1))
+        plan, _ = prepare(compose_config([*SKELLAM_RUN, f"client.bits={bits}"]))
+        eps.append(run_epsilon(plan, 1))
     assert eps[0] > eps[1] > eps[2] >= eps[3]
 
 
@@ -166,19 +176,16 @@ def test_skellam_local_steps_and_server_decode_use_one_normalizer(rotation: bool
         rotation=rotation,
         num_params=sum(p.numel() for p in model.parameters()),
         local_samples=n,
-        privacy={
-            "noise_multiplier": 1.0,
-            "max_grad_norm": 1.0,
-            "sample_rate": 0.5,
-            "accountant": "rdp",
-        },
-        num_clients=1,
+        privacy=SkellamSpec(
+            noise_multiplier=1.0, max_grad_norm=1.0, sample_rate=0.5, num_clients=1
+        ),
     )
+    assert algo.privacy.num_clients == 1 and algo.privacy.normalizer == 5.0
     ctx = TrainContext(
         1, np.random.default_rng(3), torch.Generator().manual_seed(3), torch.device("cpu")
     )
     update, metrics = algo.train(model, data, ctx)
-    assert metrics["noise_draws"] == 3 == sum(c for _, c in algo.round_events())
+    assert metrics["noise_draws"] == 3 == sum(c for _, c in algo.privacy.round_events())
     shapes = {k: tuple(v.shape) for k, v in start.items()}
     decoded = algo.decode_sum({UPDATE_NAME: update[UPDATE_NAME].numpy()}, shapes, 1)
     for k, p in model.named_parameters():
@@ -194,8 +201,7 @@ def test_skellam_refuses_more_records_than_local_samples() -> None:
         normalizer=1.0,
         num_params=sum(p.numel() for p in model.parameters()),
         local_samples=3,
-        privacy={"noise_multiplier": 1.0, "sample_rate": 0.5, "accountant": "rdp"},
-        num_clients=2,
+        privacy=SkellamSpec(noise_multiplier=1.0, sample_rate=0.5, num_clients=2),
     )
     data = ClientData(torch.randn(5, 4), torch.randint(0, 2, (5,)), 0)
     ctx = TrainContext(
@@ -211,17 +217,57 @@ def test_skellam_refuses_more_records_than_local_samples() -> None:
         ({"noise_multiplier": float("nan"), "sample_rate": 0.1}, "privacy.noise_multiplier"),
         ({"noise_multiplier": 1.0, "sample_rate": 0.1, "max_grad_norm": math.inf}, "max_grad"),
         ({"noise_multiplier": 1.0, "sample_rate": float("nan")}, "privacy.sample_rate"),
-        ({"noise_multiplier": 1.0}, "privacy.sample_rate"),
+        # a missing sample_rate now takes the spec's default; an absent value is refused
+        ({"noise_multiplier": 1.0, "sample_rate": None}, "privacy.sample_rate"),
         ({"noise_multiplier": 1.0, "sample_rate": 0.1, "conversion": "mironov"}, "conversion"),
     ],
 )
 def test_local_dpsgd_refuses_bad_privacy_fields(privacy: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
-        LocalDPSGD(privacy=privacy, num_clients=2)
+        LocalDPSGD(privacy=DPSGDSpec(**privacy, num_clients=2))
+
+
+@pytest.mark.parametrize(
+    ("privacy", "field"),
+    [
+        ({"noise_multiplier": 0.0}, "privacy.noise_multiplier=0.0 must be > 0"),
+        ({"noise_multiplier": float("nan")}, "privacy.noise_multiplier"),
+        ({"sample_rate": 1.5}, "privacy.sample_rate"),
+        ({"bits": 63}, "client.bits"),
+        ({"beta": 1.0}, "client.beta"),
+        ({"dropout_tolerance": -1}, "client.dropout_tolerance"),
+        ({"local_samples": 0}, "client.local_samples"),
+        ({"scale": -1.0}, "^scale=-1.0 must be"),
+    ],
+)
+def test_skellam_spec_refuses_bad_fields(privacy: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        SkellamDPSGD(privacy=SkellamSpec(**privacy))
+
+
+def test_skellam_client_binds_its_mechanism_fields_into_its_spec() -> None:
+    algo = SkellamDPSGD(bits=20, rotation=True, beta=0.0, dropout_tolerance=1, steps=3)
+    spec = algo.privacy
+    assert (spec.bits, spec.rotation, spec.beta, spec.dropout_tolerance, spec.steps) == (
+        20,
+        True,
+        0.0,
+        1,
+        3,
+    )
+    assert algo.update_bits == 20 and algo.integer_updates and algo.hardened_noise
+    with pytest.raises(ConfigError, match="client.momentum"):
+        SkellamDPSGD(momentum=0.5)
+    with pytest.raises(ConfigError, match="client.bits"):
+        SkellamDPSGD(bits=1)
+    with pytest.raises(ConfigError, match="privacy='dpsgd' does not fit SkellamDPSGD"):
+        SkellamDPSGD(privacy=DPSGDSpec())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="privacy='skellam' does not fit LocalDPSGD"):
+        LocalDPSGD(privacy=SkellamSpec())  # type: ignore[arg-type]
 
 
 def test_unbound_normalizer_is_refused_not_guessed_from_data() -> None:
-    algo = LocalDPSGD(privacy={"noise_multiplier": 1.0, "sample_rate": 1.0}, num_clients=2)
+    algo = LocalDPSGD(privacy=DPSGDSpec(noise_multiplier=1.0, sample_rate=1.0, num_clients=2))
     model = build_model("logistic", (4,), 2)
     data = ClientData(torch.randn(5, 4), torch.randint(0, 2, (5,)), 0)
     ctx = TrainContext(
@@ -232,21 +278,25 @@ def test_unbound_normalizer_is_refused_not_guessed_from_data() -> None:
 
 
 def test_for_run_binds_the_nominal_expected_batch() -> None:
-    cfg = _to_dict(_cfg(["partition=dirichlet", "partition.alpha=0.05", "model=logistic"]))
-    algo = build_algorithm(cfg)
+    plan, algo = prepare(
+        compose_config(["partition=dirichlet", "partition.alpha=0.05", "model=logistic"])
+    )
+    assert build_algorithm(plan) == algo  # the workers build the same algorithm
     # embedded Fashion-MNIST: 6000 training records, q = 0.1, N = 10 -> 60, whatever the
     # partition (the clients' own sizes range from a few records to thousands)
     assert algo.normalizer == pytest.approx(0.1 * 6000 / 10, rel=1e-12)
     assert algo.privacy_summary()["normalizer"] == algo.normalizer
-    assert type(algo).supports_group_privacy is False
+    # group privacy is the batch-clipping family's: the DP-SGD spec has no such key
+    with pytest.raises(Exception, match="privacy.group_sizes"):
+        compose_config(["privacy.group_sizes=[2]"])
 
 
 @pytest.mark.parametrize(("accountant", "conversion"), [("pld", "default"), ("rdp", "mironov")])
 def test_cli_poisson_gaussian_calibrates_to_the_runs_sigma(
     accountant: str, conversion: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_cfg, algorithm = prepare(
-        _cfg(
+    plan, algorithm = prepare(
+        compose_config(
             [
                 f"privacy.accountant={accountant}",
                 f"privacy.conversion={conversion}",
@@ -256,20 +306,37 @@ def test_cli_poisson_gaussian_calibrates_to_the_runs_sigma(
             ]
         )
     )
-    p = run_cfg["privacy"]
+    p = plan.privacy
+    assert isinstance(p, DPSGDSpec)
     status, out = _cli_json(
         capsys,
         [
             "poisson-gaussian",
             f"target_epsilon={TARGET}",
-            f"sample_rate={p['sample_rate']!r}",
-            f"steps={algorithm.steps}",
+            f"sample_rate={p.sample_rate!r}",
+            f"steps={p.steps}",
             f"num_rounds={ROUNDS}",
-            f"target_delta={p['target_delta']!r}",
+            f"target_delta={p.target_delta!r}",
             f"accountant={accountant}",
             f"conversion={conversion}",
         ],
     )
     assert status == 0, out
-    assert out["noise_multiplier"] == p["noise_multiplier"]  # the same bisection, bit for bit
-    assert out["epsilon"] == pytest.approx(run_epsilon(run_cfg, algorithm, ROUNDS), rel=1e-12)
+    assert out["noise_multiplier"] == p.noise_multiplier  # the same bisection, bit for bit
+    assert out["epsilon"] == pytest.approx(run_epsilon(plan, ROUNDS), rel=1e-12)
+
+
+@pytest.mark.parametrize("client", ["dpsgd", "skellam_dpsgd"])
+def test_honest_but_curious_is_checked_once_the_cohort_is_bound(client: str) -> None:
+    """``privacy.honest_but_curious=true`` builds (the spec's cohort is bound by the client
+    algorithm, 0 until then) and the bound spec counts N − 1 noise shares; one client is
+    refused in one line before anything runs."""
+    base = [f"client={client}", "model=logistic", "privacy.honest_but_curious=true"]
+    plan, _ = prepare(compose_config(base))
+    assert plan.privacy.num_clients == 10 and plan.privacy.noise_shares == 9
+    with pytest.raises(ConfigError) as err:
+        prepare(compose_config([*base, "num_clients=1"]))
+    assert "num_clients=1 must be >= 2 with privacy.honest_but_curious=true" in str(err.value)
+    unbound = DPSGDSpec(honest_but_curious=True)
+    with pytest.raises(ConfigError, match="num_clients=0 is not bound yet"):
+        unbound.local_events()

@@ -15,8 +15,8 @@ import pytest
 from opacus.accountants.analysis.rdp import compute_rdp
 
 from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.run.runner import prepare
-from tests.test_integration import _cfg
+from fedpriv.run.config import compose_config as _cfg
+from fedpriv.run.prepare import prepare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import local_vs_distributed as lvd  # noqa: E402
@@ -105,7 +105,7 @@ def test_fmnist_config_calibrates_both_variants_to_epsilon_1() -> None:
     # Small data so that prepare() is quick; q and steps are the experiment's own.
     small = ["dataset=fashion_mnist_embedded"]
     for variant, steps, q, lr in (("1 epoch", 12, 512 / 6000, 0.5), ("1 step", 1, 128 / 6000, 2.0)):
-        run_cfg, algo = prepare(
+        plan, algo = prepare(
             _cfg(
                 _exp(
                     "secagg_fmnist_local_steps",
@@ -113,18 +113,19 @@ def test_fmnist_config_calibrates_both_variants_to_epsilon_1() -> None:
                 )
             )
         )
-        assert (algo.steps, algo.sample_rate, algo.lr, algo.bits, run_cfg["num_rounds"]) == (
+        spec = plan.privacy
+        assert (algo.steps, spec.sample_rate, algo.lr, algo.bits, plan.num_rounds) == (
             steps,
             pytest.approx(q),
             lr,
             32,
             20,
         )
-        assert run_cfg["model"]["name"] == "tanh_cnn" and run_cfg["aggregator"][
-            "_target_"
-        ].endswith("IdealAggregator")
+        assert (spec.family, spec.accountant.value, spec.max_grad_norm) == ("skellam", "rdp", 1.0)
+        assert plan.model.name == "tanh_cnn"
+        assert str(plan.aggregator["_target_"]).endswith("IdealAggregator")
         ledger = PrivacyLedger(accountant="rdp")
-        for event, count in algo.round_events():
+        for event, count in spec.round_events():
             ledger.record(event, count * 20)
         eps = ledger.get_epsilon(1e-5)
         # calibrated: ε <= 1 and within the bisection's 1e-3 relative noise tolerance of it
@@ -134,10 +135,11 @@ def test_fmnist_config_calibrates_both_variants_to_epsilon_1() -> None:
 @pytest.mark.slow
 def test_acs_income_config_has_one_client_per_state(shared_data: Path) -> None:
     acs = shared_data / "acs-income" / "feda4fair_cross_silo_value_2018"
-    run_cfg, algo = prepare(_cfg(_exp("secagg_acs_income", [f"dataset.data_dir={acs}"])))
-    assert run_cfg["num_clients"] == 47 and run_cfg["partition"]["name"] == "natural"
-    assert (algo.steps, algo.sample_rate) == (20, 0.05)  # 1 epoch = 1/q steps
+    plan, algo = prepare(_cfg(_exp("secagg_acs_income", [f"dataset.data_dir={acs}"])))
+    assert plan.num_clients == 47 and plan.partition.name == "natural"
+    assert (algo.steps, plan.privacy.sample_rate) == (20, 0.05)  # 1 epoch = 1/q steps
     assert algo.num_params == 206  # logistic regression on the 102 encoded features, 2 classes
+    assert plan.privacy.num_params == 206 and plan.privacy.family == "skellam"
 
 
 @pytest.mark.slow

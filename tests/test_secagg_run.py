@@ -9,15 +9,17 @@ import pytest
 
 from clients.skellam_dpsgd import SkellamDPSGD
 from fedpriv.accounting.ledger import PrivacyLedger
+from fedpriv.accounting.privacy_spec import UnaccountableRound
 from fedpriv.accounting.secagg import secagg_dpsgd
 from fedpriv.accounting.skellam import SkellamEvent
 from fedpriv.common.errors import ConfigError
-from fedpriv.run.runner import prepare, run_experiment
-from tests.test_integration import _cfg
+from fedpriv.run.config import compose_config as _cfg
+from fedpriv.run.prepare import build_server, prepare
+from fedpriv.run.runner import run_experiment
+from strategies.secaggplus import SecAggPlusAggregator
 
 SKELLAM = [
-    "client=skellam_dpsgd",
-    "privacy.accountant=rdp",
+    "client=skellam_dpsgd",  # privacy=skellam: accounted by RDP, its default
     "num_clients=3",
     "num_rounds=2",
     "client.steps=2",
@@ -70,36 +72,37 @@ def test_secaggplus_run_equals_ideal_run_and_accountant(tmp_path: Path) -> None:
 
 
 def test_skellam_refuses_pld_and_secaggplus_refuses_floats() -> None:
-    with pytest.raises(ConfigError, match="privacy.accountant='pld'"):
+    with pytest.raises(ConfigError, match="^privacy.accountant='pld' must be rdp"):
         prepare(_cfg(["client=skellam_dpsgd", "privacy.accountant=pld"]))
     with pytest.raises(ConfigError, match="needs a client algorithm that sends integers"):
         prepare(_cfg(["aggregator=secaggplus"]))
+    # the run builds its server (strategy, aggregator) before it writes anything
+    plan, algo = prepare(_cfg(["client=skellam_dpsgd", "aggregator=secaggplus", "client.bits=40"]))
+    assert algo.update_bits == 40
     with pytest.raises(ConfigError, match="aggregator.bits=32 must equal client.bits=40"):
-        prepare(
-            _cfg(
-                [
-                    "client=skellam_dpsgd",
-                    "privacy.accountant=rdp",
-                    "aggregator=secaggplus",
-                    "client.bits=40",
-                ]
-            )
-        )
+        build_server(plan, algo)
+    plan, algo = prepare(_cfg(["client=skellam_dpsgd", "aggregator=secaggplus"]))
+    _, aggregator = build_server(plan, algo)
+    assert isinstance(aggregator, SecAggPlusAggregator) and aggregator.bits == algo.update_bits
 
 
 def test_skellam_bits_too_small_is_refused_naming_needed_bits() -> None:
     with pytest.raises(ConfigError, match=r"bits=8 is too small.*need bits >= \d+"):
-        prepare(_cfg(["client=skellam_dpsgd", "privacy.accountant=rdp", "client.bits=8"]))
+        prepare(_cfg(["client=skellam_dpsgd", "client.bits=8"]))
 
 
 def test_degraded_round_accounts_fewer_noise_shares() -> None:
-    _, algo = prepare(_cfg(["client=skellam_dpsgd", "privacy.accountant=rdp"]))
+    plan, algo = prepare(_cfg(["client=skellam_dpsgd"]))
     assert isinstance(algo, SkellamDPSGD)
-    ((full, _),) = algo.round_events()
-    ((fewer, _),) = algo.degraded_round_events(algo.num_clients - 2)
-    assert fewer.mu == pytest.approx(full.mu * (algo.num_clients - 2) / algo.num_clients)
-    ((gauss_full, _),) = prepare(_cfg([]))[1].round_events()
-    ((gauss_fewer, _),) = prepare(_cfg([]))[1].degraded_round_events(5)
+    n = plan.privacy.num_clients
+    ((full, _),) = plan.privacy.round_events()
+    ((fewer, _),) = plan.privacy.degraded_round_events(n - 2)
+    assert fewer.mu == pytest.approx(full.mu * (n - 2) / n)
+    with pytest.raises(UnaccountableRound):
+        plan.privacy.degraded_round_events(0)
+    gauss = prepare(_cfg([]))[0].privacy
+    ((gauss_full, _),) = gauss.round_events()
+    ((gauss_fewer, _),) = gauss.degraded_round_events(5)
     assert gauss_fewer.event.noise_multiplier == pytest.approx(
         gauss_full.event.noise_multiplier * (5 / 10) ** 0.5
     )

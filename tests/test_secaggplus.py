@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from clients.secagg_probe import make_probe_client_app, probe_update
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.aggregation import IdealAggregator, RoundFailed
+from fedpriv.run.job import wait_for_nodes
 from fedpriv.run.secagg_codec import (
     flatten_update,
     join_limb_means,
@@ -46,7 +47,6 @@ from fedpriv.run.secagg_codec import (
     split_limbs,
     unpack_content,
 )
-from strategies.fedavg import wait_for_nodes
 from strategies.secaggplus import SecAggPlusAggregator, resolve_shares
 
 N, BITS, SEED = 4, 32, 2024

@@ -20,7 +20,6 @@ import dataclasses
 import functools
 from typing import Any, ClassVar
 
-from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.privacy_spec import EventRuns
 from fedpriv.accounting.skellam import SkellamSpec
@@ -74,8 +73,9 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        skellam = self.skellam_with(self.noise_multiplier or 0.0)  # validates the Skellam fields
-        if self.num_params and self.noise_shares and skellam.noise_multiplier > 0:
+        # validates the Skellam fields (σ pending calibration: any positive value)
+        skellam = self.skellam_with(self.noise_multiplier or 1.0)
+        if self.num_params and self.noise_shares and self.noise_multiplier:
             skellam.mechanism  # noqa: B018 - validates bits now, before training
 
     @classmethod
@@ -94,11 +94,9 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
             max_grad_norm=self.clipping_norm,
             num_clients=self.noise_shares or 1,
             normalizer=1.0,
-            accounting=AccountingSpec(
-                accountant=self.accountant,
-                conversion=self.conversion,
-                target_delta=self.target_delta,
-            ),
+            accountant=self.accountant,
+            conversion=self.conversion,
+            target_delta=self.target_delta,
             bits=self.bits,
             num_params=self.num_params,
             rotation=self.rotation,

@@ -118,7 +118,136 @@ def poisson_gaussian_epsilon(
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DPSGDSpec(PrivacySpec):
+class LocalStepsSum:
+    """The fields and checks of multi-step local DP-SGD whose SUM over the clients is released,
+    shared by its Gaussian (:class:`DPSGDSpec`) and Skellam
+    (:class:`~fedpriv.accounting.skellam.SkellamSpec`) specs.
+
+    Every client runs ``steps`` local steps per round; each step draws a Poisson batch of the
+    client's records at ``sample_rate`` q, clips every per-sample gradient to ``max_grad_norm``
+    C, sums, adds its share of noise of std σC over the sum and divides by the PUBLIC
+    ``normalizer`` B. A mixin of the specs (not a spec itself): each spec checks its noise
+    parameter with :meth:`PrivacySpec.noise_or_target`, then calls :meth:`check_local_steps`.
+
+    Parameters
+    ----------
+    noise_multiplier : float or None
+        σ >= 0: std of the noise of the released SUM per step, per unit clipping norm;
+        ``None`` with ``target_epsilon`` (calibrated by the run).
+    sample_rate : float
+        q in [0, 1]: each record's probability to be in a step's batch.
+    max_grad_norm : float
+        C > 0, the per-sample clipping norm (real units).
+    honest_but_curious : bool
+        Size each share so that N − 1 clients' noise suffices (a client may subtract its own).
+    steps : int
+        Local steps per round (S), >= 1 (bound by the client algorithm).
+    num_clients : int
+        N >= 1, the clients whose noise adds up in the released sum (bound: the nominal
+        cohort); 0 = not bound yet (what needs it, e.g. the noise shares, refuses it).
+    normalizer : float or None
+        B > 0, the public constant dividing every client's noisy gradient sum (e.g. the
+        nominal expected batch ``q * num_train_records / N``); ``None`` when not bound yet
+        (it does not change ε, only the scale of the release).
+    """
+
+    noise_multiplier: float | None = 1.2
+    sample_rate: float = 0.1
+    max_grad_norm: float = 1.0
+    honest_but_curious: bool = False
+    steps: int = 1
+    num_clients: int = 0
+    normalizer: float | None = None
+
+    def check_local_steps(self) -> None:
+        """Check (and store as floats) every field but the noise parameter.
+
+        Raises
+        ------
+        ConfigError
+            Naming ``privacy.<field>``, ``client.steps``, ``client.normalizer`` or
+            ``num_clients``.
+        """
+        set_ = object.__setattr__
+        q_range = "must be a finite number in [0, 1]"
+        q = check_finite("privacy.sample_rate", self.sample_rate, q_range)
+        check(0 <= q <= 1, "privacy.sample_rate", self.sample_rate, q_range)
+        set_(self, "sample_rate", q)
+        set_(self, "max_grad_norm", check_positive("privacy.max_grad_norm", self.max_grad_norm))
+        check(
+            isinstance(self.steps, int) and not isinstance(self.steps, bool) and self.steps >= 1,
+            "client.steps",
+            self.steps,
+            "must be an integer >= 1",
+        )
+        check(
+            isinstance(self.num_clients, int)
+            and not isinstance(self.num_clients, bool)
+            and self.num_clients >= 0,
+            "num_clients",
+            self.num_clients,
+            "must be an integer >= 1 (0: not bound yet)",
+        )
+        check(
+            isinstance(self.honest_but_curious, bool),
+            "privacy.honest_but_curious",
+            self.honest_but_curious,
+            "must be true or false",
+        )
+        if self.num_clients:  # once bound: a trusted client's noise must be in the sum
+            self.noise_shares  # noqa: B018 - refuses N = 1 with honest_but_curious
+        if self.normalizer is not None:
+            set_(self, "normalizer", check_positive("client.normalizer", self.normalizer))
+
+    @property
+    def sigma(self) -> float:
+        """σ as a number.
+
+        Raises
+        ------
+        ConfigError
+            Before calibration (``noise_multiplier=None``).
+        """
+        check(
+            self.noise_multiplier is not None,
+            "privacy.noise_multiplier",
+            None,
+            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
+        )
+        return float(self.noise_multiplier)  # type: ignore[arg-type]
+
+    @property
+    def noise_shares(self) -> int:
+        """m: clients whose noise the privacy of the sum relies on (N, or N − 1).
+
+        Raises
+        ------
+        ConfigError
+            Before ``num_clients`` is bound, or for N = 1 with ``honest_but_curious``.
+        """
+        check(
+            self.num_clients >= 1,
+            "num_clients",
+            self.num_clients,
+            "is not bound yet (the client algorithm binds the nominal cohort: for_run)",
+        )
+        shares = self.num_clients - int(self.honest_but_curious)
+        check(
+            shares >= 1,
+            "num_clients",
+            self.num_clients,
+            "must be >= 2 with privacy.honest_but_curious=true",
+        )
+        return shares
+
+    @property
+    def client_noise_multiplier(self) -> float:
+        """Each client's share of σ: σ/√m (the third paper's appendix unit, Thm 4.7)."""
+        return self.sigma / math.sqrt(self.noise_shares)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DPSGDSpec(PrivacySpec, LocalStepsSum):
     """Multi-step local DP-SGD whose SUM over clients is released: validation, events, ε.
 
     Every client runs ``steps`` local steps per round; each step draws a Poisson batch of the
@@ -137,24 +266,10 @@ class DPSGDSpec(PrivacySpec):
     Parameters
     ----------
     noise_multiplier : float or None
-        σ >= 0: std of the noise of the released SUM per step, per unit clipping norm
-        (0 = no privacy); ``None`` with ``target_epsilon`` (calibrated by the run).
-    sample_rate : float
-        q in [0, 1]: each record's probability to be in a step's batch.
-    max_grad_norm : float
-        C > 0, the per-sample clipping norm (real units).
-    honest_but_curious : bool
-        Size each share so that N − 1 clients' noise suffices (a client may subtract its own).
-    steps : int
-        Local steps per round (S), >= 1 (bound by the client algorithm).
-    num_clients : int
-        N >= 1, the clients whose noise adds up in the released sum (bound: the nominal
-        cohort).
-    normalizer : float or None
-        B > 0, the public constant dividing every client's noisy gradient sum (e.g. the
-        nominal expected batch ``q * num_train_records / N``); ``None`` when not bound yet
-        (it does not change ε, only the scale of the release).
-    (and the fields of :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`)
+        σ >= 0 (0 = no privacy), or ``None`` with ``target_epsilon``.
+    (and the fields of :class:`LocalStepsSum`: sample_rate, max_grad_norm,
+    honest_but_curious, steps, num_clients, normalizer; and of
+    :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`)
 
     Raises
     ------
@@ -178,49 +293,10 @@ class DPSGDSpec(PrivacySpec):
         "normalizer",
     )
 
-    noise_multiplier: float | None = 1.2
-    sample_rate: float = 0.1
-    max_grad_norm: float = 1.0
-    honest_but_curious: bool = False
-    steps: int = 1
-    num_clients: int = 1
-    normalizer: float | None = None
-
     def __post_init__(self) -> None:
         super().__post_init__()
-        set_ = object.__setattr__
-        set_(self, "noise_multiplier", self.noise_or_target(self.noise_multiplier))
-        q_range = "must be a finite number in [0, 1]"
-        q = check_finite("privacy.sample_rate", self.sample_rate, q_range)
-        check(0 <= q <= 1, "privacy.sample_rate", self.sample_rate, q_range)
-        set_(self, "sample_rate", q)
-        set_(self, "max_grad_norm", check_positive("privacy.max_grad_norm", self.max_grad_norm))
-        check(
-            isinstance(self.steps, int) and not isinstance(self.steps, bool) and self.steps >= 1,
-            "client.steps",
-            self.steps,
-            "must be an integer >= 1",
-        )
-        check(
-            isinstance(self.num_clients, int) and self.num_clients >= 1,
-            "num_clients",
-            self.num_clients,
-            "must be an integer >= 1",
-        )
-        check(
-            isinstance(self.honest_but_curious, bool),
-            "privacy.honest_but_curious",
-            self.honest_but_curious,
-            "must be true or false",
-        )
-        check(
-            self.noise_shares >= 1,
-            "num_clients",
-            self.num_clients,
-            "must be >= 2 with privacy.honest_but_curious=true",
-        )
-        if self.normalizer is not None:
-            set_(self, "normalizer", check_positive("client.normalizer", self.normalizer))
+        object.__setattr__(self, "noise_multiplier", self.noise_or_target(self.noise_multiplier))
+        self.check_local_steps()
 
     @classmethod
     def from_params(cls, p: Params) -> DPSGDSpec:
@@ -238,35 +314,8 @@ class DPSGDSpec(PrivacySpec):
 
     # ---- noise shares -----------------------------------------------------------------
     @property
-    def sigma(self) -> float:
-        """σ as a number.
-
-        Raises
-        ------
-        ConfigError
-            Before calibration (``noise_multiplier=None``).
-        """
-        check(
-            self.noise_multiplier is not None,
-            "privacy.noise_multiplier",
-            None,
-            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
-        )
-        return float(self.noise_multiplier)  # type: ignore[arg-type]
-
-    @property
     def non_private(self) -> bool:
         return self.noise_multiplier == 0
-
-    @property
-    def noise_shares(self) -> int:
-        """m: clients whose noise the privacy of the sum relies on (N, or N − 1)."""
-        return self.num_clients - int(self.honest_but_curious)
-
-    @property
-    def client_noise_multiplier(self) -> float:
-        """Each client's share of σ: σ/√m (the third paper's appendix unit, Thm 4.7)."""
-        return self.sigma / math.sqrt(self.noise_shares)
 
     @property
     def local_noise_stddev(self) -> float:
@@ -338,7 +387,10 @@ class DPSGDSpec(PrivacySpec):
 
     def extra_summary(self) -> dict[str, Any]:
         """The mechanism, each client's share of σ and the noise shares."""
-        out: dict[str, Any] = {"mechanism": "gaussian", "noise_shares": self.noise_shares}
+        out: dict[str, Any] = {"mechanism": "gaussian"}
+        if not self.num_clients:
+            return out  # not bound yet: no shares
+        out["noise_shares"] = self.noise_shares
         if self.noise_multiplier is not None:
             out["client_noise_multiplier"] = self.client_noise_multiplier
         return out

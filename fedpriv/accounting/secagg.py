@@ -35,7 +35,6 @@ from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.skellam import SKELLAM_KEYS, SkellamSpec
 from fedpriv.accounting.vocabulary import Accountant, Conversion
-from fedpriv.accounting.accountant import AccountingSpec
 from fedpriv.common.errors import ConfigError, check
 
 MECHANISMS = ("gaussian", "skellam")
@@ -84,11 +83,9 @@ def _skellam_spec(
         steps=steps,
         num_clients=num_clients,
         honest_but_curious=honest_but_curious,
-        accounting=AccountingSpec(
-            accountant=Accountant.RDP,
-            conversion=Conversion(conversion),
-            target_delta=target_delta,
-        ),
+        accountant=Accountant.RDP,
+        conversion=Conversion(conversion),
+        target_delta=target_delta,
         **given,
     )
 
@@ -319,16 +316,8 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     if mechanism == "gaussian":
         for key in SKELLAM_KEYS:
             check(not p.has(key), key, p.raw.get(key), "applies only to mechanism=skellam")
-    if mechanism == "skellam":
-        probe = SkellamSpec.from_params(
-            p,
-            noise_multiplier=1.0,
-            num_clients=num_clients,
-            steps=kwargs["steps"],
-            honest_but_curious=kwargs["honest_but_curious"],
-            accounting=AccountingSpec(accountant=Accountant.RDP),
-        )
-        kwargs.update({k: getattr(probe, k) for k in SKELLAM_KEYS})
+    if mechanism == "skellam":  # the run's spec reads the mechanism's keys (its defaults)
+        kwargs.update(SkellamSpec.mechanism_keys(p))
     if given == "target_epsilon":
         target = p.float("target_epsilon", gt=0.0)
         p.finish()

@@ -22,27 +22,35 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import special
 
-from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.ledger import (
-    CONVERSIONS,
-    IntegerRdpEvent,
-)
-from fedpriv.accounting.params import Params
+from fedpriv.accounting.calibrate import bisect_noise
+from fedpriv.accounting.dpsgd import DPSGDSpec, LocalStepsSum
+from fedpriv.accounting.ledger import CONVERSIONS, IntegerRdpEvent
+from fedpriv.accounting.params import Params, noise_or_target
+from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
 from fedpriv.accounting.vocabulary import Accountant, Conversion
-from fedpriv.accounting.accountant import AccountingSpec
-from fedpriv.common.validate import check_finite, check_positive
 from fedpriv.common.errors import ConfigError, check
+from fedpriv.common.validate import check_finite, check_positive
 from fedpriv.mechanisms.skellam_noise import (
     DEFAULT_BETA,
     MAX_BITS,
     SkellamMechanism,
     rounded_norm_bound,
 )
+
+
+def _check_count(field: str, value: Any, low: int) -> None:
+    """Refuse ``value`` unless it is an integer >= ``low`` (ConfigError naming ``field``)."""
+    check(
+        isinstance(value, int) and not isinstance(value, bool) and value >= low,
+        field,
+        value,
+        f"must be an integer >= {low}",
+    )
 
 
 def _integer_orders(orders: np.ndarray) -> np.ndarray:
@@ -230,295 +238,6 @@ class SkellamEvent(IntegerRdpEvent):
         return poisson_subsampled_rdp(orders, self.sample_rate, base)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SkellamSpec:
-    """Multi-step local DP-SGD with Skellam noise on integers: THE object that picks the
-    scale, builds the :class:`~fedpriv.mechanisms.skellam_noise.SkellamMechanism` and states its events.
-
-    Built by the run's client algorithm (``clients.skellam_dpsgd.SkellamDPSGD``), by
-    ``fedpriv-account skellam`` and by ``fedpriv-account secagg-dpsgd mechanism=skellam``, so a
-    run's settings give the CLI exactly the run's ε. The scale is the largest for which the
-    modular sum of ``bits`` bits cannot wrap (:meth:`SkellamMechanism.from_noise_multiplier`:
-    deterministic signal bound of ``num_clients × steps × local_samples`` rounded vectors plus
-    the noise tail), unless ``scale`` is given. Per step the sum over clients carries
-    ``Sk(μ)``, ``μ = (s σ C)² / 2``: one Poisson-subsampled Skellam release (RDP only).
-
-    Parameters
-    ----------
-    noise_multiplier : float
-        σ of the summed noise per unit clipping norm (real units); > 0 to build the
-        mechanism (0 only while waiting for calibration).
-    sample_rate : float
-        Poisson rate q in [0, 1].
-    steps : int
-        Local steps per round, >= 1 (noise shares per message).
-    max_grad_norm : float
-        Per-sample clipping norm C > 0.
-    num_clients : int
-        N >= 1.
-    honest_but_curious : bool
-        Size shares so that N − 1 clients' noise suffices.
-    normalizer : float or None
-        Public constant B dividing the decoded step sums (the same for every client and for
-        the server's decoding); ``None`` when not bound yet.
-    accounting : AccountingSpec
-        Must use ``accountant=rdp`` (the Skellam analysis is an RDP bound).
-    bits : int
-        Width of the modular secure sum, 2..62.
-    num_params : int
-        Model dimension d (>= 1 to build the mechanism; 0 = not bound yet).
-    rotation : bool
-        Randomized Hadamard rotation before rounding.
-    beta : float
-        Conditional rounding parameter in [0, 1).
-    dropout_tolerance : int
-        Clients that may drop out while the survivors' shares still sum to ``Sk(μ)``.
-    local_samples : int
-        Most records one client holds (its Poisson batches are subsets): with ``steps`` it
-        bounds the rounded vectors a client sums into one message (wrap bound).
-    scale : float, optional
-        Explicit scale s (the mechanism refuses it if the sum could wrap).
-
-    Raises
-    ------
-    ConfigError
-        For out-of-range or non-finite fields, ``privacy.accountant=pld``, or ``bits`` too
-        small (the message names the bits needed).
-
-    References
-    ----------
-    Agarwal, Kairouz, Liu 2021, "The Skellam Mechanism for Differentially Private Federated
-    Learning", arXiv:2110.04995, Thm 3.5; Steinke 2022, arXiv:2210.00597 (subsampling); the
-    third paper, "On Using Secure Aggregation in Differentially Private Federated Learning with
-    Multiple Local Steps" (Heikkilä), Theorem 4.6 (μ_total = Σ μ_i).
-    """
-
-    noise_multiplier: float
-    sample_rate: float
-    steps: int = 1
-    max_grad_norm: float = 1.0
-    num_clients: int = 1
-    honest_but_curious: bool = False
-    normalizer: float | None = None
-    accounting: AccountingSpec = dataclasses.field(
-        default_factory=lambda: AccountingSpec(accountant=Accountant.RDP)
-    )
-    bits: int = 32
-    num_params: int = 0
-    rotation: bool = False
-    beta: float = DEFAULT_BETA
-    dropout_tolerance: int = 0
-    local_samples: int = 1
-    scale: float | None = None
-
-    def __post_init__(self) -> None:
-        # The Gaussian family's spec validates the shared fields with the same names.
-        DPSGDSpec(
-            noise_multiplier=self.noise_multiplier,
-            sample_rate=self.sample_rate,
-            steps=self.steps,
-            max_grad_norm=self.max_grad_norm,
-            num_clients=self.num_clients,
-            honest_but_curious=self.honest_but_curious,
-            normalizer=self.normalizer,
-        )
-        set_ = object.__setattr__
-        for name in ("noise_multiplier", "sample_rate", "max_grad_norm", "beta"):
-            set_(self, name, float(getattr(self, name)))
-        check(
-            isinstance(self.accounting, AccountingSpec)
-            and self.accounting.accountant is Accountant.RDP,
-            "privacy.accountant",
-            getattr(getattr(self.accounting, "accountant", None), "value", self.accounting),
-            "must be rdp for the Skellam mechanism (its analysis is an RDP bound)",
-        )
-        check(
-            isinstance(self.bits, int) and 2 <= self.bits <= MAX_BITS,
-            "client.bits",
-            self.bits,
-            f"must be an integer in [2, {MAX_BITS}]",
-        )
-        check(
-            isinstance(self.num_params, int) and self.num_params >= 0,
-            "client.num_params",
-            self.num_params,
-            "must be an integer >= 1",
-        )
-        beta = check_finite("client.beta", self.beta, "must be in [0, 1)")
-        check(0 <= beta < 1, "client.beta", self.beta, "must be in [0, 1)")
-        check(
-            isinstance(self.dropout_tolerance, int) and self.dropout_tolerance >= 0,
-            "client.dropout_tolerance",
-            self.dropout_tolerance,
-            "must be an integer >= 0",
-        )
-        check(
-            isinstance(self.local_samples, int) and self.local_samples >= 1,
-            "client.local_samples",
-            self.local_samples,
-            "must be an integer >= 1",
-        )
-        if self.scale is not None:
-            s = check_positive("client.scale", self.scale)
-            set_(self, "scale", s)
-
-    @functools.cached_property
-    def mechanism(self) -> SkellamMechanism:
-        """The clients' (and decoder's) mechanism: the largest scale that cannot wrap.
-
-        Raises
-        ------
-        ConfigError
-            If σ or ``num_params`` is not set, or no scale fits in ``bits``.
-        """
-        check(
-            self.noise_multiplier > 0,
-            "privacy.noise_multiplier",
-            self.noise_multiplier,
-            "must be > 0 for the Skellam mechanism",
-        )
-        check(
-            self.num_params >= 1,
-            "client.num_params",
-            self.num_params,
-            "must be set (the model dimension; call for_run)",
-        )
-        fields: dict[str, Any] = dict(
-            bits=self.bits,
-            clipping_norm=self.max_grad_norm,
-            num_clients=self.num_clients,
-            dim=self.num_params,
-            rotation=self.rotation,
-            honest_but_curious=self.honest_but_curious,
-            dropout_tolerance=self.dropout_tolerance,
-            beta=self.beta,
-            steps=self.steps,
-            max_summands=self.steps * self.local_samples,
-        )
-        if self.scale is not None:
-            mu = (self.scale * self.noise_multiplier * self.max_grad_norm) ** 2 / 2.0
-            return SkellamMechanism(scale=self.scale, mu=mu, **fields)
-        return SkellamMechanism.from_noise_multiplier(self.noise_multiplier, **fields)
-
-    def step_event(self) -> SkellamEvent:
-        """The Skellam release of one step's sum over the clients (integer units)."""
-        m = self.mechanism
-        return SkellamEvent(
-            mu=m.mu,
-            l1_sensitivity=m.l1_sensitivity,
-            l2_sensitivity=m.l2_sensitivity,
-            sample_rate=self.sample_rate,
-        )
-
-    def round_events(self) -> list[tuple[Any, int]]:
-        """One round: ``steps`` subsampled Skellam releases with the total μ."""
-        return [(self.step_event(), self.steps)]
-
-    def degraded_round_events(self, contributors: int) -> list[tuple[Any, int]]:
-        """A round whose sum holds only ``contributors`` clients' shares: μ_eff = min(μ,
-        (contributors − [hbc]) μ/m).
-
-        Raises
-        ------
-        ConfigError
-            If no trusted share is left in the sum.
-        """
-        m = self.mechanism
-        mu = min(m.mu, m.mu_per_client * (contributors - int(self.honest_but_curious)))
-        check(mu > 0, "contributors", contributors, "leave no trusted noise in the sum")
-        return [(dataclasses.replace(self.step_event(), mu=mu), self.steps)]
-
-    def local_events(self) -> list[tuple[Any, int]]:
-        """One client's own release: its share μ/m per step."""
-        own = dataclasses.replace(self.step_event(), mu=self.mechanism.mu_per_client)
-        return [(own, self.steps)]
-
-    def epsilon(self, num_rounds: int) -> float:
-        """Central ε after ``num_rounds`` full rounds, composed as the run's ledger does."""
-        return self.accounting.epsilon_after(self.round_events(), num_rounds)
-
-    def local_epsilon(self, num_rounds: int) -> float:
-        """One client's own ε (its noise share alone) after ``num_rounds`` rounds."""
-        return self.accounting.epsilon(
-            [(event, count * num_rounds) for event, count in self.local_events()]
-        )
-
-    def calibrated(self, target_epsilon: float, num_rounds: int) -> SkellamSpec:
-        """The spec with the smallest σ (to 0.1 %) whose :meth:`epsilon` is <= the target
-        (bisection on the run's own accountant and conversion; the scale follows σ).
-
-        Raises
-        ------
-        ConfigError
-            For a bad target, or one that no σ <= 1e6 reaches.
-        """
-        from fedpriv.accounting.calibrate import bisect_noise
-
-        check(
-            isinstance(num_rounds, int) and num_rounds >= 1,
-            "num_rounds",
-            num_rounds,
-            "must be an integer >= 1",
-        )
-        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
-
-        def eps_of(sigma: float) -> float:
-            return dataclasses.replace(self, noise_multiplier=sigma).epsilon(num_rounds)
-
-        sigma = bisect_noise(eps_of, target, field="privacy.noise_multiplier")
-        return dataclasses.replace(self, noise_multiplier=sigma)
-
-    def summary(self) -> dict[str, Any]:
-        """The mechanism's parameters for ``results.json``: pass them (with σ, steps,
-        num_rounds, sample_rate, num_clients) to ``fedpriv-account skellam`` to recompute ε."""
-        m = self.mechanism
-        return {
-            "mechanism": "skellam",
-            "noise_multiplier": self.noise_multiplier,
-            "bits": m.bits,
-            "scale": m.scale,
-            "mu": m.mu,
-            "beta": m.beta,
-            "rotation": m.rotation,
-            "num_params": m.dim,
-            "local_samples": self.local_samples,
-            "dropout_tolerance": m.dropout_tolerance,
-            "l1_sensitivity": m.l1_sensitivity,
-            "l2_sensitivity": m.l2_sensitivity,
-            "normalizer": self.normalizer,
-        }
-
-    @classmethod
-    def from_params(
-        cls,
-        p: Params,
-        *,
-        noise_multiplier: float,
-        num_clients: int,
-        steps: int,
-        honest_but_curious: bool,
-        accounting: AccountingSpec,
-    ) -> SkellamSpec:
-        """Read the Skellam keys of ``fedpriv-account`` (``SKELLAM_KEYS``); their defaults are
-        the run's (``conf/client/skellam_dpsgd.yaml``)."""
-        return cls(
-            noise_multiplier=noise_multiplier,
-            sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
-            steps=steps,
-            max_grad_norm=p.float("max_grad_norm", 1.0, gt=0.0),
-            num_clients=num_clients,
-            honest_but_curious=honest_but_curious,
-            accounting=accounting,
-            bits=p.int("bits", 32, ge=2, le=MAX_BITS),
-            num_params=p.int("num_params", ge=1),
-            rotation=p.bool("rotation", False),
-            beta=p.float("beta", DEFAULT_BETA, ge=0.0, lt=1.0),
-            dropout_tolerance=p.int("dropout_tolerance", 0, ge=0),
-            local_samples=p.int("local_samples", 1, ge=1),
-            scale=p.float("scale", None, gt=0.0),
-        )
-
-
 SKELLAM_KEYS = (
     "num_params",
     "max_grad_norm",
@@ -544,6 +263,280 @@ KEYS = (
 )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SkellamSpec(PrivacySpec, LocalStepsSum):
+    """Multi-step local DP-SGD with Skellam noise on integers: THE object that picks the
+    scale, builds the :class:`~fedpriv.mechanisms.skellam_noise.SkellamMechanism` and states
+    its events.
+
+    Built by the run's client algorithm (``clients.skellam_dpsgd.SkellamDPSGD``), by
+    ``fedpriv-account skellam`` and by ``fedpriv-account secagg-dpsgd mechanism=skellam``, so a
+    run's settings give the CLI exactly the run's ε. The scale is the largest for which the
+    modular sum of ``bits`` bits cannot wrap (:meth:`SkellamMechanism.from_noise_multiplier`:
+    deterministic signal bound of ``num_clients × steps × local_samples`` rounded vectors plus
+    the noise tail), unless ``scale`` is given. Per step the sum over clients carries
+    ``Sk(μ)``, ``μ = (s σ C)² / 2``: one Poisson-subsampled Skellam release (RDP only).
+
+    Parameters
+    ----------
+    noise_multiplier : float or None
+        σ > 0 of the summed noise per unit clipping norm (real units), or ``None`` with
+        ``target_epsilon`` (calibrated by the run). There is no non-private Skellam run: the
+        scale follows σ.
+    accountant : {"rdp"}
+        The default and the only choice (the Skellam analysis is an RDP bound).
+    bits : int
+        Width of the modular secure sum, 2..62 (bound: ``client.bits``).
+    num_params : int
+        Model dimension d (>= 1 to build the mechanism; 0 = not bound yet).
+    rotation : bool
+        Randomized Hadamard rotation before rounding (bound: ``client.rotation``).
+    beta : float
+        Conditional rounding parameter in [0, 1) (bound: ``client.beta``).
+    dropout_tolerance : int
+        Clients that may drop out while the survivors' shares still sum to ``Sk(μ)`` (bound:
+        ``client.dropout_tolerance``).
+    local_samples : int
+        Most records one client holds (its Poisson batches are subsets): with ``steps`` it
+        bounds the rounded vectors a client sums into one message (wrap bound; bound by the
+        run from its partition).
+    scale : float, optional
+        Explicit scale s (the mechanism refuses it if the sum could wrap); ``None``: the
+        largest that cannot wrap.
+    (and the fields of :class:`~fedpriv.accounting.dpsgd.LocalStepsSum`: sample_rate,
+    max_grad_norm, honest_but_curious, steps, num_clients, normalizer; and of
+    :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`)
+
+    Raises
+    ------
+    ConfigError
+        For out-of-range or non-finite fields (``privacy.<field>``, ``client.<field>``),
+        ``privacy.accountant=pld``, or ``bits`` too small (the message names the bits needed).
+
+    References
+    ----------
+    Agarwal, Kairouz, Liu 2021, "The Skellam Mechanism for Differentially Private Federated
+    Learning", arXiv:2110.04995, Thm 3.5; Steinke 2022, arXiv:2210.00597 (subsampling); the
+    third paper, "On Using Secure Aggregation in Differentially Private Federated Learning with
+    Multiple Local Steps" (Heikkilä), Theorem 4.6 (μ_total = Σ μ_i).
+    """
+
+    family: ClassVar[str] = "skellam"
+    bound_fields: ClassVar[tuple[str, ...]] = (
+        *DPSGDSpec.bound_fields,
+        "bits",
+        "num_params",
+        "rotation",
+        "beta",
+        "dropout_tolerance",
+        "local_samples",
+        "scale",
+    )
+
+    accountant: Accountant = Accountant.RDP
+    bits: int = 32
+    num_params: int = 0
+    rotation: bool = False
+    beta: float = DEFAULT_BETA
+    dropout_tolerance: int = 0
+    local_samples: int = 1
+    scale: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        noise = self.noise_or_target(self.noise_multiplier)
+        check(
+            noise is None or noise > 0,
+            "privacy.noise_multiplier",
+            noise,
+            "must be > 0 for the Skellam mechanism (its scale follows the noise)",
+        )
+        object.__setattr__(self, "noise_multiplier", noise)
+        self.check_local_steps()
+        check(
+            self.accountant is Accountant.RDP,
+            "privacy.accountant",
+            self.accountant.value,
+            "must be rdp for the Skellam mechanism (its analysis is an RDP bound)",
+        )
+        self.check_mechanism_fields()
+        if self.num_params >= 1 and self.num_clients >= 1 and noise is not None:
+            self.mechanism  # noqa: B018 - once bound: validates bits now, before training
+
+    def check_mechanism_fields(self) -> None:
+        """Check (and store as floats) the mechanism's fields.
+
+        Raises
+        ------
+        ConfigError
+            Naming ``client.<field>``.
+        """
+        check(
+            isinstance(self.bits, int) and 2 <= self.bits <= MAX_BITS,
+            "client.bits",
+            self.bits,
+            f"must be an integer in [2, {MAX_BITS}]",
+        )
+        check(
+            isinstance(self.num_params, int) and self.num_params >= 0,
+            "client.num_params",
+            self.num_params,
+            "must be an integer >= 1",
+        )
+        check(isinstance(self.rotation, bool), "client.rotation", self.rotation, "must be a bool")
+        beta = check_finite("client.beta", self.beta, "must be in [0, 1)")
+        check(0 <= beta < 1, "client.beta", self.beta, "must be in [0, 1)")
+        object.__setattr__(self, "beta", beta)
+        _check_count("client.dropout_tolerance", self.dropout_tolerance, 0)
+        _check_count("client.local_samples", self.local_samples, 1)
+        if self.scale is not None:  # a fedpriv-account key (the run picks the scale)
+            object.__setattr__(self, "scale", check_positive("scale", self.scale))
+
+    @functools.cached_property
+    def mechanism(self) -> SkellamMechanism:
+        """The clients' (and decoder's) mechanism: the largest scale that cannot wrap.
+
+        Raises
+        ------
+        ConfigError
+            If σ, ``num_clients`` or ``num_params`` is not set, or no scale fits in ``bits``.
+        """
+        sigma, _ = self.sigma, self.noise_shares  # both set (bound), or refused here
+        check(
+            self.num_params >= 1,
+            "client.num_params",
+            self.num_params,
+            "must be set (the model dimension; call for_run)",
+        )
+        fields: dict[str, Any] = dict(
+            bits=self.bits,
+            clipping_norm=self.max_grad_norm,
+            num_clients=self.num_clients,
+            dim=self.num_params,
+            rotation=self.rotation,
+            honest_but_curious=self.honest_but_curious,
+            dropout_tolerance=self.dropout_tolerance,
+            beta=self.beta,
+            steps=self.steps,
+            max_summands=self.steps * self.local_samples,
+        )
+        if self.scale is not None:
+            mu = (self.scale * sigma * self.max_grad_norm) ** 2 / 2.0
+            return SkellamMechanism(scale=self.scale, mu=mu, **fields)
+        return SkellamMechanism.from_noise_multiplier(sigma, **fields)
+
+    # ---- events -----------------------------------------------------------------------
+    def step_event(self) -> SkellamEvent:
+        """The Skellam release of one step's sum over the clients (integer units)."""
+        m = self.mechanism
+        return SkellamEvent(
+            mu=m.mu,
+            l1_sensitivity=m.l1_sensitivity,
+            l2_sensitivity=m.l2_sensitivity,
+            sample_rate=self.sample_rate,
+        )
+
+    def round_events(self) -> EventRuns:
+        """One round: ``steps`` subsampled Skellam releases with the total μ."""
+        return [(self.step_event(), self.steps)]
+
+    def degraded_round_events(self, contributors: int) -> EventRuns:
+        """A round whose sum holds only ``contributors`` clients' shares: μ_eff = min(μ,
+        (contributors − [hbc]) μ/m).
+
+        Raises
+        ------
+        UnaccountableRound
+            If no trusted share is left in the sum.
+        """
+        m = self.mechanism
+        mu = min(m.mu, m.mu_per_client * (contributors - int(self.honest_but_curious)))
+        if mu <= 0:
+            raise UnaccountableRound(
+                f"contributors={contributors} leave no trusted noise in the sum"
+            )
+        return [(dataclasses.replace(self.step_event(), mu=mu), self.steps)]
+
+    def local_events(self) -> EventRuns:
+        """One client's own release: its share μ/m per step."""
+        own = dataclasses.replace(self.step_event(), mu=self.mechanism.mu_per_client)
+        return [(own, self.steps)]
+
+    def local_epsilon(self, num_rounds: int) -> float:
+        """One client's own ε (its noise share alone) after ``num_rounds`` rounds."""
+        return self.accounting.epsilon_after(self.local_events(), num_rounds)
+
+    def calibrated(self, target_epsilon: float, num_rounds: int) -> SkellamSpec:
+        """The spec with the smallest σ (to 0.1 %) whose :meth:`epsilon` is <= the target
+        (bisection on the run's own accountant and conversion; the scale follows σ).
+
+        Raises
+        ------
+        ConfigError
+            For a bad target, or one that no σ <= 1e6 reaches.
+        """
+        check(
+            isinstance(num_rounds, int) and num_rounds >= 1,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 1",
+        )
+        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
+
+        def eps_of(sigma: float) -> float:
+            return self.with_noise(sigma).epsilon(num_rounds)
+
+        sigma = bisect_noise(eps_of, target, field="privacy.noise_multiplier")
+        return self.with_noise(sigma, target)
+
+    def extra_summary(self) -> dict[str, Any]:
+        """The mechanism's parameters once it is bound (``scale`` the one in use): with the
+        fields they are the keys of ``fedpriv-account skellam`` that recompute ε."""
+        out: dict[str, Any] = {"mechanism": "skellam"}
+        if self.noise_multiplier is None or self.num_params < 1 or self.num_clients < 1:
+            return out
+        m = self.mechanism
+        out.update(
+            scale=m.scale,
+            mu=m.mu,
+            l1_sensitivity=m.l1_sensitivity,
+            l2_sensitivity=m.l2_sensitivity,
+        )
+        return out
+
+    @classmethod
+    def from_params(cls, p: Params) -> SkellamSpec:
+        """``fedpriv-account skellam``'s keys (:data:`KEYS` but ``target_epsilon`` and
+        ``num_rounds``); their defaults are the run's. ``noise_multiplier`` is 1.0 when absent
+        (the CLI then calibrates it to ``target_epsilon``)."""
+        p.choice("accountant", ["rdp"], "rdp")
+        return cls(
+            noise_multiplier=p.float("noise_multiplier", 1.0, gt=0.0),
+            sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
+            steps=p.int("steps", ge=1),
+            num_clients=p.int("num_clients", 1, ge=1),
+            honest_but_curious=p.bool("honest_but_curious", False),
+            conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
+            target_delta=p.delta("target_delta"),
+            **cls.mechanism_keys(p),
+        )
+
+    @staticmethod
+    def mechanism_keys(p: Params) -> dict[str, Any]:
+        """The mechanism's keys of a ``fedpriv-account`` call (:data:`SKELLAM_KEYS`), typed and
+        range-checked; their defaults are the run's (``num_params`` is required)."""
+        return {
+            "num_params": p.int("num_params", ge=1),
+            "max_grad_norm": p.float("max_grad_norm", 1.0, gt=0.0),
+            "bits": p.int("bits", 32, ge=2, le=MAX_BITS),
+            "scale": p.float("scale", None, gt=0.0),
+            "beta": p.float("beta", DEFAULT_BETA, ge=0.0, lt=1.0),
+            "rotation": p.bool("rotation", False),
+            "dropout_tolerance": p.int("dropout_tolerance", 0, ge=0),
+            "local_samples": p.int("local_samples", 1, ge=1),
+        }
+
+
 def run_cli(params: dict[str, str]) -> dict[str, Any]:
     """``fedpriv-account skellam``: noise_multiplier | target_epsilon (σ of the SUM, as in a
     run's ``privacy.noise_multiplier``), num_params, num_clients, sample_rate, steps (per
@@ -551,56 +544,34 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     dropout_tolerance, local_samples, honest_but_curious, conversion, scale]. Builds the run's
     :class:`SkellamSpec`: a run's ``results.json`` settings give exactly the run's ε."""
     p = Params(params, "skellam", KEYS)
-    given = p.exclusive("noise_multiplier", "target_epsilon")
-    p.choice("accountant", ["rdp"], "rdp")
-    accounting = AccountingSpec(
-        accountant=Accountant.RDP,
-        conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
-        target_delta=p.delta("target_delta"),
-    )
-    steps = p.int("steps", ge=1)
+    spec = SkellamSpec.from_params(p)
     num_rounds = p.int("num_rounds", 1, ge=1)
-    spec_kw: dict[str, Any] = dict(
-        num_clients=p.int("num_clients", 1, ge=1),
-        steps=steps,
-        honest_but_curious=p.bool("honest_but_curious", False),
-        accounting=accounting,
-    )
-    out: dict[str, Any] = {"analysis": "skellam"}
-    if given == "target_epsilon":
-        target = p.float("target_epsilon", gt=0.0)
-        probe = SkellamSpec.from_params(p, noise_multiplier=1.0, **spec_kw)
-        p.finish()
-        spec = probe.calibrated(target, num_rounds)
-        out.update(calibrated="noise_multiplier", target_epsilon=target)
-    else:
-        sigma = p.float("noise_multiplier", gt=0.0)
-        spec = SkellamSpec.from_params(p, noise_multiplier=sigma, **spec_kw)
-        p.finish()
+    spec, calibration = noise_or_target(p, spec, num_rounds)
     ev = spec.step_event()
-    out.update(
-        epsilon=spec.epsilon(num_rounds),
-        delta=accounting.target_delta,
-        local_epsilon=spec.local_epsilon(num_rounds),
-        noise_multiplier=spec.noise_multiplier,
-        mu=ev.mu,
-        scale=spec.mechanism.scale,
-        l1_sensitivity=ev.l1_sensitivity,
-        l2_sensitivity=ev.l2_sensitivity,
-        bits=spec.bits,
-        num_params=spec.num_params,
-        num_clients=spec.num_clients,
-        honest_but_curious=spec.honest_but_curious,
-        sample_rate=spec.sample_rate,
-        steps=steps,
-        num_rounds=num_rounds,
-        max_grad_norm=spec.max_grad_norm,
-        beta=spec.beta,
-        rotation=spec.rotation,
-        dropout_tolerance=spec.dropout_tolerance,
-        local_samples=spec.local_samples,
-        accountant="rdp",
-        conversion=accounting.conversion.value,
-        neighboring_relation="add_remove",
-    )
-    return out
+    return {
+        "analysis": "skellam",
+        **calibration,
+        "epsilon": spec.epsilon(num_rounds),
+        "delta": spec.target_delta,
+        "local_epsilon": spec.local_epsilon(num_rounds),
+        "noise_multiplier": spec.noise_multiplier,
+        "mu": ev.mu,
+        "scale": spec.mechanism.scale,
+        "l1_sensitivity": ev.l1_sensitivity,
+        "l2_sensitivity": ev.l2_sensitivity,
+        "num_clients": spec.num_clients,
+        "honest_but_curious": spec.honest_but_curious,
+        "sample_rate": spec.sample_rate,
+        "steps": spec.steps,
+        "num_rounds": num_rounds,
+        "max_grad_norm": spec.max_grad_norm,
+        "bits": spec.bits,
+        "num_params": spec.num_params,
+        "beta": spec.beta,
+        "rotation": spec.rotation,
+        "dropout_tolerance": spec.dropout_tolerance,
+        "local_samples": spec.local_samples,
+        "accountant": "rdp",
+        "conversion": spec.conversion.value,
+        "neighboring_relation": "add_remove",
+    }
