@@ -132,7 +132,8 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
         """:class:`ClientLevelSpec`'s and the Skellam mechanism's parameters."""
         out = super().extra_summary()
         if self.noise_multiplier and self.num_params and self.noise_shares:
-            skellam = {k: v for k, v in self.skellam.summary().items() if k != "normalizer"}
+            skip = ("normalizer", "family")
+            skellam = {k: v for k, v in self.skellam.summary().items() if k not in skip}
             out.update(skellam)
         out["mechanism"] = "skellam"
         return out

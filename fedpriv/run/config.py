@@ -211,8 +211,6 @@ def register_schema(conf: Path | None = None) -> None:
     store.store(name="fedpriv_schema", node=RunConfig)
     for group in CLASS_GROUPS:
         for path in sorted(((conf or conf_dir()) / group).glob("*.yaml")):
-            if "_schema" not in path.read_text():  # INTERIM: families not converted yet
-                continue
             target = option_target(path)
             if target == "???":  # custom.yaml: the user names the class
                 continue
