@@ -193,11 +193,9 @@ def option_target(path: Path) -> str:
     ConfigError
         If the file names none.
     """
-    node = OmegaConf.load(path)
-    if not isinstance(node, DictConfig) or "_target_" not in node:
+    plain = OmegaConf.to_container(OmegaConf.load(path))
+    if not isinstance(plain, dict) or "_target_" not in plain:
         raise ConfigError(str(path), None, "must name its class with _target_")
-    plain = OmegaConf.to_container(node)
-    assert isinstance(plain, dict)
     return str(plain["_target_"])  # "???": a slot for the user's own class
 
 
