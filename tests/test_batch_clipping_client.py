@@ -70,7 +70,7 @@ def test_poisson_individual_clipping_reproduces_local_dpsgd_exactly() -> None:
         steps=4,
         lr=0.3,
         normalizer=0.2 * 40,
-        privacy=DPSGDSpec(noise_multiplier=1.3, max_grad_norm=0.7, sample_rate=0.2),
+        privacy=DPSGDSpec(noise_multiplier=1.3, max_grad_norm=0.7, sample_rate=0.2, num_clients=1),
     )
     ours = GeneralizedDPSGD(  # m = q N = 8: the same public divisor as the reference's
         sampler="poisson",

@@ -183,15 +183,14 @@ class _PublicNormalizer:
     sigma, clip, public = 1.2, 0.001, 600.0
 
     def __init__(self, num_clients: int) -> None:
+        from fedpriv.accounting.dpsgd import DPSGDSpec
+
         self.num_clients = num_clients
+        # its events: one Gaussian of σ per round (q = 1, one step)
+        self.privacy = DPSGDSpec(noise_multiplier=self.sigma, sample_rate=1.0, steps=1)
 
     def divisor(self, n: int) -> float:
         return self.public
-
-    def round_events(self) -> list[tuple[Any, int]]:
-        from fedpriv.accounting.dpsgd import poisson_gaussian_event
-
-        return [(poisson_gaussian_event(self.sigma, 1.0), 1)]
 
     def decode_sum(self, total: Any, shapes: Any, server_round: int) -> Any:
         return total
@@ -222,8 +221,8 @@ class _Instrument(ClientAlgorithmContract):
     def __init__(self, algorithm_class: Any) -> None:
         self.algorithm_class = algorithm_class
 
-    def build(self, cfg: dict[str, Any]) -> Any:
-        return self.algorithm_class(int(cfg["num_clients"]))
+    def build(self, cfg: Any) -> Any:
+        return self.algorithm_class(cfg.num_clients)
 
 
 class TestMeasurementInstrument:

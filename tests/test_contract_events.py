@@ -295,6 +295,32 @@ class TestLocalCapEvent(EventContract):
     def make_event(self, noise: float) -> Any:
         return LocalCapEvent(1.0 / noise, 1e-9, reason="precondition fails (test)")
 
+    def incompatible_partner(self) -> Any:
+        return poisson_gaussian_event(1.0, 1.0)
+
+    def golden(self) -> list[tuple[Any, int, float, float]]:
+        # basic composition, exactly: count x eps0 (while count x delta0 <= target_delta)
+        return [
+            (LocalCapEvent(e0, d0, reason="test"), c, c * e0, 1e-15)
+            for e0, d0 in ((2.0, 1e-9), (0.5, 0.0))
+            for c in (1, 7)
+        ]
+
+    def test_delta_is_the_composed_local_delta(self) -> None:
+        """δ(ε) = count δ0 at ε >= count ε0, else 1 (nothing better is claimed)."""
+        ev = LocalCapEvent(2.0, 1e-9, reason="test")
+        assert ev.delta(6.0, 3) == pytest.approx(3e-9, rel=1e-15)
+        assert ev.delta(5.9, 3) == 1.0
+
+    def test_no_bound_when_the_local_deltas_exceed_the_target(self) -> None:
+        """``count δ0 > target_delta``: no ε holds; the event raises (never a number) and
+        its bound says why."""
+        ev = LocalCapEvent(2.0, 1e-7, reason="precondition fails (test)")
+        with pytest.raises(NotImplementedError, match="repetitions x local_delta"):
+            ev.epsilon(1e-6, 20)
+        b = ev.bound(1e-6, 20)
+        assert b.epsilon == math.inf and b.reason and "precondition fails" in b.reason
+
 
 class TestDiscreteGaussianEvent(EventContract):
     """secure_mode's lattice discrete Gaussian (Poisson-subsampled), RDP only: its curve is the
@@ -346,28 +372,6 @@ class TestRandomAllocationEvent(EventContract):
         return poisson_gaussian_event(1.0, 1.0)
 
     def golden(self) -> list[tuple[Any, int, float, float]]:
-        # basic composition, exactly: count x eps0 (while count x delta0 <= target_delta)
-        return [
-            (LocalCapEvent(e0, d0, reason="test"), c, c * e0, 1e-15)
-            for e0, d0 in ((2.0, 1e-9), (0.5, 0.0))
-            for c in (1, 7)
-        ]
-
-    def test_delta_is_the_composed_local_delta(self) -> None:
-        """δ(ε) = count δ0 at ε >= count ε0, else 1 (nothing better is claimed)."""
-        ev = LocalCapEvent(2.0, 1e-9, reason="test")
-        assert ev.delta(6.0, 3) == pytest.approx(3e-9, rel=1e-15)
-        assert ev.delta(5.9, 3) == 1.0
-
-    def test_no_bound_when_the_local_deltas_exceed_the_target(self) -> None:
-        """``count δ0 > target_delta``: no ε holds; the event raises (never a number) and
-        its bound says why."""
-        ev = LocalCapEvent(2.0, 1e-7, reason="precondition fails (test)")
-        with pytest.raises(NotImplementedError, match="repetitions x local_delta"):
-            ev.epsilon(1e-6, 20)
-        b = ev.bound(1e-6, 20)
-        assert b.epsilon == math.inf and b.reason and "precondition fails" in b.reason
-
         # t = k = 1: every client in the epoch's only round, the Gaussian mechanism: the exact
         # Gaussian ε (Balle & Wang 2018) of c epochs, sqrt(c)/σ-GDP (PLD grid: 1 %)
         return [

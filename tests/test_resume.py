@@ -31,7 +31,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from fedpriv.common.errors import ConfigError
-from fedpriv.run import checkpoint
+from fedpriv.run import checkpoint, resume
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.plan import RunPlan
 from fedpriv.run.run_privacy import RunPrivacy
@@ -67,7 +67,7 @@ RECORD_LEVEL = [
     "num_workers=2",
     "strategy=async_fedavg",
     "strategy.max_staleness=2",
-    "+strategy.server_optimizer=fedavgm",
+    "strategy.server_optimizer=fedavgm",
 ]
 
 
@@ -125,7 +125,7 @@ def _run(run_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> dict[str
 def _resume(run_dir: Path, overrides: list[str] | None = None) -> dict[str, Any]:
     from fedpriv.run.runner import run_experiment
 
-    return run_experiment(checkpoint.resume_config(run_dir, overrides or []), run_dir)
+    return run_experiment(resume.resume_config(run_dir, overrides or []), run_dir)
 
 
 def _outcome(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], list[list[str]]]:
@@ -222,7 +222,7 @@ def test_stopped_run_extends_with_num_rounds(
     run_dir = tmp_path / "short"
     _run(run_dir, ["num_rounds=4"])
     with pytest.raises(ConfigError, match=r"is complete \(4 rounds\).*num_rounds=M with M > 4"):
-        checkpoint.resume_config(run_dir, [])
+        resume.resume_config(run_dir, [])
     summary = _resume(run_dir, [f"num_rounds={ROUNDS}"])
     assert summary["status"] == "complete"
     _assert_identical(run_dir, reference[0])
@@ -242,14 +242,14 @@ def test_resume_refusals_are_one_line(
     ]
     for run_dir, overrides, text in cases:
         with pytest.raises(ConfigError) as err:
-            checkpoint.resume_config(run_dir, overrides)
+            resume.resume_config(run_dir, overrides)
         assert text in str(err.value) and "\n" not in str(err.value)
         assert str(err.value).startswith(f"resume={str(run_dir)!r}")
     no_ckpt = tmp_path / "no_ckpt"
     no_ckpt.mkdir()
     (no_ckpt / "config_resolved.yaml").write_text((ref / "config_resolved.yaml").read_text())
     with pytest.raises(ConfigError, match="has no checkpoint.npz"):
-        checkpoint.resume_config(no_ckpt, [])
+        resume.resume_config(no_ckpt, [])
     # a directory another process runs in is refused (the lock dies with its holder)
     holder = subprocess.Popen(
         [sys.executable, "-c", LOCK_HOLDER, str(ref)], stdout=subprocess.PIPE, text=True
@@ -265,14 +265,14 @@ def test_resume_refusals_are_one_line(
         holder.wait()
     checkpoint.lock_run(ref).close()
     # an override equal to the saved value changes nothing: allowed
-    assert checkpoint.resume_config(ref, ["num_rounds=12", "seed=0"]).num_rounds == 12
+    assert resume.resume_config(ref, ["num_rounds=12", "seed=0"]).num_rounds == 12
     # a stopped run cannot be "continued" to fewer rounds than it has run
     stopped = tmp_path / "stopped"
     shutil.copytree(ref, stopped)
     doc = json.loads((stopped / "results.json").read_text())
     (stopped / "results.json").write_text(json.dumps({**doc, "status": "stopped"}))
     with pytest.raises(ConfigError, match=r"num_rounds=3 must be >= the 10 rounds"):
-        checkpoint.resume_config(stopped, ["num_rounds=3"])
+        resume.resume_config(stopped, ["num_rounds=3"])
 
 
 LOCK_HOLDER = """
@@ -306,15 +306,15 @@ def test_strategy_without_checkpoints_is_refused_naming_it(
     with pytest.raises(ConfigError, match="strategy NotResumable writes no checkpoint"):
         run_experiment(cfg, run_dir)
     with pytest.raises(ConfigError) as err:  # what `fedpriv resume=RUN_DIR` says
-        checkpoint.resume_config(run_dir, [])
+        resume.resume_config(run_dir, [])
     assert str(err.value) == (
         f"resume={str(run_dir)!r} cannot be continued: strategy "
         "tests.test_resume.NotResumable writes no checkpoint "
         "(resume supports strategy=fedavg, strategy=async_fedavg)"
     )
-    assert checkpoint.strategy_resumable("strategies.fedavg.DPFedAvg")
-    assert checkpoint.strategy_resumable("strategies.async_fedavg.AsyncDPFedAvg")
-    assert not checkpoint.strategy_resumable("strategies.checkin_server.CheckinStrategy")
+    assert resume.strategy_resumable("strategies.fedavg.DPFedAvg")
+    assert resume.strategy_resumable("strategies.async_fedavg.AsyncDPFedAvg")
+    assert not resume.strategy_resumable("strategies.checkin_server.CheckinStrategy")
 
 
 def test_async_fedavg_resumes_identically(

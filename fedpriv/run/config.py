@@ -140,7 +140,7 @@ class RunConfig:
     num_clients: int = 10
     num_rounds: int = 20
     num_workers: Optional[int] = None
-    vmap_clients: Optional[bool] = None
+    vmap_clients: Any = None  # true | false | null: checked by the plan (no coercion of 2)
     client_sampling: str = "all"
     client_sample_rate: Optional[float] = None
     num_sampled_clients: Optional[int] = None
