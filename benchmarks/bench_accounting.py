@@ -72,8 +72,8 @@ def poisson_gaussian() -> None:
 
 
 def ledger_runs() -> None:
-    from fedpriv.accounting.ledger import PrivacyLedger
     from fedpriv.accounting.dpsgd import poisson_gaussian_event
+    from fedpriv.accounting.ledger import PrivacyLedger
 
     def ten_runs() -> float:
         ledger = PrivacyLedger()

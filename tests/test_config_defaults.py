@@ -21,9 +21,7 @@ from fedpriv.common.schema import plain
 from fedpriv.run.config import CLASS_GROUPS, RunConfig, compose_config, conf_dir, option_schema
 
 CONF = conf_dir()
-OPTIONS = sorted(
-    p for g in CLASS_GROUPS for p in (CONF / g).glob("*.yaml") if p.stem != "custom"
-)
+OPTIONS = sorted(p for g in CLASS_GROUPS for p in (CONF / g).glob("*.yaml") if p.stem != "custom")
 #: Keys of a class-group option that are not defaults: its class, Hydra's directives, and
 #: values bound to the run by interpolation (``${num_clients}``).
 NOT_DEFAULTS = {"defaults", "_target_", "_recursive_"}

@@ -49,8 +49,7 @@ def test_config_groups_added_with_plus_still_work() -> None:
 def test_a_file_in_the_run_directory_path_is_one_line(tmp_path: Path) -> None:
     line = one_error_line(fedpriv("hydra.run.dir=README.md/run"))
     assert line == (
-        "fedpriv: error: hydra.run.dir='README.md/run' is not a directory path: README.md is "
-        "a file"
+        "fedpriv: error: hydra.run.dir='README.md/run' is not a directory path: README.md is a file"
     )
     assert "Traceback" not in line and "NotADirectoryError" not in line
 

@@ -63,7 +63,10 @@ def bisect_noise(
         "must be a finite number > 0",
     )
     check(0 < rtol < 0.5, "rtol", rtol, "must be in (0, 0.5)")
-    ok = lambda x: epsilon_of(x) <= target_epsilon  # noqa: E731
+
+    def ok(x: float) -> bool:
+        return epsilon_of(x) <= target_epsilon
+
     lo: float | None = None
     hi: float | None = None
     if hint is not None:

@@ -125,7 +125,7 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
 
     def calibrated(self, target_epsilon: float, num_rounds: int) -> ClientLevelSkellamSpec:
         """Smallest σ whose Skellam ε (RDP) after ``num_rounds`` rounds meets the target."""
-        sigma = self.skellam_with(1.0).calibrated(target_epsilon, num_rounds).noise_multiplier
+        sigma = self.skellam_with(1.0).calibrated(target_epsilon, num_rounds).sigma
         return self.with_noise(sigma, target_epsilon)
 
     def extra_summary(self) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def gdp_tradeoff(alpha: ArrayLike, mu: float) -> np.ndarray:
     if math.isinf(mu):
         return np.where(a > 0, 0.0, 1.0)
     # Phi(Phi^{-1}(1-a) - mu) = ndtr(-ndtri(a) - mu), accurate for small a.
-    return scipy.special.ndtr(-scipy.special.ndtri(a) - mu)
+    return np.asarray(scipy.special.ndtr(-scipy.special.ndtri(a) - mu), dtype=float)
 
 
 def compose_mu(mus: Iterable[float]) -> float:
@@ -165,7 +165,7 @@ def _log_delta_array(eps: np.ndarray, mu: np.ndarray) -> np.ndarray:
         lb = eps[pos] + scipy.special.log_ndtr(b[pos])
         with np.errstate(divide="ignore"):
             out[pos] = la + np.log(np.maximum(-np.expm1(lb - la), 0.0))
-    return out
+    return np.asarray(out, dtype=float)
 
 
 def gdp_log_delta(epsilon: ArrayLike, mu: float | ArrayLike) -> np.ndarray:
@@ -198,7 +198,7 @@ def gdp_log_delta(epsilon: ArrayLike, mu: float | ArrayLike) -> np.ndarray:
     finite = (mu_arr > 0) & np.isfinite(mu_arr) & np.isfinite(eps_arr)
     if np.any(finite):
         out[finite] = _log_delta_array(eps_arr[finite], mu_arr[finite])
-    return np.minimum(out, 0.0)
+    return np.asarray(np.minimum(out, 0.0), dtype=float)
 
 
 def gdp_delta(epsilon: ArrayLike, mu: float | ArrayLike) -> np.ndarray | float:

@@ -379,7 +379,8 @@ class PrivacyLedger:
                 else:
                     total = total + c * _dp_event_rdp(e, orders, relation)
             self._cache["rdp"] = (orders, total)
-        return self._cache["rdp"]
+        curve: tuple[np.ndarray, np.ndarray] = self._cache["rdp"]
+        return curve
 
     @property
     def pld_interval(self) -> float:
@@ -558,7 +559,7 @@ def _dp_event_rdp(
         if inner.supports(event.event):
             inner.compose(event.event, 1)
             rdp = np.minimum(rdp, inner.rdp)
-    return rdp
+    return np.asarray(rdp, dtype=float)
 
 
 def event_to_dict(event: Any) -> dict[str, Any]:

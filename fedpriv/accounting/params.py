@@ -236,7 +236,8 @@ class Params:
 
         ``None`` when the key is absent and the default is ``None``.
         """
-        return self.float(key, default, gt=0.0, lt=1.0)
+        value: builtins.float | None = self.float(key, default, gt=0.0, lt=1.0)
+        return value
 
     def exclusive(self, *keys: builtins.str, required: builtins.bool = True) -> builtins.str | None:
         """The one of ``keys`` that was given; error if several (or none and ``required``)."""

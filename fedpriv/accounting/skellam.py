@@ -146,7 +146,7 @@ def poisson_subsampled_rdp(
     log_terms = np.where(J <= A, log_terms, -np.inf)
     log0 = (a - 1) * math.log1p(-q) + np.log1p((a - 1) * q)
     total = special.logsumexp(np.concatenate([log0[:, None], log_terms], axis=1), axis=1)
-    return np.minimum(total / (a - 1), base)
+    return np.asarray(np.minimum(total / (a - 1), base), dtype=float)
 
 
 def rounded_sensitivities(

@@ -24,9 +24,10 @@ def global_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """L2 norm of the concatenation of ``tensors`` (any shapes, 0-d included); a 0-d tensor."""
     if len(tensors) == 0:
         return torch.zeros(())
-    return torch.linalg.vector_norm(
+    norm: torch.Tensor = torch.linalg.vector_norm(
         torch.stack([torch.linalg.vector_norm(t.reshape(-1).double()) for t in tensors])
     ).to(tensors[0].dtype)
+    return norm
 
 
 def clip_factor(norm: torch.Tensor, clipping_norm: float) -> torch.Tensor:

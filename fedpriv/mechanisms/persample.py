@@ -45,7 +45,8 @@ def per_sample_grads(
         out = functional_call(model, (p, buffers), (xi.unsqueeze(0),))
         return loss_fn(out, yi.unsqueeze(0))
 
-    return vmap(grad(loss_one), in_dims=(None, 0, 0))(params, x, y)
+    grads: dict[str, torch.Tensor] = vmap(grad(loss_one), in_dims=(None, 0, 0))(params, x, y)
+    return grads
 
 
 def clipped_grad_sum(
@@ -54,9 +55,10 @@ def clipped_grad_sum(
     """Sum over the batch of per-sample gradients clipped to ``max_grad_norm``.
 
     Dispatches to the book-keeping fast path (:mod:`fedpriv.mechanisms.ghost`) when every
-    parameterized module is a supported layer (``nn.Linear``, ``nn.Conv2d``) and its runtime guards pass;
-    otherwise to :func:`reference_clipped_grad_sum` (torch.func). Both return the same value up
-    to float rounding. Parameters and returns as in :func:`reference_clipped_grad_sum`.
+    parameterized module is a supported layer (``nn.Linear``, ``nn.Conv2d``) and its runtime
+    guards pass; otherwise to :func:`reference_clipped_grad_sum` (torch.func). Both return the
+    same value up to float rounding. Parameters and returns as in
+    :func:`reference_clipped_grad_sum`.
 
     Raises
     ------

@@ -142,12 +142,14 @@ def _clip_rows(x: NDArray[np.float64], clipping_norm: float) -> NDArray[np.float
     """Each row scaled to ℓ2 norm ≤ ``clipping_norm`` (all-zero rows unchanged)."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     factor = np.minimum(1.0, clipping_norm / np.maximum(norms, 1e-300))
-    return x * factor
+    out: NDArray[np.float64] = x * factor
+    return out
 
 
 def _row_sq_norms(a: NDArray[np.float64]) -> NDArray[np.float64]:
     """Squared ℓ2 norm of each row (exact for integer rows of squared norm below 2**53)."""
-    return np.einsum("ij,ij->i", a, a)
+    out: NDArray[np.float64] = np.einsum("ij,ij->i", a, a)
+    return out
 
 
 def conditional_round(
