@@ -170,6 +170,7 @@ def test_rdp_properties(sigma, q, steps, delta):
     assert poisson_gaussian_epsilon(sigma * 1.2, q, steps, delta, "rdp") <= e
 
 
+@pytest.mark.slow
 @settings(max_examples=4, deadline=None)
 @given(st.floats(0.5, 3.0), st.floats(1e-3, 0.2), st.integers(1, 100), deltas)
 def test_pld_properties(sigma, q, steps, delta):

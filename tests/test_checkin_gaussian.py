@@ -300,6 +300,7 @@ def test_slot_release_noise_is_what_the_events_claim() -> None:
     assert stats == {"updates": 2, "dummies": 1}
 
 
+@pytest.mark.slow
 def test_run_calibrates_sigma_to_the_target_within_one_percent(task_identity: None) -> None:
     from fedpriv.run.prepare import prepare
 

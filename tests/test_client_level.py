@@ -138,6 +138,7 @@ def test_random_allocation_is_an_upper_bound_of_the_exact_tiny_case() -> None:
     assert exact <= eps <= 1.05 * exact
 
 
+@pytest.mark.slow
 def test_random_allocation_between_pld_accounting_bounds_and_per_epoch() -> None:
     """t = 10, k = 2, σ = 0.8, 3 epochs: ε lies between pld-accounting's own lower and upper
     bounds (gaussian_allocation_epsilon_range; 2 % slack for the grids); rounds inside an epoch
@@ -172,7 +173,12 @@ def test_adaptive_clipping_equals_the_composition_of_its_two_gaussians() -> None
         ("all", {}, 20),
         ("poisson", {"client_sample_rate": 0.05}, 100),
         ("fixed_size", {"num_sampled_clients": 10}, 100),
-        ("random_allocation", {"allocation_window": 4, "rounds_per_client": 1}, 8),
+        pytest.param(  # the allocation PLD per bisection step: ~9 s
+            "random_allocation",
+            {"allocation_window": 4, "rounds_per_client": 1},
+            8,
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_calibration_meets_the_target_within_one_percent(kind: str, kw: dict, rounds: int) -> None:
@@ -501,9 +507,6 @@ def test_record_level_keys_are_refused_for_client_level(key: str, tmp_path: Any)
     """``privacy.max_grad_norm`` and ``privacy.sample_rate`` are record-level fields: the
     client-level spec has none (C of a client's delta is ``privacy.clipping_norm``); the schema
     refuses them when the config is composed, and the CLI in one line (exit 2)."""
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from hydra.errors import ConfigCompositionException
 
@@ -511,14 +514,9 @@ def test_record_level_keys_are_refused_for_client_level(key: str, tmp_path: Any)
         ClientLevelSpec(**{key: 1.0})  # type: ignore[arg-type]
     with pytest.raises(ConfigCompositionException, match=key):
         _compose([*BASE, f"privacy.{key}=1"])
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedpriv.cli.experiment", *BASE, f"+privacy.{key}=1"]
-        + [f"hydra.run.dir={tmp_path / 'run'}"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parents[1],
-        timeout=120,
-    )
+    from tests.cli import run_fedpriv
+
+    proc = run_fedpriv([*BASE, f"+privacy.{key}=1", f"hydra.run.dir={tmp_path / 'run'}"])
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"fedpriv: error: privacy.{key}=1 is not a setting of privacy=")

@@ -29,6 +29,7 @@ def _rows(out: Path) -> list[dict[str, Any]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_poisson_adaptive_run_reports_its_spec_epsilon_and_the_clip_norm(tmp_path: Path) -> None:
     """Poisson q = 0.25, z = 1, σ_b = 2, γ = 0.5, 3 rounds: results.json's ε equals
     ``fedpriv-account client-level`` on the same settings (rel. 1e-9); metrics.csv holds the
@@ -67,6 +68,7 @@ def test_poisson_adaptive_run_reports_its_spec_epsilon_and_the_clip_norm(tmp_pat
     assert (tmp_path / "curves.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_random_allocation_run_accounts_one_event_per_epoch(tmp_path: Path) -> None:
     """t = 2 rounds per epoch, k = 1, 4 rounds: ε after round 1 equals ε after round 2 (the
     epoch was paid at its first round), round 3 pays the second epoch; every client trained

@@ -8,7 +8,6 @@ import json
 import math
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import dp_accounting
@@ -18,6 +17,7 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
+from tests.cli import run_fedpriv
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -157,20 +157,7 @@ def test_num_clients_below_one_is_refused() -> None:
 
 
 def _cli(args: list[str], out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fedpriv.cli.experiment",
-            *args,
-            f"hydra.run.dir={out}",
-            "progress=false",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    return run_fedpriv([*args, f"hydra.run.dir={out}", "progress=false"])
 
 
 SKELLAM = ["client=skellam_dpsgd"]  # privacy=skellam: RDP by default

@@ -28,8 +28,13 @@ class TestDPSGDSpec(PrivacySpecContract):
     spec_class = DPSGDSpec
 
     def make_spec(self) -> Any:
-        return DPSGDSpec(
-            noise_multiplier=1.2, sample_rate=0.1, steps=3, num_clients=4, normalizer=10.0
+        return DPSGDSpec(  # RDP keeps the contract's calibration fast; PLD's is tested apart
+            noise_multiplier=1.2,
+            sample_rate=0.1,
+            steps=3,
+            num_clients=4,
+            normalizer=10.0,
+            accountant="rdp",
         )
 
     def cli_params(self, spec: Any) -> dict[str, str]:
@@ -158,7 +163,9 @@ class TestClientLevelSpec(PrivacySpecContract):
 
     def make_spec(self) -> Any:
         cohort = CohortSampler(100, ClientSampling.POISSON, client_sample_rate=0.1, seed=1)
-        return ClientLevelSpec(noise_multiplier=1.0, clipping_norm=0.5, cohort=cohort)
+        return ClientLevelSpec(  # RDP: a fast calibration (PLD's: tests/test_client_level.py)
+            noise_multiplier=1.0, clipping_norm=0.5, cohort=cohort, accountant="rdp"
+        )
 
     def cli_params(self, spec: Any) -> dict[str, str]:
         c = spec.cohort

@@ -39,7 +39,7 @@ logging.getLogger("absl").setLevel(logging.ERROR)
 TARGET = 3.0
 ROUNDS = 3
 CALIBRATION = [
-    ("dpsgd", "pld", "default"),
+    pytest.param("dpsgd", "pld", "default", marks=pytest.mark.slow),  # PLD bisection: ~10 s
     ("dpsgd", "rdp", "default"),
     ("dpsgd", "rdp", "mironov"),  # the case: 3.547 before the fix
     ("skellam_dpsgd", "rdp", "default"),
@@ -291,7 +291,10 @@ def test_for_run_binds_the_nominal_expected_batch() -> None:
         compose_config(["privacy.group_sizes=[2]"])
 
 
-@pytest.mark.parametrize(("accountant", "conversion"), [("pld", "default"), ("rdp", "mironov")])
+@pytest.mark.parametrize(
+    ("accountant", "conversion"),
+    [pytest.param("pld", "default", marks=pytest.mark.slow), ("rdp", "mironov")],
+)
 def test_cli_poisson_gaussian_calibrates_to_the_runs_sigma(
     accountant: str, conversion: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

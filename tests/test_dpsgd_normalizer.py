@@ -141,6 +141,7 @@ def test_effective_sigma_of_the_released_sum(name: str) -> None:
     check_partition(run_cfg(overrides), tol, skewed=name != "iid")
 
 
+@pytest.mark.slow
 def test_effective_sigma_natural_partition(shared_data: Any) -> None:
     acs = shared_data / "acs-income" / "feda4fair_cross_silo_value_2018"
     if not acs.is_dir():

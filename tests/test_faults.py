@@ -25,6 +25,7 @@ from fedpriv.run.prepare import prepare
 from fedpriv.run.round_log import RunFailed
 from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.runner import run_experiment
+from tests.cli import run_fedpriv
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["num_clients=4", "model=logistic", "progress=false", "client.steps=2", "plot=false"]
@@ -136,11 +137,11 @@ def test_unreachable_ray_address_is_one_line_within_the_timeout(tmp_path: Path) 
 
 def test_existing_run_directory_is_refused(tmp_path: Path) -> None:
     (tmp_path / "results.json").write_text("{}")
-    proc = _cli(["num_rounds=1"], tmp_path)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2 and "already holds a run (results.json)" in err
+    proc = run_fedpriv(["num_rounds=1", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 2 and "already holds a run (results.json)" in proc.stderr
 
 
+@pytest.mark.slow
 def test_default_run_directories_differ_between_processes() -> None:
     """Two runs started in the same second: the run directory ends with the process id."""
     code = (
@@ -278,6 +279,5 @@ def test_ray_address_forms() -> None:
 
 
 def test_empty_resume_is_refused(tmp_path: Path) -> None:
-    proc = _cli(["resume="], tmp_path / "run")
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2 and "resume='' must name a run directory" in err
+    proc = run_fedpriv(["resume=", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert proc.returncode == 2 and "resume='' must name a run directory" in proc.stderr

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import dp_accounting
@@ -18,6 +16,7 @@ from fedpriv.common.errors import ConfigError
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.prepare import prepare
 from fedpriv.run.runner import run_experiment
+from tests.cli import run_fedpriv
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = [
@@ -139,19 +138,7 @@ def test_bad_config_is_refused_before_training(override: str, message: str) -> N
 )
 def test_cli_bad_config_exits_with_one_line(tmp_path: Path, override: str, message: str) -> None:
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fedpriv.cli.experiment",
-            *override.split(","),
-            f"hydra.run.dir={out}",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    proc = run_fedpriv([*override.split(","), f"hydra.run.dir={out}"])
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("fedpriv: error: "), proc.stderr

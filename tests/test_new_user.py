@@ -4,7 +4,6 @@ is refused with one line naming what to change, before anything is written."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,18 +11,13 @@ import pytest
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.config import compose_config
 from fedpriv.run.prepare import prepare
+from tests.cli import run_fedpriv
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def fedpriv(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fedpriv.cli.experiment", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=180,
-    )
+    return run_fedpriv(list(args), cwd)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:

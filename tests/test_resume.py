@@ -427,6 +427,7 @@ def _child(run_dir: str) -> None:
     os._exit(0)
 
 
+@pytest.mark.slow
 def test_kill_9_at_20_random_moments_resumes_identically(
     in_process: None, reference: tuple[Path, float], tmp_path: Path
 ) -> None:

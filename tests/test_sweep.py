@@ -237,6 +237,7 @@ def test_failed_job_is_marked_and_the_sweep_goes_on(cluster: str, tmp_path: Path
     )
 
 
+@pytest.mark.slow
 def test_unreachable_or_missing_address_is_one_clear_message(tmp_path: Path) -> None:
     closed = _free_port()  # nothing listens there
     proc = _fedpriv(

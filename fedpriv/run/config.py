@@ -205,10 +205,13 @@ def register_schema(conf: Path | None = None) -> None:
     ``<group>/<option>_schema``, in Hydra's ConfigStore; and the ``${fedpriv_pid:}`` resolver
     (this process's id: part of the default run directory, so that two runs started in the
     same second never share one)."""
+    conf = conf or conf_dir()
+    if conf in _REGISTERED:
+        return
     store = ConfigStore.instance()
     store.store(name="fedpriv_schema", node=RunConfig)
     for group in CLASS_GROUPS:
-        for path in sorted(((conf or conf_dir()) / group).glob("*.yaml")):
+        for path in sorted((conf / group).glob("*.yaml")):
             target = option_target(path)
             if target == "???":  # custom.yaml: the user names the class
                 continue
@@ -216,6 +219,11 @@ def register_schema(conf: Path | None = None) -> None:
             store.store(group=group, name=f"{path.stem}_schema", node=schema)
     if not OmegaConf.has_resolver("fedpriv_pid"):
         OmegaConf.register_new_resolver("fedpriv_pid", lambda: str(os.getpid()))
+    _REGISTERED.add(conf)
+
+
+#: The conf directories whose schemas are in the ConfigStore (registered once per process).
+_REGISTERED: set[Path] = set()
 
 
 def conf_dir() -> Path:
