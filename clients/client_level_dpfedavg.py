@@ -118,8 +118,7 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("local_epochs", "batch_size"):
-            v = getattr(self, name)
+        for name, v in (("local_epochs", self.local_epochs), ("batch_size", self.batch_size)):
             check(isinstance(v, int) and v >= 1, f"client.{name}", v, "must be an integer >= 1")
         check(check_finite("client.lr", self.lr) > 0, "client.lr", self.lr, "must be > 0")
         mom = check_finite("client.momentum", self.momentum)

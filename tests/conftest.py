@@ -7,6 +7,12 @@ from pathlib import Path
 
 import pytest
 from flwr.supercore.task_identity import TaskIdentity
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (derandomized): CI never meets an example
+# a developer's run did not; a new example is a change to the test, reviewed as such.
+settings.register_profile("fedpriv", derandomize=True, deadline=None)
+settings.load_profile("fedpriv")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -126,8 +126,10 @@ def test_unreachable_ray_address_is_one_line_within_the_timeout(tmp_path: Path) 
     """Port 1 of the loopback address: nothing listens there."""
     out = tmp_path / "run"
     t0 = time.monotonic()
-    proc = _cli(["ray_init_args.address=127.0.0.1:1", "num_rounds=1"], out)
-    _, err = proc.communicate(timeout=120)
+    proc = run_fedpriv(
+        ["ray_init_args.address=127.0.0.1:1", "num_rounds=1", f"hydra.run.dir={out}"]
+    )
+    err = proc.stderr
     assert proc.returncode == 2, err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "ray_init_args.address='127.0.0.1:1' must name a running" in err
@@ -230,13 +232,7 @@ def test_sigkill_leaves_no_ray_process(tmp_path: Path) -> None:
 
 
 def test_help_describes_the_fields_of_the_named_groups() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedpriv.cli.experiment", "client=client_level", "--help"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    proc = run_fedpriv(["client=client_level", "--help"])
     assert proc.returncode == 0, proc.stderr
     assert "client: batch_clipping, checkin," in proc.stdout
     # every field with its default and the description its class documents

@@ -171,34 +171,7 @@ def secagg_dpsgd(
         accountant,
         "must be 'rdp' for mechanism='skellam' (its analysis is an RDP bound)",
     )
-    given_name: str
-    given_sigma: float
-    if noise_multiplier is not None and client_noise_multiplier is None:
-        given_name, given_sigma = "noise_multiplier", noise_multiplier
-    elif client_noise_multiplier is not None and noise_multiplier is None:
-        given_name, given_sigma = "client_noise_multiplier", client_noise_multiplier
-    elif noise_multiplier is None:
-        raise ConfigError(
-            "noise_multiplier",
-            None,
-            "is required: σ of the sum (or client_noise_multiplier=, each client's σ_i)",
-        )
-    else:
-        raise ConfigError(
-            "client_noise_multiplier",
-            client_noise_multiplier,
-            f"cannot be combined with noise_multiplier={noise_multiplier!r} (σ of the sum);"
-            " give one",
-        )
-    check(
-        isinstance(given_sigma, (int, float))
-        and not isinstance(given_sigma, bool)
-        and math.isfinite(given_sigma)
-        and given_sigma > 0,
-        given_name,
-        given_sigma,
-        "must be a finite number > 0",
-    )
+    given_name, given_sigma = _given_noise(noise_multiplier, client_noise_multiplier)
     check(isinstance(steps, int) and steps >= 1, "steps", steps, "must be an integer >= 1")
     check(
         isinstance(num_rounds, int) and num_rounds >= 1,
@@ -214,6 +187,7 @@ def secagg_dpsgd(
     else:
         sigma_client = float(given_sigma)
         sigma_total = sigma_client * math.sqrt(noise_clients)
+    spec = None
     if mechanism == "gaussian":
         if skellam_kwargs:
             key = next(iter(skellam_kwargs))
@@ -259,7 +233,7 @@ def secagg_dpsgd(
         "conversion": conversion,
         "neighboring_relation": "add_remove",
     }
-    if mechanism == "skellam":
+    if spec is not None:
         out.update(
             mu_total=central.mu,
             mu_local=local.mu,
@@ -271,6 +245,46 @@ def secagg_dpsgd(
             l2_sensitivity=central.l2_sensitivity,
         )
     return out
+
+
+
+def _given_noise(
+    noise_multiplier: float | None, client_noise_multiplier: float | None
+) -> tuple[str, float]:
+    """``(name, value)`` of the one noise parameter given (σ of the sum or each client's σ_i).
+
+    Raises
+    ------
+    ConfigError
+        For both, neither, or a value that is not a finite number > 0.
+    """
+    if noise_multiplier is not None and client_noise_multiplier is None:
+        name, value = "noise_multiplier", noise_multiplier
+    elif client_noise_multiplier is not None and noise_multiplier is None:
+        name, value = "client_noise_multiplier", client_noise_multiplier
+    elif noise_multiplier is None:
+        raise ConfigError(
+            "noise_multiplier",
+            None,
+            "is required: σ of the sum (or client_noise_multiplier=, each client's σ_i)",
+        )
+    else:
+        raise ConfigError(
+            "client_noise_multiplier",
+            client_noise_multiplier,
+            f"cannot be combined with noise_multiplier={noise_multiplier!r} (σ of the sum);"
+            " give one",
+        )
+    check(
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0,
+        name,
+        value,
+        "must be a finite number > 0",
+    )
+    return name, float(value)
 
 
 KEYS = (
