@@ -48,7 +48,7 @@ from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec
+from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, calibrated_value
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.validate import check_finite, parse_enum
@@ -875,20 +875,8 @@ class BatchClippingSpec(PrivacySpec):
 
     @property
     def sigma(self) -> float:
-        """σ as a number.
-
-        Raises
-        ------
-        ConfigError
-            Before calibration (``noise_multiplier=None``).
-        """
-        check(
-            self.noise_multiplier is not None,
-            "privacy.noise_multiplier",
-            None,
-            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
-        )
-        return float(self.noise_multiplier)  # type: ignore[arg-type]
+        """``noise_multiplier`` as a number (refused before calibration)."""
+        return calibrated_value("noise_multiplier", self.noise_multiplier)
 
     @property
     def analysis_name(self) -> Analysis:

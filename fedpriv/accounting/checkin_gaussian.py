@@ -67,7 +67,7 @@ from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.ledger import PldEvent
 from fedpriv.accounting.params import Params
-from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec
+from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, calibrated_value
 from fedpriv.accounting.vocabulary import Accountant, NeighboringRelation
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
@@ -313,20 +313,8 @@ class CheckinGaussianSpec(PrivacySpec):
     # ---- the mechanism -------------------------------------------------------------------
     @property
     def sigma(self) -> float:
-        """σ as a number.
-
-        Raises
-        ------
-        ConfigError
-            Before calibration (``noise_multiplier=None``).
-        """
-        check(
-            self.noise_multiplier is not None,
-            "privacy.noise_multiplier",
-            None,
-            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
-        )
-        return float(self.noise_multiplier)  # type: ignore[arg-type]
+        """``noise_multiplier`` as a number (refused before calibration)."""
+        return calibrated_value("noise_multiplier", self.noise_multiplier)
 
     @property
     def noise_stddev(self) -> float:

@@ -44,7 +44,12 @@ from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.params import Params, noise_or_target
-from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
+from fedpriv.accounting.privacy_spec import (
+    EventRuns,
+    PrivacySpec,
+    UnaccountableRound,
+    calibrated_value,
+)
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_positive
@@ -251,20 +256,8 @@ class ClientLevelSpec(PrivacySpec):
 
     @property
     def sigma(self) -> float:
-        """z as a number.
-
-        Raises
-        ------
-        ConfigError
-            Before calibration (``noise_multiplier=None``).
-        """
-        check(
-            self.noise_multiplier is not None,
-            "privacy.noise_multiplier",
-            None,
-            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
-        )
-        return float(self.noise_multiplier)  # type: ignore[arg-type]
+        """``noise_multiplier`` as a number (refused before calibration)."""
+        return calibrated_value("noise_multiplier", self.noise_multiplier)
 
     @property
     def non_private(self) -> bool:

@@ -23,7 +23,12 @@ from dp_accounting import dp_event
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
 from fedpriv.accounting.params import Params, noise_or_target
-from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
+from fedpriv.accounting.privacy_spec import (
+    EventRuns,
+    PrivacySpec,
+    UnaccountableRound,
+    calibrated_value,
+)
 from fedpriv.accounting.vocabulary import Accountant, Conversion
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
@@ -201,20 +206,8 @@ class LocalStepsSum:
 
     @property
     def sigma(self) -> float:
-        """σ as a number.
-
-        Raises
-        ------
-        ConfigError
-            Before calibration (``noise_multiplier=None``).
-        """
-        check(
-            self.noise_multiplier is not None,
-            "privacy.noise_multiplier",
-            None,
-            "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
-        )
-        return float(self.noise_multiplier)  # type: ignore[arg-type]
+        """``noise_multiplier`` as a number (refused before calibration)."""
+        return calibrated_value("noise_multiplier", self.noise_multiplier)
 
     @property
     def noise_shares(self) -> int:

@@ -260,6 +260,23 @@ class PrivacySpec(ABC):
         parameter may be missing: the CLI then calibrates it to ``target_epsilon``)."""
 
 
+def calibrated_value(name: str, value: float | None) -> float:
+    """A family's noise parameter ``privacy.<name>`` as a number.
+
+    Raises
+    ------
+    ConfigError
+        Before calibration (``None``: the run calls ``calibrated`` first).
+    """
+    check(
+        value is not None,
+        f"privacy.{name}",
+        None,
+        "is not calibrated yet (the run calls calibrated(target_epsilon, num_rounds))",
+    )
+    return float(value)  # type: ignore[arg-type]
+
+
 def config_schema(spec_cls: type[PrivacySpec]) -> type:
     """The Hydra structured config of ``spec_cls``: its fields that are not bound by the run,
     with their types (enums as strings) and defaults, and ``_target_`` naming the class.

@@ -247,7 +247,6 @@ def secagg_dpsgd(
     return out
 
 
-
 def _given_noise(
     noise_multiplier: float | None, client_noise_multiplier: float | None
 ) -> tuple[str, float]:

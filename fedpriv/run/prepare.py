@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from fedpriv.accounting.privacy_spec import PrivacySpec, UnaccountableRound
 from fedpriv.common.errors import ConfigError, build_error, check
+from fedpriv.common.targets import target_class
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.mechanisms.vmap_clients import dense_chain
 from fedpriv.run.aggregation import Aggregator, IdealAggregator, aggregator_class
@@ -82,17 +83,7 @@ def build_spec(node: Any) -> PrivacySpec:
         If the node names no :class:`PrivacySpec` or the spec refuses a field.
     """
     check(isinstance(node, dict), "privacy", node, "must be a privacy config group (privacy=...)")
-    target = str(node.get("_target_", ""))
-    try:
-        cls = get_class(target)
-    except Exception as exc:  # Hydra raises ImportError/ValueError variants
-        raise build_error("privacy", node, exc) from None
-    check(
-        isinstance(cls, type) and issubclass(cls, PrivacySpec),
-        "privacy._target_",
-        target,
-        "must name a fedpriv.accounting.privacy_spec.PrivacySpec subclass",
-    )
+    target_class(node, "privacy", PrivacySpec)
     try:
         spec = instantiate(node, _convert_="all")
     except Exception as exc:  # Hydra wraps the constructor's ConfigError
@@ -240,25 +231,8 @@ def check_someone_trains(plan: RunPlan) -> None:
 
 
 def strategy_class(plan: RunPlan) -> type[Strategy]:
-    """The class the ``strategy`` node names.
-
-    Raises
-    ------
-    ConfigError
-        If it cannot be imported or is not a :class:`Strategy`.
-    """
-    target = str(plan.strategy.get("_target_", ""))
-    try:
-        cls = get_class(target)
-    except Exception as exc:  # Hydra raises ImportError/ValueError variants
-        raise build_error("strategy", plan.strategy, exc) from None
-    check(
-        isinstance(cls, type) and issubclass(cls, Strategy),
-        "strategy._target_",
-        target,
-        "must be a fedpriv.run.strategy.Strategy subclass",
-    )
-    return cls
+    """The :class:`Strategy` class the ``strategy`` node names (ConfigError otherwise)."""
+    return target_class(plan.strategy, "strategy", Strategy)
 
 
 def run_layout(plan: RunPlan) -> Layout:

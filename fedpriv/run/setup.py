@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 
 from fedpriv.common import payload
 from fedpriv.common.errors import ConfigError, build_error, check
+from fedpriv.common.targets import target_class
 from fedpriv.data import (
     ArrayDataset,
     load_dataset,
@@ -115,25 +116,8 @@ def build_model_for(plan: RunPlan) -> torch.nn.Module:
 
 
 def algorithm_class(node: Mapping[str, Any]) -> type[ClientAlgorithm]:
-    """The class the ``client`` node's ``_target_`` names.
-
-    Raises
-    ------
-    ConfigError
-        If it cannot be imported or is not a :class:`ClientAlgorithm`.
-    """
-    target = node.get("_target_")
-    try:
-        cls = get_class(str(target))
-    except Exception as exc:  # Hydra raises ImportError/ValueError variants
-        raise build_error("client", node, exc) from None
-    check(
-        isinstance(cls, type) and issubclass(cls, ClientAlgorithm),
-        "client._target_",
-        target,
-        "must be a fedpriv.run.algorithm.ClientAlgorithm subclass",
-    )
-    return cls
+    """The :class:`ClientAlgorithm` class the ``client`` node names (ConfigError otherwise)."""
+    return target_class(node, "client", ClientAlgorithm)
 
 
 def build_algorithm(plan: RunPlan) -> ClientAlgorithm:
