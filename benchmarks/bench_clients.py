@@ -290,8 +290,9 @@ class TimelineSampler(MemorySampler):
 @contextlib.contextmanager
 def note_releases(times: list[float], t0: float) -> Iterator[None]:
     """Append ``time.monotonic() - t0`` to ``times`` whenever the run records a round (this
-    process's :meth:`fedpriv.run.runner.Job.round_released`, wrapped; what it does is unchanged)."""
-    from fedpriv.run.job import Job
+    process's :meth:`fedpriv.run.job.ServerJob.round_released`, wrapped; what it does is
+    unchanged)."""
+    from fedpriv.run.job import ServerJob as Job
 
     original = Job.round_released
 
@@ -349,20 +350,18 @@ class Floor:
     ``peer-pfl/floor_plain.py``); another model runs as it is built.
     """
 
-    def __init__(self, run_cfg: dict[str, Any]) -> None:
+    def __init__(self, plan: Any) -> None:
         import torch
         from torch import nn
 
-        from fedpriv.run.layout import cohort_sampler
         from fedpriv.run.setup import build_model_for, partitions, run_dataset
 
-        self.cfg = run_cfg
-        self.ds, self.parts = run_dataset(run_cfg), partitions(run_cfg)
-        self.sampler = cohort_sampler(run_cfg)
-        self.lr = float(run_cfg["client"]["lr"])
-        self.server_lr = float(run_cfg["strategy"]["server_lr"])
-        model = build_model_for(run_cfg)
-        self.flat = run_cfg["model"]["name"] == "logistic"
+        self.ds, self.parts = run_dataset(plan), partitions(plan)
+        self.sampler = plan.cohort
+        self.lr = float(plan.client["lr"])
+        self.server_lr = float(plan.strategy["server_lr"])
+        model = build_model_for(plan)
+        self.flat = plan.model.name == "logistic"
         if self.flat:
             linear = model.get_submodule("net.1")
             assert isinstance(linear, nn.Linear)
@@ -448,13 +447,13 @@ def run_workload(
     floor_reps: int,
 ) -> dict[str, Any]:
     """The fedpriv run of ``overrides`` between two floor measurements; its figures."""
-    from fedpriv.run.config import to_container
+    from fedpriv.run.prepare import prepare
     from fedpriv.run.runner import run_experiment
 
     cfg = compose(overrides)
-    run_cfg = to_container(cfg)
+    plan, _ = prepare(cfg)
     load0 = os.getloadavg()
-    floor = Floor(run_cfg)
+    floor = Floor(plan)
     before = floor.seconds(floor_reps)
     floor_acc = floor.accuracies(rounds)
     rows = len(floor.ds.y_train)
@@ -472,7 +471,7 @@ def run_workload(
     wall = time.monotonic() - t0
     sampler.stop()
     ok = [r for r in summary["rounds"] if r.get("status") == "ok"]
-    after = Floor(run_cfg).seconds(floor_reps)
+    after = Floor(plan).seconds(floor_reps)
     times = [float(r["round_time_s"]) for r in ok]
     fed = statistics.median(times[1:]) if len(times) > 1 else float("nan")
     # the less disturbed of the two measurements (the slower one would flatter fedpriv)
@@ -480,11 +479,11 @@ def run_workload(
     acc = [float(r["accuracy"]) for r in ok]
     return {
         "workload": name,
-        "num_clients": int(run_cfg["num_clients"]),
+        "num_clients": plan.num_clients,
         "cohort_size": [int(r["cohort_size"]) for r in ok],
-        "client_sampling": str(run_cfg.get("client_sampling", "all")),
+        "client_sampling": plan.cohort.client_sampling.value,
         "rows": rows,
-        "vmap_clients": run_cfg["vmap_clients"] if "vmap_clients" in run_cfg else "absent",
+        "vmap_clients": plan.vmap_clients,
         "status": summary["status"],
         "round_time_s": times,
         "fedpriv_s_per_round": fed,

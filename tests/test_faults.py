@@ -44,8 +44,8 @@ def _results(out: Path) -> dict[str, Any]:
 
 def _expected_epsilon(overrides: list[str], contributors: list[int | None]) -> float:
     """ε of the same algorithm with the rounds recorded independently of the run."""
-    run_cfg, algorithm = prepare(_cfg(overrides))
-    privacy = RunPrivacy(algorithm, run_cfg["privacy"])
+    plan, _ = prepare(_cfg(overrides))
+    privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
     for r, c in enumerate(contributors, start=1):
         privacy.record_round(c, r)
     return privacy.epsilon()
