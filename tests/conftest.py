@@ -3,11 +3,14 @@ identity for building messages outside a running app."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from flwr.supercore.task_identity import TaskIdentity
 from hypothesis import settings
+
+from tests.shared_ray import ray_head
 
 # Property tests draw the same examples on every run (derandomized): CI never meets an example
 # a developer's run did not; a new example is a change to the test, reviewed as such.
@@ -32,3 +35,11 @@ def task_identity():
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 0
     yield
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+@pytest.fixture(scope="session")
+def shared_ray() -> Iterator[str]:
+    """The loopback address of one Ray instance shared by the session's in-process runs
+    (:func:`tests.shared_ray.run_shared`); started on first use, stopped at the end."""
+    with ray_head() as address:
+        yield address
