@@ -21,13 +21,16 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/fedpriv $(ARGS)
 
-# The fast tier: lint, types and every test not marked slow (at most 10 minutes on 2 cores).
+# The fast tier: lint, types and every test not marked slow, on two processes (pytest-xdist;
+# at most 10 minutes from a fresh clone on 2 cores).
 test: lint
-	$(PY) -m pytest -q -m "not slow" --durations=20 tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" -n 2 --durations=20 tests $(PYTEST_ARGS)
 
-# Everything, the slow end-to-end runs included (what .ci/run runs).
+# Everything (what .ci/run runs): the fast tier on two processes, then the slow end-to-end runs
+# in one (they start Ray, share one Ray head and count its processes).
 test-all: lint
-	$(PY) -m pytest -q --durations=20 tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow" -n 2 --durations=20 tests $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m slow --durations=20 tests $(PYTEST_ARGS)
 
 # ruff (lint + format check) and mypy on the packages; part of `make test`, so CI runs them.
 lint: $(STAMP)

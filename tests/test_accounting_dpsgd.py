@@ -254,7 +254,13 @@ def test_spec_refuses_in_one_line(kw: dict[str, object], field: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("accountant", "conversion"), [("pld", "default"), ("rdp", "default"), ("rdp", "mironov")]
+    ("accountant", "conversion"),
+    [
+        # PLD bisection ~12 s; PLD calibration stays fast in test_accounting_calibrate.py
+        pytest.param("pld", "default", marks=pytest.mark.slow),
+        ("rdp", "default"),
+        ("rdp", "mironov"),
+    ],
 )
 def test_spec_calibration_uses_its_own_accountant_and_conversion(
     accountant: str, conversion: str

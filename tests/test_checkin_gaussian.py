@@ -120,6 +120,7 @@ def test_cli_epsilon_of_passes_matches_the_spec() -> None:
     assert r["expected_empty_slots"] == pytest.approx(4 * (1 - 0.5 / 4) ** 20, rel=1e-12)
 
 
+@pytest.mark.slow  # ~15 s; the spec's calibration stays fast in tests/test_contract_specs.py
 def test_cli_calibration_meets_the_target_within_one_percent() -> None:
     """target ε = 2 after 3 passes of m = 4, p0 = 0.5: calibrated σ gives 0.99·2 <= ε <= 2."""
     r = cli.run(
