@@ -26,10 +26,9 @@ run: $(STAMP)
 test: lint
 	$(PY) -m pytest -q -m "not slow" -n 2 --durations=20 tests $(PYTEST_ARGS)
 
-# Everything (what .ci/run runs): the fast tier on two processes, then the slow end-to-end runs
-# in one (they start Ray, share one Ray head and count its processes).
-test-all: lint
-	$(PY) -m pytest -q -m "not slow" -n 2 --durations=20 tests $(PYTEST_ARGS)
+# Everything (what .ci/run runs): `make test`, then the slow end-to-end runs in one process
+# (they start Ray, share one Ray head and count its processes).
+test-all: test
 	$(PY) -m pytest -q -m slow --durations=20 tests $(PYTEST_ARGS)
 
 # ruff (lint + format check) and mypy on the packages; part of `make test`, so CI runs them.

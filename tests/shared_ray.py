@@ -18,12 +18,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 from omegaconf import DictConfig, open_dict
 
 #: The head: 2 CPUs, as every test run's ``ray_init_args.num_cpus=2``; prints its GCS port.
 HEAD = (
-    "import ray, sys, time\n"
+    "import ray, sys\n"
     "ray.init(num_cpus=2, include_dashboard=False)\n"
     "print(ray.get_runtime_context().gcs_address.rsplit(':', 1)[1], flush=True)\n"
     "sys.stdin.read()\n"  # until the test session closes the pipe
@@ -31,7 +32,7 @@ HEAD = (
 
 
 @contextmanager
-def ray_head(timeout: float = 120.0) -> Iterator[str]:
+def ray_head() -> Iterator[str]:
     """A Ray head in a child process for the duration of the block; yields its loopback
     address ``127.0.0.1:<port>``. Ended by closing its stdin, then killed with its group."""
     proc = subprocess.Popen(
@@ -61,19 +62,6 @@ def ray_head(timeout: float = 120.0) -> Iterator[str]:
         proc.wait()
 
 
-@contextmanager
-def _ray_address(address: str) -> Iterator[None]:
-    saved = os.environ.get("RAY_ADDRESS")
-    os.environ["RAY_ADDRESS"] = address
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ["RAY_ADDRESS"]
-        else:
-            os.environ["RAY_ADDRESS"] = saved
-
-
 def run_shared(cfg: DictConfig, out: Path, address: str) -> dict[str, Any]:
     """:func:`fedpriv.run.runner.run_experiment` of ``cfg`` on the shared instance at
     ``address``, with the ``num_workers`` the run resolves on a local instance of its own."""
@@ -86,5 +74,5 @@ def run_shared(cfg: DictConfig, out: Path, address: str) -> dict[str, Any]:
         cfg = cfg.copy()
         with open_dict(cfg):
             cfg.num_workers = layout.num_workers
-    with _ray_address(address):
+    with patch.dict(os.environ, {"RAY_ADDRESS": address}):
         return run_experiment(cfg, out)
