@@ -1,16 +1,22 @@
-"""Client-level DP-FedAvg on full Fashion-MNIST: accuracy at ε ≈ 1, 3, 8 for each sampler.
+"""Client-level DP on full Fashion-MNIST: accuracy at ε ≈ 1, 3, 8 for each sampler (DP-FedAvg)
+or each correlated-noise strategy (DP-FTRL).
 
-For every participation scheme (Poisson at q = 0.02, fixed-size cohorts of 120 without
-replacement, random allocation of 1 round in each 50, Poisson with adaptive clipping) and every
-target ε, the noise multiplier is calibrated to the target over the experiment's 500 rounds
-(``privacy.target_epsilon``, each sampler's own analysis) and the experiment
-``+experiment=client_level_fmnist`` is run through the Flower simulation. The Markdown table
-gives the final test accuracy, the calibrated σ and the final ε of each run.
+``--table samplers`` (default): every participation scheme of DP-FedAvg (Poisson at q = 0.02,
+fixed-size cohorts of 120 without replacement, random allocation of 1 round in each 50, Poisson
+with adaptive clipping) on ``+experiment=client_level_fmnist``. ``--table ftrl``: DP-FedAvg with
+Poisson sampling (the identity factorization), tree aggregation, BandMF, amplified BandMF and
+BLT on ``+experiment=ftrl_fmnist`` (the same data, model, local training and server momentum).
+For every row and target ε the noise multiplier is calibrated to the target over the
+experiment's rounds (``privacy.target_epsilon``, each row's own analysis) and the experiment is
+run through the Flower simulation, once per ``--seeds``. The Markdown table gives the final test
+accuracy (mean over seeds, min-max), the calibrated σ and the final ε.
 
 Usage::
 
     .venv/bin/python scripts/client_level_table.py --out outputs/client_level \\
         -- dataset.data_dir=../shared/data/fashion-mnist
+    .venv/bin/python scripts/client_level_table.py --table ftrl --seeds 0 1 2 \\
+        --out outputs/ftrl -- dataset.data_dir=../shared/data/fashion-mnist
     .venv/bin/python scripts/client_level_table.py --render outputs/client_level/runs.csv
     ... --samplers random_allocation --targets 3 8 --out outputs/client_level_b   # a part
 
@@ -51,15 +57,44 @@ SAMPLERS: dict[str, list[str]] = {
         "privacy.clipping_norm=0.3",
     ],
 }
-FIELDS = ("sampler", "target_epsilon", "status", "accuracy", "epsilon", "noise_multiplier", "s")
+#: DP-FTRL rows (``+experiment=ftrl_fmnist``: 50 cyclic groups of 120, each client 10 times).
+STRATEGIES: dict[str, list[str]] = {
+    "dp_fedavg_poisson": [  # the identity with Poisson q = 0.02 every round: DP-FedAvg
+        "privacy.factorization=identity",
+        "privacy.min_separation=1",
+        "client_sample_rate=0.02",
+    ],
+    "tree_honaker": ["privacy.factorization=tree_honaker"],
+    "bandmf": [],
+    "amplified_bandmf": ["privacy.min_separation=25", "client_sample_rate=0.5"],
+    "blt": ["privacy.factorization=blt"],
+}
+TABLES = {
+    "samplers": ("client_level_fmnist", SAMPLERS),
+    "ftrl": ("ftrl_fmnist", STRATEGIES),
+}
+FIELDS = (
+    "sampler",
+    "seed",
+    "target_epsilon",
+    "status",
+    "accuracy",
+    "epsilon",
+    "noise_multiplier",
+    "s",
+)
 
 
-def run_one(out: Path, sampler: str, target: float, extra: list[str]) -> dict[str, Any]:
+def run_one(
+    out: Path, table: str, sampler: str, target: float, seed: int, extra: list[str]
+) -> dict[str, Any]:
     """One calibrated run; its row (status ``failed`` with no numbers if it did not finish)."""
-    run_dir = out / f"{sampler}-eps{target:g}"
+    experiment, rows = TABLES[table]
+    run_dir = out / f"{sampler}-eps{target:g}-seed{seed}"
     args = [
-        "+experiment=client_level_fmnist",
-        *SAMPLERS[sampler],
+        f"+experiment={experiment}",
+        *rows[sampler],
+        f"seed={seed}",
         "privacy.noise_multiplier=null",
         f"privacy.target_epsilon={target}",
         "progress=false",
@@ -70,7 +105,12 @@ def run_one(out: Path, sampler: str, target: float, extra: list[str]) -> dict[st
     proc = subprocess.run(
         [sys.executable, "-m", "fedpriv.cli.experiment", *args], cwd=REPO, check=False
     )
-    row: dict[str, Any] = {"sampler": sampler, "target_epsilon": target, "status": "failed"}
+    row: dict[str, Any] = {
+        "sampler": sampler,
+        "seed": seed,
+        "target_epsilon": target,
+        "status": "failed",
+    }
     results = run_dir / "results.json"
     if proc.returncode == 0 and results.exists():
         r = json.loads(results.read_text())
@@ -85,23 +125,35 @@ def run_one(out: Path, sampler: str, target: float, extra: list[str]) -> dict[st
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    """Markdown: one line per sampler, accuracy (σ, final ε) per target."""
-    head = "| sampler | " + " | ".join(f"ε ≈ {t:g}" for t in TARGETS) + " |"
+    """Markdown: one line per row name, accuracy (mean over seeds, min-max when several; σ,
+    final ε) per target."""
+    head = "| row | " + " | ".join(f"ε ≈ {t:g}" for t in TARGETS) + " |"
     lines = [head, "|---" * (len(TARGETS) + 1) + "|"]
-    for sampler in [x for x in SAMPLERS if any(r["sampler"] == x for r in rows)]:
+    names = list(dict.fromkeys(r["sampler"] for r in rows))
+    for name in names:
         cells = []
         for t in TARGETS:
-            r = next(
-                (x for x in rows if x["sampler"] == sampler and float(x["target_epsilon"]) == t),
-                None,
-            )
-            if r is None or r["status"] != "complete":
-                cells.append("—")
-                continue
-            acc, sigma, eps = (float(r[k]) for k in ("accuracy", "noise_multiplier", "epsilon"))
-            cells.append(f"{acc:.4f} (σ={sigma:.3f}, ε={eps:.3f})")
-        lines.append(f"| {sampler} | " + " | ".join(cells) + " |")
+            done = [
+                x
+                for x in rows
+                if x["sampler"] == name
+                and float(x["target_epsilon"]) == t
+                and x["status"] == "complete"
+            ]
+            cells.append(_cell(done))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(done: list[dict[str, Any]]) -> str:
+    """``0.7962`` or ``0.7962 (0.79–0.80, 3 seeds)``, then σ and the largest final ε."""
+    if not done:
+        return "—"
+    acc = [float(r["accuracy"]) for r in done]
+    sigma = float(done[0]["noise_multiplier"])
+    eps = max(float(r["epsilon"]) for r in done)
+    spread = f" ({min(acc):.3f}–{max(acc):.3f}, {len(acc)} seeds)" if len(acc) > 1 else ""
+    return f"{sum(acc) / len(acc):.4f}{spread} σ={sigma:.3f}, ε={eps:.3f}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,7 +162,10 @@ def main(argv: list[str] | None = None) -> None:
     own = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "client_level")
-    parser.add_argument("--samplers", nargs="*", default=list(SAMPLERS), choices=list(SAMPLERS))
+    parser.add_argument("--table", choices=list(TABLES), default="samplers")
+    names = [*SAMPLERS, *STRATEGIES]
+    parser.add_argument("--samplers", nargs="*", choices=names, help="rows (default: all)")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0])
     parser.add_argument("--targets", nargs="*", type=float, default=list(TARGETS))
     parser.add_argument("--render", type=Path, nargs="*", help="only print the table of runs.csv")
     args = parser.parse_args(own)
@@ -124,9 +179,11 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "runs.csv"
     rows: list[dict[str, Any]] = []
-    for sampler in args.samplers:
+    chosen = args.samplers or list(TABLES[args.table][1])
+    for sampler in chosen:
         for target in args.targets:
-            rows.append(run_one(args.out, sampler, target, extra))
+            for seed in args.seeds:
+                rows.append(run_one(args.out, args.table, sampler, target, seed, extra))
             with open(path, "w", newline="") as f:  # rewritten after every run: nothing lost
                 w = csv.DictWriter(f, FIELDS)
                 w.writeheader()

@@ -214,6 +214,7 @@ def test_registry_is_lazy_and_complete():
         "skellam",
         "client-level",
         "secagg-dpsgd",
+        "ftrl",
     }
     for target in cli.ANALYSES.values():
         module, _, func = target.partition(":")

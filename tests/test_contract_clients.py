@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 
-from fedpriv.common.wire import UPDATE_KEY
+from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
 from tests.contracts import PARTITIONS, ClientAlgorithmContract, parse_reply
 
 
@@ -270,3 +271,46 @@ class TestClientLevelSkellam(_WholeClientNeighbour, ClientAlgorithmContract):
     RDP only."""
 
     overrides = ["client=client_level_skellam", "privacy.accountant=rdp"]
+
+
+class TestClientLevelFTRL(_WholeClientNeighbour, ClientAlgorithmContract):
+    """Client-level DP-FTRL (conf/client/client_level_ftrl.yaml), the identity strategy, every
+    client every round (k = 3 participations 1 round apart). The replies carry the clipped
+    deltas only: the trusted aggregator draws the correlated noise in ``release``."""
+
+    overrides = [
+        "client=client_level_ftrl",
+        "privacy.factorization=identity",
+        "privacy.participation=min_separation",
+        "privacy.max_participations=3",
+        "privacy.min_separation=1",
+    ]
+    measurable = (
+        "the noise is the server's correlated stream, not in the replies: the release is "
+        "DP-FedAvg's noise bit for bit (tests/test_ftrl.py), the stream is M Z "
+        "(tests/test_correlated_noise.py); the replies' norms are measured below"
+    )
+
+    def test_noise_draws_equal_events(self) -> None:
+        """The client draws no noise (``noise_draws`` 0); the server's draws are the stream's."""
+        from fedpriv.run.setup import client_partition
+
+        cfg = self.config()
+        algorithm = self.build(cfg)
+        reply = parse_reply(self.reply_bytes(algorithm, cfg, *client_partition(cfg, 0), 0, 1))
+        assert reply.content.metric_records[METRICS_KEY]["noise_draws"] == 0
+
+    def test_reply_is_the_delta_clipped_to_c(self) -> None:
+        """Measured from the serialized reply: every client's update has L2 norm <= C (the
+        sensitivity of one participation the events are stated for), C = 0.001."""
+        from fedpriv.run.setup import client_partition
+
+        cfg = self.config(self.measure_overrides)
+        algorithm = self.build(cfg)
+        for pid in range(3):
+            reply = parse_reply(
+                self.reply_bytes(algorithm, cfg, *client_partition(cfg, pid), pid, 1)
+            )
+            arrays = reply.content.array_records[UPDATE_KEY].to_numpy_ndarrays()
+            norm = math.sqrt(sum(float((a.astype(np.float64) ** 2).sum()) for a in arrays))
+            assert 0 < norm <= 0.001

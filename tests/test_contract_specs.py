@@ -17,6 +17,7 @@ from fedpriv.accounting.checkin_spec import CheckinSpec
 from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.client_skellam import ClientLevelSkellamSpec
 from fedpriv.accounting.dpsgd import DPSGDSpec
+from fedpriv.accounting.ftrl import FTRLSpec
 from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.accounting.vocabulary import Accountant
 from fedpriv.common.errors import ConfigError
@@ -282,3 +283,61 @@ class TestSkellamSpec(PrivacySpecContract):
         assert (event.mu, event.l2_sensitivity) == (m.mu, m.l2_sensitivity)
         assert m.mu == (m.scale * 1.2 * spec.max_grad_norm) ** 2 / 2
         assert m.required_bits <= spec.bits
+
+
+class TestFTRLSpec(PrivacySpecContract):
+    """Client-level DP-FTRL, tree aggregation (Honaker), 3 participations 4 rounds apart."""
+
+    spec_class = FTRLSpec
+    num_rounds = 12
+
+    def make_spec(self) -> Any:
+        return FTRLSpec(
+            noise_multiplier=2.0,
+            factorization="tree_honaker",
+            participation="min_separation",
+            max_participations=3,
+            min_separation=4,
+            num_rounds=12,
+            cohort=CohortSampler(40),
+        )
+
+    def cli_params(self, spec: Any) -> dict[str, str]:
+        return {
+            "noise_multiplier": str(spec.noise_multiplier),
+            "factorization": "tree_honaker",
+            "participation": "min_separation",
+            "max_participations": "3",
+            "min_separation": "4",
+            "num_rounds": "12",
+            "target_delta": str(spec.target_delta),
+        }
+
+
+class TestFTRLSpecAmplified(TestFTRLSpec):
+    """Amplified BandMF: cyclic Poisson over 3 groups at q = 0.5 (RDP), 3 bands."""
+
+    def make_spec(self) -> Any:
+        cohort = CohortSampler(60, ClientSampling.POISSON, client_sample_rate=0.5)
+        return FTRLSpec(
+            noise_multiplier=1.5,
+            factorization="banded",
+            participation="cyclic_poisson",
+            min_separation=3,
+            num_rounds=12,
+            cohort=cohort,
+            accountant=Accountant.RDP,
+        )
+
+    def cli_params(self, spec: Any) -> dict[str, str]:
+        return {
+            "noise_multiplier": str(spec.noise_multiplier),
+            "factorization": "banded",
+            "participation": "cyclic_poisson",
+            "min_separation": "3",
+            "num_clients": "60",
+            "client_sample_rate": "0.5",
+            "num_rounds": "12",
+            "accountant": "rdp",
+            "target_delta": str(spec.target_delta),
+        }

@@ -44,6 +44,7 @@ from fedpriv.accounting.vocabulary import (
 from fedpriv.common.errors import check
 from fedpriv.common.schema import dataclass_schema, plain
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
+from fedpriv.mechanisms.participation import Participation
 
 #: A family's events: ``[(event, count), ...]`` (dp-accounting ``DpEvent`` or ``FedprivEvent``).
 EventRuns = list[tuple[Any, int]]
@@ -90,6 +91,9 @@ class PrivacySpec(ABC):
     bound_fields: ClassVar[tuple[str, ...]] = ("calibrated_from_target_epsilon",)
     #: The name of the family's noise parameter that :meth:`calibrated` solves for.
     calibrates: ClassVar[str] = "noise_multiplier"
+    #: The run charges :meth:`prefix_events` from the last charged round instead of one round's
+    #: events (correlated noise: what is accounted is the released prefix).
+    prefix_accounted: ClassVar[bool] = False
 
     target_delta: float = 1e-5
     target_epsilon: float | None = None
@@ -208,6 +212,27 @@ class PrivacySpec(ABC):
         raise UnaccountableRound(
             f"{type(self).__name__} cannot account a round with {contributors} clients"
         )
+
+    def prefix_events(self, previous_round: int, server_round: int) -> EventRuns:
+        """Events that releasing ``server_round`` adds when the last charged round was
+        ``previous_round`` (used when :attr:`prefix_accounted`; default: one round's)."""
+        return self.round_events()
+
+    def startup_check(self) -> dict[str, float]:
+        """Checks of the mechanism the run makes once before training (e.g. the correlated
+        noise's materialised sensitivity); their figures for ``results.json``. Default none.
+
+        Raises
+        ------
+        ConfigError
+            When the mechanism the run would draw is not the one its events account.
+        """
+        return {}
+
+    def enforced_participation(self) -> Participation | None:
+        """The participation pattern the server must enforce for these events to hold
+        (:mod:`fedpriv.mechanisms.enforced_cohort`); ``None`` (default): any cohort."""
+        return None
 
     def accounting_epoch(self, server_round: int) -> int | None:
         """The epoch whose events cover ``server_round`` (recorded once, at its first released

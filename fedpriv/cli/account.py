@@ -42,6 +42,7 @@ ANALYSES: dict[str, str] = {
     "skellam": "fedpriv.accounting.skellam:run_cli",
     "secagg-dpsgd": "fedpriv.accounting.secagg:run_cli",
     "client-level": "fedpriv.accounting.client_level:run_cli",
+    "ftrl": "fedpriv.accounting.ftrl:run_cli",
 }
 
 USAGE = (

@@ -72,7 +72,8 @@ def header_line(
     plan: RunPlan, facts: dict[str, Any], analysis: str, out: Path, layout: Layout | None = None
 ) -> str:
     """The run's first line: size, σ, δ, accounting, noise source, normalizer, outputs."""
-    noise = plan.privacy.summary().get(plan.privacy.calibrates)
+    summary = plan.privacy.summary()
+    noise = summary.get(plan.privacy.calibrates)
     noise_s = "None" if noise is None else format(noise, ".4g")
     name = "σ" if plan.privacy.calibrates == "noise_multiplier" else plan.privacy.calibrates
     norm = facts["normalizer"]
@@ -81,7 +82,14 @@ def header_line(
     return (
         ("NON-PRIVATE run (privacy.noise_multiplier=0): " if facts["non_private"] else "")
         + f"fedpriv: {clients_phrase(plan, layout)}, {plan.num_rounds} rounds, "
-        f"{name}={noise_s}, δ={plan.privacy.target_delta:g}, accounting={analysis}, "
+        f"{name}={noise_s}{_correlated(summary)}, δ={plan.privacy.target_delta:g}, "
+        f"accounting={analysis}, "
         f"noise_source={facts['noise_source']} ({hardened} against floating-point attacks), "
         f"normalizer={norm_s}; outputs in {out}"
     )
+
+
+def _correlated(summary: dict[str, Any]) -> str:
+    """``" (banded noise, participation min_separation)"`` for correlated noise; else ''."""
+    kind = summary.get("factorization")
+    return "" if kind is None else f" ({kind} noise, participation {summary['participation']})"

@@ -20,6 +20,8 @@ from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
 from fedpriv.accounting.privacy_spec import PrivacySpec, UnaccountableRound
 from fedpriv.common.errors import ConfigError
+from fedpriv.mechanisms.client_sampling import CohortSampler
+from fedpriv.mechanisms.enforced_cohort import EnforcedCohort
 from fedpriv.models.evaluate import evaluate
 from fedpriv.run.aggregation import AggregateResult, Aggregator, RoundFailed
 from fedpriv.run.algorithm import ClientAlgorithm
@@ -92,6 +94,7 @@ class ServerJob:
         self.num_clients = plan.num_clients
         self.num_rounds = plan.num_rounds
         self.cohort_size = 0 if layout.cohort.varies else layout.cohort.nominal_size
+        self.cohorts = cohorts_for(plan.privacy, layout.cohort)
         self.model = build_model_for(plan)
         ds = run_dataset(plan)
         self.x_test, self.y_test = ds.x_test, ds.y_test
@@ -128,7 +131,10 @@ class ServerJob:
     @property
     def mean_divisor(self) -> float:
         """The public divisor of the summed update: the expected cohort size (``N``, ``qN``,
-        ``k``), never the number of clients that contributed."""
+        ``k``; an enforced participation: the algorithm's normalizer, the enforced cohort's
+        expected size), never the number of clients that contributed."""
+        if isinstance(self.cohorts, EnforcedCohort):
+            return float(self.algorithm.normalizer)
         return self.layout.cohort.expected_size
 
     def initial_state(self) -> State:
@@ -159,8 +165,8 @@ class ServerJob:
             reason = f"stopped before round {server_round}: {self.interrupted} received"
             self.log.stop_reason = reason
             return False
-        cohort = self.layout.cohort
-        size = len(cohort.draw(server_round)) if cohort.varies else None
+        varies = self.layout.cohort.varies or isinstance(self.cohorts, EnforcedCohort)
+        size = len(self.cohorts.draw(server_round)) if varies else None
         if size == 0:
             return True  # an empty Poisson cohort: the round is recorded as empty
         if self.privacy.next_round_exceeds_budget(size, server_round):
@@ -173,8 +179,9 @@ class ServerJob:
         return True
 
     def draw_cohort(self, server_round: int) -> list[int]:
-        """The round's client ids (sorted; may be empty for Poisson sampling)."""
-        return [int(c) for c in self.layout.cohort.draw(server_round)]
+        """The round's client ids (sorted; may be empty for Poisson sampling or an enforced
+        participation pattern)."""
+        return [int(c) for c in self.cohorts.draw(server_round)]
 
     def messages_for(
         self, node_ids: list[int], clients: list[int], state: State, server_round: int
@@ -270,6 +277,8 @@ class ServerJob:
         self.state = released.state
         self.model.load_state_dict({k: torch.from_numpy(v) for k, v in self.state.items()})
         figures = {**self.release_figures, **released.figures}
+        if isinstance(self.cohorts, EnforcedCohort):  # the enforced pattern, as a fact
+            figures["max_client_participations"] = float(self.cohorts.participations().max())
         if self.audit is not None:
             figures.update(self.audit.round_figures(self.model, self.state))
             self.log.recorder.update_privacy(**self.audit.summary)
@@ -311,6 +320,15 @@ class ServerJob:
     def save_checkpoint(self, server_round: int) -> None:
         """The checkpoint after ``server_round`` (model, strategy state, ledgers, rows)."""
         self.log.save_checkpoint(server_round, self.state, self.round_config)
+
+
+def cohorts_for(spec: PrivacySpec, sampler: CohortSampler) -> CohortSampler | EnforcedCohort:
+    """The run's cohorts: the sampler's, filtered by the participation pattern the spec's events
+    need (the server enforces it: :mod:`fedpriv.mechanisms.enforced_cohort`)."""
+    pattern = spec.enforced_participation()
+    if pattern is None:
+        return sampler
+    return EnforcedCohort(sampler, pattern, seed=sampler.seed)
 
 
 def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float) -> list[int]:

@@ -140,6 +140,7 @@ def check_privacy(plan: RunPlan) -> str:
     ConfigError
         Naming ``privacy.accountant``, the noise parameter or ``privacy.stop_at_epsilon``.
     """
+    plan.privacy.startup_check()
     privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
     analysis = privacy.check()
     stop = plan.privacy.stop_at_epsilon

@@ -37,6 +37,7 @@ class RunPrivacy:
         self.local: PrivacyLedger | None = spec.accounting.ledger() if spec.local_events() else None
         self.rounds = 0
         self.epochs: set[int] = set()  # accounting epochs already recorded (whole-epoch events)
+        self.last_round = 0  # the last round charged (prefix-accounted specs)
 
     def record_round(self, contributors: int | None = None, server_round: int = 0) -> None:
         """Compose one round's events into both ledgers.
@@ -47,10 +48,11 @@ class RunPrivacy:
         """
         epoch = self._epoch(server_round)
         if epoch is None or epoch not in self.epochs:
-            for event, count in self.round_events(contributors):
+            for event, count in self.round_events(contributors, server_round):
                 self.central.record(event, count)
         if epoch is not None:
             self.epochs.add(epoch)
+        self.last_round = max(self.last_round, server_round or self.last_round + 1)
         if self.local is not None:
             for event, count in self.spec.local_events():
                 self.local.record(event, count)
@@ -63,6 +65,7 @@ class RunPrivacy:
             "local": None if self.local is None else self.local.to_dict(),
             "rounds": self.rounds,
             "epochs": sorted(self.epochs),
+            "last_round": self.last_round,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -72,13 +75,17 @@ class RunPrivacy:
         self.local = None if local is None else PrivacyLedger.from_dict(local)
         self.rounds = int(state["rounds"])
         self.epochs = {int(e) for e in state.get("epochs", [])}
+        self.last_round = int(state.get("last_round", self.rounds))
 
     def _epoch(self, server_round: int) -> int | None:
         return self.spec.accounting_epoch(server_round) if server_round else None
 
-    def round_events(self, contributors: int | None = None) -> EventRuns:
+    def round_events(self, contributors: int | None = None, server_round: int = 0) -> EventRuns:
         """The events of a round whose sum holds ``contributors`` clients' noise (``None``: the
-        nominal cohort); fewer: the spec's ``degraded_round_events``."""
+        nominal cohort); fewer: the spec's ``degraded_round_events``. A prefix-accounted spec
+        charges the prefix from the last charged round to ``server_round`` (0: the next)."""
+        if self.spec.prefix_accounted:
+            return self.spec.prefix_events(self.last_round, server_round or self.last_round + 1)
         if contributors is None or contributors >= self.nominal_cohort:
             return self.spec.round_events()
         return self.spec.degraded_round_events(contributors)
@@ -135,7 +142,7 @@ class RunPrivacy:
         if epoch is not None and epoch in self.epochs:
             return False
         trial = PrivacyLedger.from_dict(self.central.to_dict())
-        for event, count in self.round_events(contributors):
+        for event, count in self.round_events(contributors, server_round):
             trial.record(event, count)
         eps = trial.get_epsilon(self.target_delta)
         return not math.isfinite(eps) or eps > float(self.stop_at_epsilon)
