@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ from clients.client_level_dpfedavg import ClientLevelDPFedAvg, NoisePlacement
 from fedpriv.accounting.ftrl import FTRLSpec
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.correlated_noise import NoiseStream
-from fedpriv.mechanisms.enforced_cohort import EnforcedCohort
+from fedpriv.mechanisms.enforced_cohort import AvailabilityTrace, EnforcedCohort
 from fedpriv.mechanisms.noise import server_generator
 from fedpriv.run.plan import RunPlan
 
@@ -54,6 +54,9 @@ class ClientLevelFTRL(ClientLevelDPFedAvg):
     ----------
     privacy : FTRLSpec
         The run's ``privacy=ftrl`` spec; :meth:`for_run` binds the cohort and ``num_rounds``.
+    availability : AvailabilityTrace or None
+        The run's simulated device availability (bound by :meth:`for_run`): the normalizer's
+        dry run of the enforcement filters by it as the server does.
     (and the local-training fields of the parent)
 
     Raises
@@ -63,7 +66,10 @@ class ClientLevelFTRL(ClientLevelDPFedAvg):
         DP-FTRL analysis) or ``noise_placement=clients``.
     """
 
+    bound_fields: ClassVar[tuple[str, ...]] = ("seed", "availability")
+
     privacy: FTRLSpec = field(default_factory=FTRLSpec)  # type: ignore[assignment]
+    availability: AvailabilityTrace | None = None
     _noise: _StreamState = field(
         default_factory=_StreamState, init=False, compare=False, repr=False
     )
@@ -85,17 +91,20 @@ class ClientLevelFTRL(ClientLevelDPFedAvg):
         super().__post_init__()
 
     def for_run(self, plan: RunPlan) -> Self:
-        """Bind the cohort, the seed and ``num_rounds`` into the spec."""
+        """Bind the cohort, the seed and ``num_rounds`` into the spec, and the availability."""
         bound = super().for_run(plan)
         spec = bound.privacy.bound(num_rounds=plan.num_rounds)
-        return replace(bound, privacy=spec)
+        return replace(bound, privacy=spec, availability=plan.availability)
 
     @property
     def normalizer(self) -> float:
         """The public divisor: the expected size of the ENFORCED cohort over the run (a dry
         run of the enforcement, data-independent), at least 1."""
         spec = self.privacy
-        cohorts = EnforcedCohort(spec.bound_cohort, spec.pattern, seed=spec.bound_cohort.seed)
+        cohort = spec.bound_cohort
+        cohorts = EnforcedCohort(
+            cohort, spec.pattern, availability=self.availability, seed=cohort.seed
+        )
         return max(1.0, cohorts.expected_cohort_size(spec.rounds))
 
     def release(

@@ -393,3 +393,46 @@ def test_killed_ftrl_run_resumes_to_the_same_model_and_epsilon(
     header = rows0[0]
     counts = [float(row[header.index("max_client_participations")]) for row in rows0[1:]]
     assert counts == [1, 1, 1, 2, 2, 2, 3]  # each client once per 3 rounds, as enforced
+
+
+def test_dense_with_several_participations_beyond_its_limit_is_refused_in_one_line() -> None:
+    spec = FTRLSpec(
+        noise_multiplier=1.0,
+        num_rounds=501,
+        factorization="dense",
+        participation="min_separation",
+        max_participations=2,
+        min_separation=100,
+    )
+    with pytest.raises(ConfigError, match=r"^num_rounds=501 must be <= 500 .* use privacy"):
+        spec.strategy  # noqa: B018
+
+
+def test_a_diurnal_availability_trace_never_breaks_the_enforced_pattern(
+    in_process: None, tmp_path: Any
+) -> None:
+    """A run with ``availability.period=4 availability.available_fraction=0.5`` (each device
+    reachable half of each 4-round day) and 2 participations 3 rounds apart: every cohort the
+    server sent obeys the pattern and holds reachable clients only (the run's own enforcement
+    replayed and checked with ``check_pattern``)."""
+    from fedpriv.mechanisms.enforced_cohort import AvailabilityTrace, EnforcedCohort, check_pattern
+    from fedpriv.run.prepare import prepare
+
+    over = ["client=client_level_ftrl", "num_rounds=9", "privacy.factorization=tree_online"]
+    over += ["privacy.participation=min_separation", "privacy.max_participations=2"]
+    over += ["privacy.min_separation=3", "availability.period=4"]
+    over += ["availability.available_fraction=0.5", "num_clients=12", "seed=2"]
+    plan, algorithm = prepare(compose_config([*RUN, *over]))
+    assert plan.availability == AvailabilityTrace(4, 0.5, seed=2)
+    result = _run_in_process(tmp_path / "run", over)
+    assert result["status"] == "complete"
+    enforced = EnforcedCohort(
+        plan.cohort, algorithm.privacy.pattern, availability=plan.availability, seed=2
+    )
+    history = [enforced.draw(t) for t in range(1, 10)]
+    check_pattern(history, algorithm.privacy.pattern)
+    for t, ids in enumerate(history, start=1):
+        assert plan.availability.available(t, 12)[ids].all()
+    assert algorithm.normalizer == pytest.approx(np.mean([len(h) for h in history]))
+    with pytest.raises(ConfigError, match=r"^availability.period=4 needs a privacy family"):
+        prepare(compose_config([*RUN, "client=client_level", "privacy=client_level"] + over[6:8]))

@@ -11,9 +11,13 @@ import sys
 from enum import StrEnum
 from functools import lru_cache
 
+from fedpriv.common.errors import check
 from fedpriv.mechanisms import correlated_noise as cn
 from fedpriv.mechanisms import mf_optimize as opt
 from fedpriv.mechanisms.participation import Participation
+
+#: The dense optimiser with several participations: at most this many rounds.
+DENSE_MULTI_MAX_ROUNDS = 500
 
 
 class FactorizationKind(StrEnum):
@@ -64,6 +68,15 @@ def make_factorization(
             buffer_decays=tuple(float(x) for x in blt.buffer_decays),  # type: ignore[union-attr]
             output_scales=tuple(float(x) for x in blt.output_scales),  # type: ignore[union-attr]
         )
+    multi = participation.max_participations_in(num_rounds) > 1
+    check(
+        not multi or num_rounds <= DENSE_MULTI_MAX_ROUNDS,
+        "num_rounds",
+        num_rounds,
+        f"must be <= {DENSE_MULTI_MAX_ROUNDS} for privacy.factorization=dense with several "
+        "participations (its optimisation takes many minutes beyond: 51 s at 500 rounds on 2 "
+        "cores); use privacy.factorization=banded (BandMF) or blt",
+    )
     dense = opt.cached("dense", {"num_rounds": num_rounds, "participation": participation})
     _said(kind, num_rounds, dense.seconds, dense.from_cache)
     return cn.DenseFactorization(matrix=dense.matrix)  # type: ignore[union-attr]

@@ -81,6 +81,16 @@ class ClientResources:
 
 
 @dataclass
+class AvailabilityConfig:
+    """A simulated diurnal device availability (``period`` rounds a day, each client available
+    ``available_fraction`` of it on average; null: every client always available). Only with a
+    privacy family whose server enforces the participation pattern (``privacy=ftrl``)."""
+
+    period: Optional[int] = None
+    available_fraction: Optional[float] = None
+
+
+@dataclass
 class RunConfig:
     """Top-level keys of a run (the defaults of ``fedpriv`` without arguments).
 
@@ -118,6 +128,8 @@ class RunConfig:
         Write curves.png (accuracy and ε against the round).
     client_resources : ClientResources
         Ray resources of one client actor (num_cpus, num_gpus).
+    availability : AvailabilityConfig
+        Simulated device availability (period, available_fraction); privacy=ftrl only.
     ray_init_args : dict
         Passed to ray.init (null values left out); address joins an existing cluster.
     ray_connect_timeout_s : float
@@ -152,6 +164,7 @@ class RunConfig:
     save_model: bool = True
     plot: bool = True
     client_resources: ClientResources = field(default_factory=ClientResources)
+    availability: AvailabilityConfig = field(default_factory=AvailabilityConfig)
     ray_init_args: dict[str, Any] = field(
         default_factory=lambda: {"num_cpus": None, "address": None}
     )

@@ -21,7 +21,7 @@ from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 from fedpriv.accounting.privacy_spec import PrivacySpec, UnaccountableRound
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import CohortSampler
-from fedpriv.mechanisms.enforced_cohort import EnforcedCohort
+from fedpriv.mechanisms.enforced_cohort import AvailabilityTrace, EnforcedCohort
 from fedpriv.models.evaluate import evaluate
 from fedpriv.run.aggregation import AggregateResult, Aggregator, RoundFailed
 from fedpriv.run.algorithm import ClientAlgorithm
@@ -94,7 +94,7 @@ class ServerJob:
         self.num_clients = plan.num_clients
         self.num_rounds = plan.num_rounds
         self.cohort_size = 0 if layout.cohort.varies else layout.cohort.nominal_size
-        self.cohorts = cohorts_for(plan.privacy, layout.cohort)
+        self.cohorts = cohorts_for(plan.privacy, layout.cohort, plan.availability)
         self.model = build_model_for(plan)
         ds = run_dataset(plan)
         self.x_test, self.y_test = ds.x_test, ds.y_test
@@ -322,13 +322,16 @@ class ServerJob:
         self.log.save_checkpoint(server_round, self.state, self.round_config)
 
 
-def cohorts_for(spec: PrivacySpec, sampler: CohortSampler) -> CohortSampler | EnforcedCohort:
-    """The run's cohorts: the sampler's, filtered by the participation pattern the spec's events
-    need (the server enforces it: :mod:`fedpriv.mechanisms.enforced_cohort`)."""
+def cohorts_for(
+    spec: PrivacySpec, sampler: CohortSampler, availability: AvailabilityTrace | None = None
+) -> CohortSampler | EnforcedCohort:
+    """The run's cohorts: the sampler's, filtered by the devices' availability and by the
+    participation pattern the spec's events need (the server enforces it:
+    :mod:`fedpriv.mechanisms.enforced_cohort`)."""
     pattern = spec.enforced_participation()
     if pattern is None:
         return sampler
-    return EnforcedCohort(sampler, pattern, seed=sampler.seed)
+    return EnforcedCohort(sampler, pattern, availability=availability, seed=sampler.seed)
 
 
 def wait_for_nodes(grid: Grid, num_nodes: int, timeout: float) -> list[int]:

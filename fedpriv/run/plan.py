@@ -21,6 +21,7 @@ from fedpriv.common import payload
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
+from fedpriv.mechanisms.enforced_cohort import AvailabilityTrace
 
 
 class Device(StrEnum):
@@ -101,6 +102,8 @@ class RunPlan:
         and the clients' noise both come from it.
     cohort : CohortSampler
         Who trains each round (``client_sampling`` and its parameters).
+    availability : AvailabilityTrace or None
+        Simulated device availability (``privacy=ftrl`` only: the enforcement filters by it).
     client, strategy, aggregator : Mapping
         The plug-in groups' nodes (``_target_`` and its constructor's fields).
 
@@ -136,6 +139,7 @@ class RunPlan:
     save_model: bool
     plot: bool
     resume: str | None
+    availability: AvailabilityTrace | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -172,6 +176,13 @@ class RunPlan:
             "num_clients",
             self.num_clients,
             f"must equal the cohort sampler's {self.cohort.num_clients}",
+        )
+        check(
+            self.availability is None or self.privacy.enforced_participation() is not None,
+            "availability.period",
+            None if self.availability is None else self.availability.period,
+            "needs a privacy family whose server enforces the participation pattern "
+            "(privacy=ftrl): the other analyses assume every sampled client is reachable",
         )
 
     @property
@@ -223,6 +234,12 @@ class RunPlan:
             "round_timeout": self.round_timeout,
             "round_failure": self.round_failure.value,
             "resume": self.resume,
+            "availability": {
+                "period": None if self.availability is None else self.availability.period,
+                "available_fraction": None
+                if self.availability is None
+                else self.availability.available_fraction,
+            },
             "audit": None if self.audit is None else self.audit.value,
             "audit_confidence": self.audit_confidence,
             "ray_connect_timeout_s": self.ray_connect_timeout_s,

@@ -18,6 +18,7 @@ from fedpriv.accounting.privacy_spec import PrivacySpec, UnaccountableRound
 from fedpriv.common.errors import ConfigError, build_error, check
 from fedpriv.common.targets import target_class
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
+from fedpriv.mechanisms.enforced_cohort import AvailabilityTrace
 from fedpriv.mechanisms.vmap_clients import dense_chain
 from fedpriv.run.aggregation import Aggregator, IdealAggregator, aggregator_class
 from fedpriv.run.algorithm import ClientAlgorithm, PrivacyUnit
@@ -128,7 +129,36 @@ def plan_of(node: dict[str, Any], privacy: PrivacySpec) -> RunPlan:
         save_model=bool(node["save_model"]),
         plot=bool(node["plot"]),
         resume=node["resume"],
+        availability=availability_of(node),
     )
+
+
+def availability_of(node: dict[str, Any]) -> AvailabilityTrace | None:
+    """The simulated availability of ``node["availability"]`` (None: always available).
+
+    Raises
+    ------
+    ConfigError
+        Naming ``availability.<field>`` for one key without the other or a value out of range.
+    """
+    avail: dict[str, Any] = node.get("availability") or {}
+    period: Any = avail.get("period")
+    fraction: Any = avail.get("available_fraction")
+    if period is None and fraction is None:
+        return None
+    check(
+        period is not None,
+        "availability.period",
+        period,
+        "must be set with availability.available_fraction",
+    )
+    check(
+        fraction is not None,
+        "availability.available_fraction",
+        fraction,
+        "must be set with availability.period",
+    )
+    return AvailabilityTrace(period=period, available_fraction=fraction, seed=int(node["seed"]))
 
 
 def check_privacy(plan: RunPlan) -> str:
