@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.mf_catalog import FactorizationKind, make_factorization
 from fedpriv.mechanisms.participation import Participation
 
@@ -65,8 +66,12 @@ def main() -> None:
     for n in args.rounds:
         pattern = pattern_for(n, args.single)
         for kind in FactorizationKind:
-            if kind.value not in args.skip:
+            if kind.value in args.skip:
+                continue
+            try:
                 print(row(kind, n, pattern), flush=True)
+            except ConfigError as exc:  # e.g. dense with several participations past 500
+                print(f"| {kind.value} | {n} | refused: {exc} |||||| |", flush=True)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,44 @@ class LogReg(nn.Module):
         }
 
 
+def load_workload(
+    split_dir: Path,
+) -> tuple[dict[int, list[torch.Tensor]], torch.Tensor, torch.Tensor]:
+    """fedpriv's 6,000 users of full Fashion-MNIST (``split_6000.npz``, checked by sha256
+    against fedpriv's split) and the test split ``(users, x_test, y_test)``."""
+    checks = json.loads((split_dir / "checks.json").read_text())
+    data_dir = Path(checks["data_dir"])
+    x_all = standardize(read_idx(data_dir / "train-images-idx3-ubyte.gz"))
+    y_all = read_idx(data_dir / "train-labels-idx1-ubyte.gz").astype(np.int64)
+    x_test = standardize(read_idx(data_dir / "t10k-images-idx3-ubyte.gz"))
+    y_test = read_idx(data_dir / "t10k-labels-idx1-ubyte.gz").astype(np.int64)
+    split = np.load(split_dir / "split_6000.npz")
+    idx, offsets = split["idx"], split["offsets"]
+    assert len(offsets) == NUM_CLIENTS + 1
+    assert sha(x_all[idx]) == checks["sha256_x_users"], "client rows differ from fedpriv's"
+    assert sha(y_all[idx]) == checks["sha256_y_users"], "client labels differ from fedpriv's"
+    assert sha(x_test) == checks["sha256_x_test"], "test images differ from fedpriv's"
+    users = {
+        u: [
+            torch.from_numpy(x_all[idx[offsets[u] : offsets[u + 1]]]),
+            torch.from_numpy(y_all[idx[offsets[u] : offsets[u + 1]]]),
+        ]
+        for u in range(NUM_CLIENTS)
+    }
+    xt, yt = torch.from_numpy(x_test), torch.from_numpy(y_test)
+    return users, xt, yt
+
+
+def initial_model(split_dir: Path) -> LogReg:
+    """The logistic model with fedpriv's seed-0 weights (``init_state.npz``, checked equal)."""
+    net = LogReg()
+    init = np.load(split_dir / "init_state.npz")
+    state = net.state_dict()
+    assert sorted(state) == sorted(init.files), (sorted(state), init.files)
+    net.load_state_dict({k: torch.from_numpy(init[k]) for k in init.files})
+    return net
+
+
 def main() -> int:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
@@ -118,25 +156,7 @@ def main() -> int:
         RDPPrivacyAccountant,
     )
 
-    checks = json.loads((split_dir / "checks.json").read_text())
-    data_dir = Path(checks["data_dir"])
-    x_all = standardize(read_idx(data_dir / "train-images-idx3-ubyte.gz"))
-    y_all = read_idx(data_dir / "train-labels-idx1-ubyte.gz").astype(np.int64)
-    x_test = standardize(read_idx(data_dir / "t10k-images-idx3-ubyte.gz"))
-    y_test = read_idx(data_dir / "t10k-labels-idx1-ubyte.gz").astype(np.int64)
-    split = np.load(split_dir / "split_6000.npz")
-    idx, offsets = split["idx"], split["offsets"]
-    assert len(offsets) == NUM_CLIENTS + 1
-    assert sha(x_all[idx]) == checks["sha256_x_users"], "client rows differ from fedpriv's"
-    assert sha(y_all[idx]) == checks["sha256_y_users"], "client labels differ from fedpriv's"
-    assert sha(x_test) == checks["sha256_x_test"], "test images differ from fedpriv's"
-    users = {
-        u: [
-            torch.from_numpy(x_all[idx[offsets[u] : offsets[u + 1]]]),
-            torch.from_numpy(y_all[idx[offsets[u] : offsets[u + 1]]]),
-        ]
-        for u in range(NUM_CLIENTS)
-    }
+    users, xt, yt = load_workload(split_dir)
     pfl_sampler = get_user_sampler(sampler_name, list(range(NUM_CLIENTS)))
     drawn: list[int] = []  # every user id pfl's sampler returns, in order (120 per round)
 
@@ -146,14 +166,9 @@ def main() -> int:
         return user
 
     train_data = FederatedDataset.from_slices(users, recording_sampler)
-    xt, yt = torch.from_numpy(x_test), torch.from_numpy(y_test)
     val_data = FederatedDataset.from_slices({0: [xt, yt]}, get_user_sampler("minimize_reuse", [0]))
 
-    net = LogReg()
-    init = np.load(split_dir / "init_state.npz")
-    state = net.state_dict()
-    assert sorted(state) == sorted(init.files), (sorted(state), init.files)
-    net.load_state_dict({k: torch.from_numpy(init[k]) for k in init.files})
+    net = initial_model(split_dir)
     model = PyTorchModel(
         model=net,
         local_optimizer_create=torch.optim.SGD,
