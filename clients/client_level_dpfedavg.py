@@ -127,7 +127,7 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         set_(self, "optimizer", parse_enum(LocalOptimizer, "client.optimizer", self.optimizer))
         placement = parse_enum(NoisePlacement, "client.noise_placement", self.noise_placement)
         set_(self, "noise_placement", placement)
-        check_spec(self, ClientLevelSpec)
+        check_spec(self, self.spec_type)
         self._check_adaptive()
         check(
             not (self.privacy.secure_mode and placement is NoisePlacement.CLIENTS),

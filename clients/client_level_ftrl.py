@@ -31,10 +31,12 @@ import torch
 
 from clients.client_level_dpfedavg import ClientLevelDPFedAvg, NoisePlacement
 from fedpriv.accounting.ftrl import FTRLSpec
+from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.correlated_noise import NoiseStream
 from fedpriv.mechanisms.enforced_cohort import AvailabilityTrace, EnforcedCohort
 from fedpriv.mechanisms.noise import server_generator
+from fedpriv.run.algorithm import check_spec
 from fedpriv.run.plan import RunPlan
 
 
@@ -66,6 +68,7 @@ class ClientLevelFTRL(ClientLevelDPFedAvg):
         DP-FTRL analysis) or ``noise_placement=clients``.
     """
 
+    spec_type: ClassVar[type[PrivacySpec]] = FTRLSpec
     bound_fields: ClassVar[tuple[str, ...]] = ("seed", "availability")
 
     privacy: FTRLSpec = field(default_factory=FTRLSpec)  # type: ignore[assignment]
@@ -75,6 +78,7 @@ class ClientLevelFTRL(ClientLevelDPFedAvg):
     )
 
     def __post_init__(self) -> None:
+        check_spec(self, FTRLSpec)
         check(
             self.target_unclipped_quantile is None,
             "client.target_unclipped_quantile",

@@ -9,6 +9,7 @@ identity factorization must give the same ε and the same noise), the closed-for
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -433,6 +434,64 @@ def test_a_diurnal_availability_trace_never_breaks_the_enforced_pattern(
     check_pattern(history, algorithm.privacy.pattern)
     for t, ids in enumerate(history, start=1):
         assert plan.availability.available(t, 12)[ids].all()
-    assert algorithm.normalizer == pytest.approx(np.mean([len(h) for h in history]))
+    sizes = [len(h) for h in history if len(h)]  # the divisor: the non-empty cohorts' mean
+    assert algorithm.normalizer == pytest.approx(np.mean(sizes))
     with pytest.raises(ConfigError, match=r"^availability.period=4 needs a privacy family"):
         prepare(compose_config([*RUN, "client=client_level", "privacy=client_level"] + over[6:8]))
+
+
+def test_a_resume_that_changes_num_rounds_is_refused_for_correlated_noise(
+    in_process: None, tmp_path: Any
+) -> None:
+    """Rows of a 4-round and a 6-round factorization are not one accounted mechanism: a
+    finished FTRL run cannot be extended (a new-user finding: ε was under-reported)."""
+    from fedpriv.run import resume
+
+    run_dir = tmp_path / "run"
+    _run_in_process(run_dir, ["client=client_level_ftrl", "num_rounds=4"])
+    with pytest.raises(ConfigError, match=r"cannot change num_rounds \(saved 4, given 6\)"):
+        resume.resume_config(run_dir, ["num_rounds=6"])
+
+
+@pytest.mark.parametrize(
+    ("pair", "message"),
+    [
+        (["client=client_level_ftrl", "privacy=client_level"], "privacy='client_level' does not"),
+        (
+            ["client=client_level", "privacy=ftrl"],
+            "privacy='ftrl' does not fit ClientLevelDPFedAvg",
+        ),
+    ],
+)
+def test_a_client_with_another_familys_spec_is_refused_in_one_line(
+    pair: list[str], message: str
+) -> None:
+    from fedpriv.run.prepare import prepare
+
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+        prepare(compose_config([*RUN, *pair, "num_rounds=3"]))
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"factorization": "blt", "buffers": 17}, "privacy.buffers=17"),
+        ({"num_rounds": 100_001}, "num_rounds=100001"),
+        (
+            {"participation": "min_separation", "max_participations": 2, "min_separation": 11},
+            "privacy.min_separation=11",
+        ),
+        ({"bands": 11}, "privacy.bands=11"),
+    ],
+)
+def test_sizes_that_would_hang_are_refused(kw: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        FTRLSpec(**{"noise_multiplier": 1.0, "num_rounds": 10, **kw})
+    assert str(info.value).startswith(field), str(info.value)
+
+
+def test_fedpriv_account_ftrl_needs_num_rounds() -> None:
+    from fedpriv.accounting.ftrl import run_cli
+
+    with pytest.raises(ConfigError, match="^num_rounds=None is required"):
+        run_cli({"factorization": "identity", "noise_multiplier": "1", "target_delta": "1e-5"})

@@ -60,6 +60,8 @@ from fedpriv.mechanisms.correlated_noise import Factorization
 from fedpriv.mechanisms.mf_catalog import FactorizationKind, make_factorization
 from fedpriv.mechanisms.participation import Participation, ParticipationKind
 
+#: The most rounds a strategy is built for, and the most BLT buffers (beyond: refused, one line).
+MAX_ROUNDS, MAX_BUFFERS = 100_000, 16
 #: Grid checkpoints of the prefix sensitivity for strategies without a closed form.
 PREFIX_CHECKPOINTS = 24
 #: The start-up check materialises the noise-generating matrix up to this many rounds.
@@ -74,22 +76,26 @@ class FTRLSpec(ClientLevelSpec):
     Parameters
     ----------
     noise_multiplier : float or None
-        z >= 0: noise std per unit of one participation's sensitivity (C · s₁). 0:
-        NON-PRIVATE. ``None`` with ``target_epsilon`` (calibrated by the run).
+        z >= 0, the noise std per unit of one participation's sensitivity C · s₁ (0: none).
+        ``None`` with ``target_epsilon`` (calibrated by the run).
     clipping_norm : float
         C > 0, the L2 bound of each client's whole model delta.
     factorization : {"identity", "tree_online", "tree_honaker", "banded", "blt", "dense"}
-        The strategy (:mod:`fedpriv.mechanisms.mf_catalog`).
+        The correlated-noise strategy: identity | tree_online | tree_honaker | banded | blt.
+        Also ``dense`` (the optimal dense factorization, n <= 2,000; see
+        :mod:`fedpriv.mechanisms.mf_catalog`).
     bands : int, optional
-        Bands of ``banded`` (default: the participation's min_separation b, or
-        min(num_rounds, 32) for single participation); at most b for min_separation /
-        cyclic_poisson (columns b apart are then orthogonal).
+        Bands of banded (BandMF): at most min_separation b (null: b, or min(n, 32) if single).
+        Columns b apart are then orthogonal.
     buffers : int
-        Buffers of ``blt``, >= 1.
+        Buffers of blt, in 1..16.
     participation : {"single", "min_separation", "cyclic_poisson"}
-        The pattern the server enforces (:mod:`fedpriv.mechanisms.participation`).
-    max_participations, min_separation : int, optional
-        k and b of ``min_separation``; b (the number of groups) of ``cyclic_poisson``.
+        The pattern the server enforces: single | min_separation | cyclic_poisson.
+    max_participations : int, optional
+        k >= 1, the most rounds one client takes part in (``min_separation`` only).
+    min_separation : int, optional
+        b in 1..num_rounds: rounds between two participations, or the cyclic_poisson groups.
+        (``min_separation``: a client is excluded for b - 1 rounds after taking part.)
     cohort : CohortSampler, optional
         The run's cohort sampler (bound); ``cyclic_poisson`` needs ``client_sampling=poisson``
         (its ``client_sample_rate`` is q within the round's group).
@@ -110,6 +116,7 @@ class FTRLSpec(ClientLevelSpec):
     family: ClassVar[str] = "ftrl"
     bound_fields: ClassVar[tuple[str, ...]] = (*ClientLevelSpec.bound_fields, "num_rounds")
     prefix_accounted: ClassVar[bool] = True
+    fixed_horizon: ClassVar[bool] = True
 
     factorization: FactorizationKind = FactorizationKind.BANDED
     bands: int | None = None
@@ -139,13 +146,13 @@ class FTRLSpec(ClientLevelSpec):
         set_(self, "factorization", kind)
         part = parse_enum(ParticipationKind, "privacy.participation", self.participation)
         set_(self, "participation", part)
-        for name in ("bands", "num_rounds"):
+        for name, top in (("bands", None), ("num_rounds", MAX_ROUNDS), ("buffers", MAX_BUFFERS)):
             v = getattr(self, name)
             ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1)
-            check(ok, f"privacy.{name}", v, "must be an integer >= 1")
-        b = self.buffers
-        ok = isinstance(b, int) and not isinstance(b, bool) and b >= 1
-        check(ok, "privacy.buffers", b, "must be an integer >= 1")
+            check(ok, _key(name), v, "must be an integer >= 1")
+            if top is not None and v is not None:
+                check(v <= top, _key(name), v, f"must be <= {top} with privacy=ftrl")
+        check(self.buffers is not None, "privacy.buffers", None, "must be an integer >= 1")
         check(
             not self.secure_mode,
             "privacy.secure_mode",
@@ -170,6 +177,20 @@ class FTRLSpec(ClientLevelSpec):
         """The pattern is valid, and an analysis covers the strategy under it."""
         pattern = self.pattern  # validates k, b (and q once bound)
         kind, b = self.factorization, pattern.separation
+        n = self.num_rounds
+        check(
+            n is None or self.min_separation is None or self.min_separation <= n,
+            "privacy.min_separation",
+            self.min_separation,
+            f"must be <= num_rounds={n} (b >= n: each client takes part once: use "
+            "privacy.participation=single)",
+        )
+        check(
+            n is None or self.bands is None or self.bands <= n,
+            "privacy.bands",
+            self.bands,
+            f"must be <= num_rounds={n}",
+        )
         if self.bands is not None:
             check(
                 kind is FactorizationKind.BANDED,
@@ -253,10 +274,13 @@ class FTRLSpec(ClientLevelSpec):
         """``((t, s_t), ...)``: checkpoints t (increasing, the last n) and the sensitivity of
         the first t rows under the pattern; ``s_t`` is used for every round up to t."""
         n, pattern = self.rounds, self.pattern
-        return tuple(
-            (t, self.strategy.analytic_sensitivity(pattern, t))
-            for t in _checkpoints(n, pattern.separation, self._banded_closed_form)
-        )
+        bands = None
+        if self.factorization is FactorizationKind.BANDED:
+            bands = self.effective_bands
+        elif self.factorization is FactorizationKind.IDENTITY:
+            bands = 1
+        points = _checkpoints(n, pattern, bands)
+        return tuple((t, self.strategy.analytic_sensitivity(pattern, t)) for t in points)
 
     @property
     def _banded_closed_form(self) -> bool:
@@ -440,11 +464,16 @@ class FTRLSpec(ClientLevelSpec):
             max_participations=p.int("max_participations", None, ge=1),
             min_separation=p.int("min_separation", None, ge=1),
             cohort=cohort,
-            num_rounds=p.int("num_rounds", 1, ge=1),
+            num_rounds=p.int("num_rounds", ge=1),
             accountant=Accountant(p.choice("accountant", tuple(Accountant), "pld")),
             conversion=Conversion(p.choice("conversion", tuple(Conversion), "default")),
             target_delta=p.delta("target_delta"),
         )
+
+
+def _key(name: str) -> str:
+    """The config key of a field (``num_rounds`` is a run key, the others ``privacy.*``)."""
+    return name if name == "num_rounds" else f"privacy.{name}"
 
 
 def _group_rounds(server_round: int, separation: int) -> int:
@@ -452,13 +481,18 @@ def _group_rounds(server_round: int, separation: int) -> int:
     return 0 if server_round <= 0 else (server_round - 1) // separation + 1
 
 
-def _checkpoints(num_rounds: int, separation: int, banded: bool) -> list[int]:
-    """Rounds where the prefix sensitivity is evaluated: for banded strategies every round
-    where it can grow (1 + jb, then n); otherwise a geometric grid of
+def _checkpoints(num_rounds: int, pattern: Participation, bands: int | None) -> list[int]:
+    """Rounds where the prefix sensitivity is evaluated (each round uses the next one's).
+
+    Banded strategies (``bands`` given; the identity has one band): the rounds 1 + jb where a
+    participation can start, for j < k, and the round from which k complete columns fit,
+    (k - 1) b + bands: from there s_t is s_n. Others: a geometric grid of
     :data:`PREFIX_CHECKPOINTS` rounds ending at n."""
     n = num_rounds
-    if banded:
-        points = set(range(1, n + 1, separation)) | {n}
+    if bands is not None:
+        k, b = pattern.max_participations_in(n), pattern.separation
+        points = {1 + j * b for j in range(k) if 1 + j * b <= n}
+        points |= {min(n, (k - 1) * b + bands), n}
     else:
         steps = PREFIX_CHECKPOINTS - 1
         points = {max(1, round(n ** (i / steps))) for i in range(steps + 1)} | {n}

@@ -94,6 +94,8 @@ class PrivacySpec(ABC):
     #: The run charges :meth:`prefix_events` from the last charged round instead of one round's
     #: events (correlated noise: what is accounted is the released prefix).
     prefix_accounted: ClassVar[bool] = False
+    #: The mechanism is built for the run's ``num_rounds`` (a resumed run cannot change it).
+    fixed_horizon: ClassVar[bool] = False
 
     target_delta: float = 1e-5
     target_epsilon: float | None = None

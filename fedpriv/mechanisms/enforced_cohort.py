@@ -338,6 +338,8 @@ class EnforcedCohort:
             ParticipationKind.CYCLIC_POISSON: np.iinfo(np.int64).max,
         }[kind]
         self._expected: dict[int, float] = {}
+        #: Rounds of the last dry run (:meth:`expected_cohort_size`) whose cohort is empty.
+        self.empty_rounds = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -409,7 +411,8 @@ class EnforcedCohort:
         return self._counts.copy()
 
     def expected_cohort_size(self, num_rounds: int) -> float:
-        """Mean enforced cohort size over rounds ``1..num_rounds``, by a dry run.
+        """Mean size of the NON-EMPTY enforced cohorts of rounds ``1..num_rounds`` (a round
+        with an empty cohort releases nothing), by a dry run; 0 if every cohort is empty.
 
         The dry run uses a separate instance (this one's state is untouched); the result depends
         only on the public configuration and seed, never on data: it is the public divisor of
@@ -426,11 +429,13 @@ class EnforcedCohort:
             dry = EnforcedCohort(
                 self.sampler, self.participation, availability=self.availability, seed=self.seed
             )
-            total = 0
+            sizes = []
             for t in range(1, n + 1):
                 dry._step(t)
-                total += int(dry._cohort.size)
-            self._expected[n] = total / n
+                sizes.append(int(dry._cohort.size))
+            self.empty_rounds = sum(1 for x in sizes if x == 0)
+            nonempty = [x for x in sizes if x]
+            self._expected[n] = sum(nonempty) / len(nonempty) if nonempty else 0.0
         return self._expected[n]
 
 

@@ -85,9 +85,9 @@ class Participation:
         ):
             field = f"privacy.{name}"
             if name not in uses:
-                check(value is None, field, value, f"is not used by kind={kind.value}")
+                check(value is None, field, value, f"is not used by participation={kind.value}")
                 continue
-            check(value is not None, field, value, f"must be set with kind={kind.value}")
+            check(value is not None, field, value, f"must be set with participation={kind.value}")
             if name == "client_sample_rate":
                 ok = isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= 1
                 check(ok, field, value, "must be in (0, 1]")

@@ -210,7 +210,7 @@ def check_spec(algorithm: ClientAlgorithm, family: type[PrivacySpec]) -> None:
     """
     spec = algorithm.privacy
     check(
-        isinstance(spec, family),
+        isinstance(spec, family) and spec.family == family.family,  # a subclass of another family
         "privacy",
         spec.family if isinstance(spec, PrivacySpec) else type(spec).__name__,
         f"does not fit {type(algorithm).__name__}: use privacy={family.family} "

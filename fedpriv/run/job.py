@@ -95,6 +95,7 @@ class ServerJob:
         self.num_rounds = plan.num_rounds
         self.cohort_size = 0 if layout.cohort.varies else layout.cohort.nominal_size
         self.cohorts = cohorts_for(plan.privacy, layout.cohort, plan.availability)
+        self._note_empty_rounds()
         self.model = build_model_for(plan)
         ds = run_dataset(plan)
         self.x_test, self.y_test = ds.x_test, ds.y_test
@@ -108,6 +109,20 @@ class ServerJob:
         self.rounds_ended = 0  # rounds ended (released, failed, empty) in this process
         self.interrupted = ""  # set by SIGINT/SIGTERM: finish the round in progress, then stop
         self.stop_signal = 0  # the number of that signal (the exit code is 128 + it)
+
+    def _note_empty_rounds(self) -> None:
+        """One line when the enforced participation leaves rounds without any client (they
+        release nothing: e.g. participation=single with every client sampled in round 1)."""
+        if not isinstance(self.cohorts, EnforcedCohort):
+            return
+        self.cohorts.expected_cohort_size(self.num_rounds)  # the dry run counts them
+        empty = self.cohorts.empty_rounds
+        if empty:
+            self.log.display.note(
+                f"note: {empty} of {self.num_rounds} rounds have an empty cohort under the "
+                "enforced participation (nothing trains or is released in them); sample fewer "
+                "clients per round (client_sampling) or allow more participations"
+            )
 
     # ---- what a strategy reads ---------------------------------------------------------
     @property

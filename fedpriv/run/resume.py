@@ -122,6 +122,7 @@ def resume_config(run_dir: Path, overrides: list[str]) -> Any:
         "has a config_resolved.yaml that is not a mapping",
     )
     assert isinstance(saved, DictConfig)
+    planned = int(saved.num_rounds)
     for key, value in parse_overrides(overrides).items():
         parsed = OmegaConf.from_dotlist([f"{key}={value}"])
         new = OmegaConf.select(parsed, key)
@@ -142,6 +143,7 @@ def resume_config(run_dir: Path, overrides: list[str]) -> Any:
         privacy.target_epsilon = None  # keep the calibrated σ; never calibrate again
     saved.resume = str(run_dir)
     check(int(saved.num_rounds) >= 1, "num_rounds", saved.num_rounds, "must be >= 1")
+    _check_horizon(saved, planned, run_dir)
     done = load(run_dir).round
     check(
         int(saved.num_rounds) >= done,
@@ -150,3 +152,24 @@ def resume_config(run_dir: Path, overrides: list[str]) -> Any:
         f"must be >= the {done} rounds {run_dir} has already run",
     )
     return saved
+
+
+def _check_horizon(saved: Any, planned: int, run_dir: Path) -> None:
+    """Refuse a new ``num_rounds`` for a privacy family whose mechanism is built for the run's
+    rounds (:attr:`PrivacySpec.fixed_horizon`: correlated noise factorizes the n-round
+    workload; rows of two factorizations are not one accounted mechanism)."""
+    from fedpriv.accounting.privacy_spec import PrivacySpec
+    from fedpriv.common.targets import target_class
+
+    node = saved.get("privacy")
+    if node is None or int(saved.num_rounds) == planned:
+        return
+    cls = target_class(node, "privacy", PrivacySpec)
+    check(
+        not cls.fixed_horizon,
+        "resume",
+        str(run_dir),
+        f"cannot change num_rounds (saved {planned}, given {saved.num_rounds}) with "
+        f"privacy={cls.family}: its noise is a factorization built for {planned} rounds, and "
+        "rows of two factorizations are not the mechanism that is accounted; start a new run",
+    )
