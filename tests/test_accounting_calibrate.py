@@ -39,6 +39,7 @@ def test_third_paper_local_sigma():
     assert sigma == pytest.approx(0.69, abs=0.005)
 
 
+@pytest.mark.slow  # ~13 s; the fixed RDP and PLD cases of this file stay in the fast tier
 @settings(max_examples=6, deadline=None)
 @given(st.floats(0.2, 20.0), st.floats(1e-3, 1.0), st.integers(1, 2000))
 def test_rdp_round_trip_property(target, q, steps):

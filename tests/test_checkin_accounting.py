@@ -346,6 +346,7 @@ def test_cli_and_ledger_agree() -> None:
 
 
 # --------------------------------------------------------------------------- properties
+@pytest.mark.slow  # ~12 s; every variant's golden values and bounds stay in the fast tier
 @settings(max_examples=40, deadline=None)
 @given(
     variant=st.sampled_from(VARIANTS),

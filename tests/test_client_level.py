@@ -171,7 +171,9 @@ def test_adaptive_clipping_equals_the_composition_of_its_two_gaussians() -> None
     ("kind", "kw", "rounds"),
     [
         ("all", {}, 20),
-        ("poisson", {"client_sample_rate": 0.05}, 100),
+        pytest.param(  # ~13 s; Poisson calibration stays fast in tests/test_contract_specs.py
+            "poisson", {"client_sample_rate": 0.05}, 100, marks=pytest.mark.slow
+        ),
         ("fixed_size", {"num_sampled_clients": 10}, 100),
         pytest.param(  # the allocation PLD per bisection step: ~9 s
             "random_allocation",

@@ -81,6 +81,7 @@ def test_wor_event_uses_half_sigma():
     assert compare.wor_replace_one_epsilon_rdp(N, M, SIGMA, 100, DELTA) > 1.5 * eps_sigma
 
 
+@pytest.mark.slow  # ~12 s of lower-bound numerics
 def test_with_replacement_pair_and_lower_bound():
     p, q = compare.with_replacement_pair(N, M, SIGMA)
     assert sum(w for w, _ in p) == pytest.approx(1.0, abs=1e-12)
