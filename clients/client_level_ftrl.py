@@ -41,11 +41,13 @@ from fedpriv.run.plan import RunPlan
 
 
 @dataclass
-class _StreamState:
-    """The server's noise stream and the next round it will produce (mutable)."""
+class _ServerState:
+    """The server's noise stream, the next round it will produce, and the public normalizer
+    once computed (a dry run of the enforcement: computed once, read every round)."""
 
     stream: NoiseStream | None = None
     next_round: int = 1
+    normalizer: float | None = None
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,8 @@ class ClientLevelFTRL(ClientLevelDPFedAvg):
 
     privacy: FTRLSpec = field(default_factory=FTRLSpec)  # type: ignore[assignment]
     availability: AvailabilityTrace | None = None
-    _noise: _StreamState = field(
-        default_factory=_StreamState, init=False, compare=False, repr=False
+    _noise: _ServerState = field(
+        default_factory=_ServerState, init=False, compare=False, repr=False
     )
 
     def __post_init__(self) -> None:
@@ -104,12 +106,15 @@ class ClientLevelFTRL(ClientLevelDPFedAvg):
     def normalizer(self) -> float:
         """The public divisor: the expected size of the ENFORCED cohort over the run (a dry
         run of the enforcement, data-independent), at least 1."""
-        spec = self.privacy
-        cohort = spec.bound_cohort
-        cohorts = EnforcedCohort(
-            cohort, spec.pattern, availability=self.availability, seed=cohort.seed
-        )
-        return max(1.0, cohorts.expected_cohort_size(spec.rounds))
+        state = self._noise
+        if state.normalizer is None:
+            spec = self.privacy
+            cohort = spec.bound_cohort
+            cohorts = EnforcedCohort(
+                cohort, spec.pattern, availability=self.availability, seed=cohort.seed
+            )
+            state.normalizer = max(1.0, cohorts.expected_cohort_size(spec.rounds))
+        return state.normalizer
 
     def release(
         self, total: dict[str, Any], server_round: int, round_config: Mapping[str, float]
