@@ -60,6 +60,8 @@ from fedpriv.mechanisms.correlated_noise import Factorization
 from fedpriv.mechanisms.mf_catalog import FactorizationKind, make_factorization
 from fedpriv.mechanisms.participation import Participation, ParticipationKind
 
+#: Banded strategies (the identity has one band): closed-form sensitivity, amplifiable.
+BANDED_KINDS = (FactorizationKind.BANDED, FactorizationKind.IDENTITY)
 #: The most rounds a strategy is built for, and the most BLT buffers (beyond: refused, one line).
 MAX_ROUNDS, MAX_BUFFERS = 100_000, 16
 #: Grid checkpoints of the prefix sensitivity for strategies without a closed form.
@@ -239,7 +241,7 @@ class FTRLSpec(ClientLevelSpec):
         """Amplified BandMF applies: cyclic Poisson with a banded strategy of at most b bands
         (checked); other strategies under cyclic Poisson are accounted without amplification,
         as k = ceil(n/b) participations b apart."""
-        return self.pattern.amplified and self._banded_closed_form
+        return self.pattern.amplified and self.factorization in BANDED_KINDS
 
     @property
     def rounds(self) -> int:
@@ -274,17 +276,15 @@ class FTRLSpec(ClientLevelSpec):
         """``((t, s_t), ...)``: checkpoints t (increasing, the last n) and the sensitivity of
         the first t rows under the pattern; ``s_t`` is used for every round up to t."""
         n, pattern = self.rounds, self.pattern
-        bands = None
-        if self.factorization is FactorizationKind.BANDED:
-            bands = self.effective_bands
-        elif self.factorization is FactorizationKind.IDENTITY:
-            bands = 1
-        points = _checkpoints(n, pattern, bands)
+        points = _checkpoints(n, pattern, self._bands)
         return tuple((t, self.strategy.analytic_sensitivity(pattern, t)) for t in points)
 
     @property
-    def _banded_closed_form(self) -> bool:
-        return self.factorization in (FactorizationKind.BANDED, FactorizationKind.IDENTITY)
+    def _bands(self) -> int | None:
+        """The bands of a banded strategy (the identity has one); ``None`` for the others."""
+        if self.factorization not in BANDED_KINDS:
+            return None
+        return 1 if self.factorization is FactorizationKind.IDENTITY else self.effective_bands
 
     def prefix_sensitivity(self, server_round: int) -> float:
         """An upper bound on ``s_t`` for t = ``server_round`` (the next checkpoint's)."""
