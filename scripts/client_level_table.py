@@ -8,8 +8,9 @@ Poisson sampling (the identity factorization), tree aggregation, BandMF, amplifi
 BLT on ``+experiment=ftrl_fmnist`` (the same data, model, local training and server momentum).
 For every row and target ε the noise multiplier is calibrated to the target over the
 experiment's rounds (``privacy.target_epsilon``, each row's own analysis) and the experiment is
-run through the Flower simulation, once per ``--seeds``. The Markdown table gives the final test
-accuracy (mean over seeds, min-max), the calibrated σ and the final ε.
+run through the Flower simulation, once per ``--seeds`` (the next seeds reuse the calibrated σ;
+a rerun with the same ``--out`` runs only the rows its ``runs.csv`` lacks). The Markdown table
+gives the final test accuracy (mean over seeds, min-max), the calibrated σ and the final ε.
 
 Usage::
 
@@ -43,7 +44,6 @@ SAMPLERS: dict[str, list[str]] = {
         "client_sampling=fixed_size",
         "client_sample_rate=null",
         "num_sampled_clients=120",
-        "privacy.accountant=rdp",
     ],
     "random_allocation": [
         "client_sampling=random_allocation",
@@ -69,6 +69,9 @@ STRATEGIES: dict[str, list[str]] = {
     "amplified_bandmf": ["privacy.min_separation=25", "client_sample_rate=0.5"],
     "blt": ["privacy.factorization=blt"],
 }
+#: The neighbouring relation each row's ε is stated under (ε's are on different scales across
+#: relations: replacing a client is at most removing one and adding another).
+RELATIONS = {"fixed_size": "replace-one"}
 TABLES = {
     "samplers": ("client_level_fmnist", SAMPLERS),
     "ftrl": ("ftrl_fmnist", STRATEGIES),
@@ -86,17 +89,29 @@ FIELDS = (
 
 
 def run_one(
-    out: Path, table: str, sampler: str, target: float, seed: int, extra: list[str]
+    out: Path,
+    table: str,
+    sampler: str,
+    target: float,
+    seed: int,
+    extra: list[str],
+    sigma: float | None = None,
 ) -> dict[str, Any]:
-    """One calibrated run; its row (status ``failed`` with no numbers if it did not finish)."""
+    """One run calibrated to ``target`` (or at ``sigma``, the value an earlier seed's calibration
+    to that target found: calibration does not depend on the seed); its row (status ``failed``
+    with no numbers if it did not finish)."""
     experiment, rows = TABLES[table]
     run_dir = out / f"{sampler}-eps{target:g}-seed{seed}"
+    noise = (
+        [f"privacy.noise_multiplier={sigma!r}"]
+        if sigma is not None
+        else ["privacy.noise_multiplier=null", f"privacy.target_epsilon={target}"]
+    )
     args = [
         f"+experiment={experiment}",
         *rows[sampler],
         f"seed={seed}",
-        "privacy.noise_multiplier=null",
-        f"privacy.target_epsilon={target}",
+        *noise,
         "progress=false",
         f"hydra.run.dir={run_dir}",
         *extra,
@@ -124,11 +139,19 @@ def run_one(
     return row
 
 
+def _read(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``runs.csv`` (none when it does not exist)."""
+    if not path.exists():
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
 def render(rows: list[dict[str, Any]]) -> str:
     """Markdown: one line per row name, accuracy (mean over seeds, min-max when several; σ,
     final ε) per target."""
-    head = "| row | " + " | ".join(f"ε ≈ {t:g}" for t in TARGETS) + " |"
-    lines = [head, "|---" * (len(TARGETS) + 1) + "|"]
+    head = "| row | relation | " + " | ".join(f"ε ≈ {t:g}" for t in TARGETS) + " |"
+    lines = [head, "|---" * (len(TARGETS) + 2) + "|"]
     names = list(dict.fromkeys(r["sampler"] for r in rows))
     for name in names:
         cells = []
@@ -141,8 +164,38 @@ def render(rows: list[dict[str, Any]]) -> str:
                 and x["status"] == "complete"
             ]
             cells.append(_cell(done))
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        relation = RELATIONS.get(name, "add/remove")
+        lines.append(f"| {name} | {relation} | " + " | ".join(cells) + " |")
+    note = _replace_one_note(rows)
+    return "\n".join(lines) + (f"\n\n{note}" if note else "")
+
+
+def _replace_one_note(rows: list[dict[str, Any]]) -> str:
+    """When a table mixes relations: the Poisson row's ε under replace-one too (same σ,
+    dp-accounting's PLD, the symmetric pair that dominates Poisson sampling under
+    substitution), the comparison on the fixed-size row's scale."""
+    names = {r["sampler"] for r in rows if r["status"] == "complete"}
+    if not ({"fixed_size", "poisson"} <= names):
+        return ""
+    from dp_accounting import dp_event
+
+    from fedpriv.accounting.ledger import PrivacyLedger
+
+    parts = []
+    for t in TARGETS:
+        done = [
+            r
+            for r in rows
+            if r["sampler"] == "poisson" and float(r["target_epsilon"]) == t
+            if r["status"] == "complete"
+        ]
+        if done:
+            sigma = float(done[0]["noise_multiplier"])
+            ledger = PrivacyLedger("pld", neighboring_relation="replace_one")
+            event = dp_event.PoissonSampledDpEvent(0.02, dp_event.GaussianDpEvent(sigma))
+            ledger.record(event, 500)
+            parts.append(f"ε ≈ {t:g}: {ledger.get_epsilon(1e-5):.3f}")
+    return "Poisson rows under replace-one (same σ, q = 0.02, 500 rounds): " + ", ".join(parts)
 
 
 def _cell(done: list[dict[str, Any]]) -> str:
@@ -170,24 +223,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--render", type=Path, nargs="*", help="only print the table of runs.csv")
     args = parser.parse_args(own)
     if args.render:
-        rows_read: list[dict[str, Any]] = []
-        for path in args.render:
-            with open(path) as f:
-                rows_read += list(csv.DictReader(f))
-        print(render(rows_read))
+        print(render([r for p in args.render for r in _read(p)]))
         return
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "runs.csv"
-    rows: list[dict[str, Any]] = []
+    rows = [r for r in _read(path) if r["status"] == "complete"]  # a rerun adds what is missing
     chosen = args.samplers or list(TABLES[args.table][1])
-    for sampler in chosen:
-        for target in args.targets:
-            for seed in args.seeds:
-                rows.append(run_one(args.out, args.table, sampler, target, seed, extra))
-            with open(path, "w", newline="") as f:  # rewritten after every run: nothing lost
-                w = csv.DictWriter(f, FIELDS)
-                w.writeheader()
-                w.writerows(rows)
+    for seed in args.seeds:  # a whole table per seed first
+        for sampler in chosen:
+            for target in args.targets:
+                same = [
+                    r
+                    for r in rows
+                    if r["sampler"] == sampler and float(r["target_epsilon"]) == target
+                ]
+                if any(int(r["seed"]) == seed for r in same):
+                    continue
+                sigma = float(same[0]["noise_multiplier"]) if same else None
+                rows.append(run_one(args.out, args.table, sampler, target, seed, extra, sigma))
+                with open(path, "w", newline="") as f:  # rewritten after every run
+                    w = csv.DictWriter(f, FIELDS)
+                    w.writeheader()
+                    w.writerows(rows)
     table = render(rows)
     (args.out / "table.md").write_text(table + "\n")
     print(table)

@@ -75,13 +75,13 @@ def test_against_dp_accounting_direct(sigma, q, steps):
     default_grid = pld_privacy_accountant.PLDAccountant()  # 1e-4
     default_grid.compose(ev, steps)
     ours = ledger.get_epsilon(1e-5)
-    # RDP: identical computation (rel 1e-12). PLD: ours is min(PLD, RDP) on the ledger's
-    # grid: identical to dp-accounting on that grid; vs dp-accounting's default grid 1e-4
-    # (a coarser grid is pessimistic): never below it, at most 1e-3 relative above it.
-    assert poisson_gaussian_epsilon(sigma, q, steps, 1e-5, "rdp") == pytest.approx(
-        rdp.get_epsilon(1e-5), rel=1e-12
-    )
-    assert ours == pytest.approx(min(same_grid.get_epsilon(1e-5), rdp.get_epsilon(1e-5)), rel=1e-12)
+    # RDP: the same curve at the best order, so never above dp-accounting's default grid and
+    # within 1 % of it. PLD: ours is min(PLD, RDP) on the ledger's grid: identical to
+    # dp-accounting on that grid; vs dp-accounting's default grid 1e-4 (a coarser grid is
+    # pessimistic): never below it, at most 1e-3 relative above it.
+    ours_rdp = poisson_gaussian_epsilon(sigma, q, steps, 1e-5, "rdp")
+    assert rdp.get_epsilon(1e-5) * 0.99 <= ours_rdp <= rdp.get_epsilon(1e-5) * (1 + 1e-12)
+    assert ours == pytest.approx(min(same_grid.get_epsilon(1e-5), ours_rdp), rel=1e-12)
     assert (
         default_grid.get_epsilon(1e-5) - 1e-9 <= ours <= default_grid.get_epsilon(1e-5) * (1 + 1e-3)
     )
@@ -100,10 +100,10 @@ def test_against_opacus(sigma, q, steps):
         eps_rdp, eps_prv = o_rdp.get_epsilon(1e-5), o_prv.get_epsilon(1e-5)
     ours_rdp = poisson_gaussian_epsilon(sigma, q, steps, 1e-5, "rdp")
     ours_pld = poisson_gaussian_epsilon(sigma, q, steps, 1e-5, "pld")
-    # Opacus RDP: same conversion (Balle et al. 2020), its orders are a subset of ours, and
-    # its fractional-order series are summed by separate code: equal to rel 3e-5
-    # (measured differences 1e-7 .. 1.1e-5, ours the larger).
-    assert ours_rdp == pytest.approx(eps_rdp, rel=3e-5)
+    # Opacus RDP: same conversion (Balle et al. 2020) on a fixed grid of orders, its
+    # fractional-order series summed by separate code (differences up to 1.1e-5); ours
+    # searches the best order: never above Opacus's by more than 3e-5, within 1 % below.
+    assert eps_rdp * 0.99 <= ours_rdp <= eps_rdp * (1 + 3e-5)
     # Opacus PRV (eps_error = 0.01 by default) vs dp-accounting PLD (grid 1e-4): two
     # numerical upper bounds of the same ε; they agree within 1 % + 0.01.
     assert abs(ours_pld - eps_prv) <= 0.01 * eps_prv + 0.01

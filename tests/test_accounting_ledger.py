@@ -105,13 +105,20 @@ class TestLedgerContract:
             ref = float(np.min(rdp.rdp + math.log(1e5) / (rdp.orders - 1)))
         else:
             ref = rdp.get_epsilon(1e-5)
+        dense = rdp_privacy_accountant.RdpAccountant(list(1 + np.geomspace(1e-3, 1e4, 400)))
+        for e, c in runs:
+            dense.compose(e, c)
+        best = min(ref, dense.get_epsilon(1e-5))
         if accountant == "pld":
             pld = pld_privacy_accountant.PLDAccountant()
             for e, c in runs:
                 pld.compose(e, c)
-            ref = min(ref, pld.get_epsilon(1e-5))
-        # Same library, same inputs: equal to float rounding.
-        assert ledger.get_epsilon(1e-5) == pytest.approx(ref, rel=1e-12)
+            ref, best = min(ref, pld.get_epsilon(1e-5)), min(best, pld.get_epsilon(1e-5))
+        if conversion == "mironov":  # Mironov's published orders: the same grid exactly
+            assert ledger.get_epsilon(1e-5) == pytest.approx(ref, rel=1e-12)
+        else:  # never looser than dp-accounting's grid, within 1 % of its best over 400 orders
+            assert ledger.get_epsilon(1e-5) <= ref * (1 + 1e-12)
+            assert ledger.get_epsilon(1e-5) == pytest.approx(best, rel=0.01)
 
     def test_delta_inverts_epsilon(self, accountant, conversion):
         ledger = self.make(accountant, conversion)

@@ -320,7 +320,6 @@ def test_server_release_noise_and_count_noise_give_the_effective_multiplier() ->
             ["client_sampling=random_allocation", "allocation_window=3", "rounds_per_client=4"],
             "rounds_per_client=4",
         ),
-        (["client_sampling=fixed_size", "num_sampled_clients=3"], "privacy.accountant='pld'"),
         (
             [
                 "client_sampling=random_allocation",

@@ -19,6 +19,7 @@ from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import INTEGER_ORDERS
 from fedpriv.accounting.local_release import LocalReleaseEvent
 from fedpriv.accounting.skellam import SkellamEvent
+from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
 from tests.contracts import EventContract, gaussian_epsilon
 
 DELTA = 1e-5
@@ -389,3 +390,37 @@ class TestRandomAllocationEvent(EventContract):
             delta=DELTA, sigma=1.0, num_steps=4, num_selected=1, num_epochs=3
         )
         assert lower <= self.epsilon(self.make_event(1.0), 3) <= upper * 1.02
+
+
+class TestWithoutReplacementGaussianEvent(EventContract):
+    """Fixed-size cohorts (m of N without replacement), replace-one: the dominating pair's PLD
+    (:mod:`fedpriv.accounting.without_replacement`), PLD only."""
+
+    event_class = WithoutReplacementGaussianEvent
+
+    noise_levels = (0.7, 1.0, 2.0)
+    counts = (1, 3, 10)
+    relation = "replace_one"
+    unsupported_relation = "add_remove"
+    unsupported_accountant = "rdp"
+    monotone_rtol = 1e-9
+
+    def make_event(self, noise: float) -> Any:
+        return WithoutReplacementGaussianEvent(noise, 20, 1000)
+
+    def incompatible_partner(self) -> Any:
+        return dp_event.GaussianDpEvent(1.0)
+
+    def golden(self) -> list[tuple[Any, int, float, float]]:
+        # m = N: every client every round, a replaced client moves the sum by 2C: the exact
+        # Gaussian ε of c rounds, 2 sqrt(c)/z-GDP (PLD grid 1e-3: 1 %)
+        return [
+            (
+                WithoutReplacementGaussianEvent(z, 50, 50),
+                c,
+                gaussian_epsilon(DELTA, 2 * c**0.5 / z),
+                1e-2,
+            )
+            for z in (2.0, 4.0)
+            for c in (1, 4)
+        ]

@@ -382,7 +382,9 @@ def test_noise_facts_and_header_line(run_cfg: RunPlan) -> None:
     assert secure["noise_source"] == NoiseSource.SECURE
     facts = {**facts, "normalizer": 64.0}
     line = header_line(run_cfg, facts, "pld", Path("/tmp/out"))
-    assert line.startswith("fedpriv: 2 clients, 1 rounds, σ=1.2, δ=1e-05, accounting=pld, ")
+    assert line.startswith(
+        "fedpriv: 2 clients, 1 rounds, σ=1.2, δ=1e-05 (add_remove), accounting=pld, "
+    )
     assert "noise_source=seeded (not hardened against floating-point attacks)" in line
     assert "normalizer=64;" in line and "NON-PRIVATE" not in line
 

@@ -76,17 +76,24 @@ class RandomAllocationEvent(PldEvent):
 
     def pld(self) -> Any:
         """The dominating PLD of ONE epoch (dp-accounting object, cached per event)."""
-        return _allocation_pld(float(self.noise_multiplier), self.num_steps, self.num_selected)
+        return _allocation_pld(self._key(), "DOMINATES")
+
+    def lower_pld(self) -> Any:
+        """pld-accounting's lower PLD of one epoch (dominated by the true one): its
+        composition gives a LOWER bound on ε (:mod:`fedpriv.accounting.lower_bound`)."""
+        return _allocation_pld(self._key(), "IS_DOMINATED")
+
+    def _key(self) -> tuple[float, int, int]:
+        return (float(self.noise_multiplier), self.num_steps, self.num_selected)
 
 
 @lru_cache(maxsize=64)
-def _allocation_pld(sigma: float, num_steps: int, num_selected: int) -> Any:
+def _allocation_pld(key: tuple[float, int, int], bound: str) -> Any:
     with warnings.catch_warnings():  # "numba not installed" ImportWarning: results unaffected
         warnings.simplefilter("ignore", ImportWarning)
         import PLD_accounting as pa
 
+    sigma, num_steps, num_selected = key
     params = pa.PrivacyParams(sigma=sigma, num_steps=num_steps, num_selected=num_selected)
     config = pa.AllocationSchemeConfig(loss_discretization=ALLOCATION_DISCRETIZATION)
-    return pa.gaussian_allocation_pld(
-        params=params, config=config, bound_type=pa.BoundType.DOMINATES
-    )
+    return pa.gaussian_allocation_pld(params=params, config=config, bound_type=pa.BoundType[bound])

@@ -15,8 +15,10 @@ Each participation scheme is accounted by the analysis that matches it:
   (dp-accounting ``PoissonSampledDpEvent``).
 * ``fixed_size`` (``num_sampled_clients`` m of N, without replacement): sampled without
   replacement, replace-one neighbours. Replacing one client moves the clipped sum by up to 2C
-  (and the centred count by 1), so the event's Gaussian has multiplier z / 2
-  (dp-accounting ``SampledWithoutReplacementDpEvent``, RDP accountant only).
+  (and the centred count by 1). PLD (default): the dominating pair of
+  :mod:`fedpriv.accounting.without_replacement` (the Gaussian itself when m = N); RDP: the
+  bound of Wang et al. on the Gaussian at z / 2 (dp-accounting
+  ``SampledWithoutReplacementDpEvent``), looser.
 * ``random_allocation`` (each client in ``rounds_per_client`` k of each ``allocation_window``
   t rounds, chosen uniformly by the client): the tight PLD of Feldman and Shenfeld
   (:mod:`fedpriv.accounting.allocation`), one event per epoch, PLD accountant only.
@@ -43,6 +45,7 @@ from dp_accounting import dp_event
 from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
+from fedpriv.accounting.lower_bound import epsilon_lower_bound
 from fedpriv.accounting.params import Params, noise_or_target
 from fedpriv.accounting.privacy_spec import (
     EventRuns,
@@ -51,6 +54,7 @@ from fedpriv.accounting.privacy_spec import (
     calibrated_value,
 )
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
+from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_positive
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
@@ -101,7 +105,7 @@ class ClientLevelSpec(PrivacySpec):
     ConfigError
         For C <= 0 or non-finite, z < 0, σ_b <= z/2, both or neither of ``noise_multiplier``
         and ``target_epsilon``, an accountant that cannot account the participation
-        (fixed_size needs rdp, random_allocation needs pld), lattice noise without
+        (random_allocation needs pld), lattice noise without
         ``secure_mode`` or with client shares.
 
     References
@@ -173,13 +177,6 @@ class ClientLevelSpec(PrivacySpec):
         if self.lattice_noise:
             self._check_discrete()
         check(
-            not (kind is ClientSampling.FIXED_SIZE and acc is Accountant.PLD),
-            "privacy.accountant",
-            acc.value,
-            "cannot account client_sampling=fixed_size (sampling without replacement has an "
-            "RDP analysis only): use privacy.accountant=rdp (fedpriv-account: accountant=rdp)",
-        )
-        check(
             not (kind is ClientSampling.RANDOM_ALLOCATION and acc is Accountant.RDP),
             "privacy.accountant",
             acc.value,
@@ -210,7 +207,7 @@ class ClientLevelSpec(PrivacySpec):
     def from_params(cls, p: Params) -> ClientLevelSpec:
         """``fedpriv-account client-level``'s keys: ``num_clients``, ``client_sampling`` (all
         by default, as a run) and its parameters, ``count_noise_multiplier``, ``target_delta``,
-        ``accountant`` (rdp by default for fixed_size, else pld), ``conversion``,
+        ``accountant`` (pld by default), ``conversion``,
         ``secure_mode`` (the trusted aggregator's lattice noise) and ``noise_multiplier`` (0
         when absent: the CLI then calibrates it to ``target_epsilon``). The clip norm does not
         change ε (C = 1)."""
@@ -223,13 +220,12 @@ class ClientLevelSpec(PrivacySpec):
             allocation_window=p.int("allocation_window", None),
             rounds_per_client=p.int("rounds_per_client", None),
         )
-        default_acc = "rdp" if kind is ClientSampling.FIXED_SIZE else "pld"
         secure = p.bool("secure_mode", False)
         return cls(
             noise_multiplier=p.float("noise_multiplier", 0.0, ge=0.0),
             cohort=cohort,
             count_noise_multiplier=p.float("count_noise_multiplier", None, gt=0.0),
-            accountant=Accountant(p.choice("accountant", tuple(Accountant), default_acc)),
+            accountant=Accountant(p.choice("accountant", tuple(Accountant), "pld")),
             conversion=Conversion(p.choice("conversion", tuple(Conversion), "default")),
             target_delta=p.delta("target_delta"),
             secure_mode=secure,
@@ -296,11 +292,21 @@ class ClientLevelSpec(PrivacySpec):
             q = float(c.client_sample_rate)  # type: ignore[arg-type]
             return [(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(z)), 1)]
         if kind is ClientSampling.FIXED_SIZE:
-            inner = dp_event.GaussianDpEvent(z / 2)  # replace-one: the sum moves by up to 2C
-            m = int(c.num_sampled_clients)  # type: ignore[arg-type]
-            return [(dp_event.SampledWithoutReplacementDpEvent(c.num_clients, m, inner), 1)]
+            return [(self._fixed_size_event(z, c), 1)]
         t, k = int(c.allocation_window), int(c.rounds_per_client)  # type: ignore[arg-type]
         return [(RandomAllocationEvent(z, t, k), 1)]
+
+    def _fixed_size_event(self, z: float, c: CohortSampler) -> Any:
+        """m of N without replacement, replace-one (a replaced client moves the sum by up to
+        2C): the Gaussian itself when m = N (exact), else the dominating pair's PLD
+        (:mod:`fedpriv.accounting.without_replacement`) or, with ``accountant=rdp``,
+        dp-accounting's RDP bound (Wang, Balle, Kasiviswanathan, Thm. 9) at z/2."""
+        m, n = int(c.num_sampled_clients), c.num_clients  # type: ignore[arg-type]
+        if m == n and self.accountant is Accountant.PLD:
+            return dp_event.GaussianDpEvent(z / 2)
+        if self.accountant is Accountant.PLD:
+            return WithoutReplacementGaussianEvent(z, m, n)
+        return dp_event.SampledWithoutReplacementDpEvent(n, m, dp_event.GaussianDpEvent(z / 2))
 
     def degraded_round_events(self, contributors: int) -> EventRuns:
         """The trusted aggregator's noise: the full events (its noise does not depend on who
@@ -425,6 +431,7 @@ KEYS = (
     "target_delta",
     "accountant",
     "conversion",
+    "lower_bound",
 )
 #: The spec's summary entries ``fedpriv-account client-level`` prints.
 CLI_SUMMARY = (
@@ -449,10 +456,14 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     ``rounds_per_client``), with ``num_clients``, optional ``count_noise_multiplier``
     (adaptive clipping), ``target_delta``, ``accountant``, ``conversion``, ``secure_mode``
     (the trusted aggregator's lattice discrete Gaussian: RDP). The same
-    :class:`ClientLevelSpec` a run builds, so a run's settings give the run's ε."""
+    :class:`ClientLevelSpec` a run builds, so a run's settings give the run's ε.
+    ``lower_bound=true`` adds a computed lower bound on ε (``epsilon_lower_bound``: the room
+    the answer leaves); fixed-size cohorts also print the looser RDP bound
+    (``epsilon_rdp``)."""
     p = Params(params, "client-level", KEYS)
     spec = ClientLevelSpec.from_params(p)
     num_rounds = p.int("num_rounds", 1, ge=1)
+    lower = p.bool("lower_bound", False)
     spec, calibration = noise_or_target(p, spec, num_rounds)
     summary = spec.summary()
     out: dict[str, Any] = {"analysis": "client-level", **calibration}
@@ -466,4 +477,22 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
         conversion=spec.conversion.value,
         **{k: summary[k] for k in CLI_SUMMARY},
     )
+    return out | _other_bounds(spec, num_rounds, lower)
+
+
+def _other_bounds(spec: ClientLevelSpec, num_rounds: int, lower: bool) -> dict[str, Any]:
+    """Fixed-size cohorts under PLD: the RDP fallback's ε beside it (``epsilon_rdp``); with
+    ``lower`` a computed lower bound on ε (:mod:`fedpriv.accounting.lower_bound`)."""
+    out: dict[str, Any] = {}
+    fixed = spec.bound_cohort.client_sampling is ClientSampling.FIXED_SIZE
+    if fixed and spec.accountant is Accountant.PLD and not spec.non_private:
+        rdp = dataclasses.replace(spec, accountant=Accountant.RDP)
+        out["epsilon_rdp"] = rdp.epsilon(num_rounds)
+    if lower:
+        bound = (
+            math.inf
+            if spec.non_private
+            else epsilon_lower_bound(spec.events_after(num_rounds), spec.target_delta)
+        )
+        out["epsilon_lower_bound"] = "not available for this analysis" if bound is None else bound
     return out

@@ -35,7 +35,9 @@ Composition rules (checked in :meth:`PrivacyLedger.record`, before anything is s
    integer orders; the RDP curves add up;
 3. a fedpriv event with ``pld()`` (``composes_by_pld = True``: one occurrence's dominating
    dp-accounting PLD, e.g. random allocation) is the ledger's only run, self-composed by PLD
-   (``accountant="pld"`` only);
+   (``accountant="pld"`` only); events whose class sets ``composes_with_own_kind`` (their
+   PLDs share one grid, e.g. fixed-size cohorts at several noise levels) compose with others
+   of their class;
 4. any other event without ``rdp`` (``composes_by_rdp = False``) must be the ledger's only
    run; its ``epsilon``/``delta`` answer directly. Recording anything else next to it raises
    :class:`IncompatibleEventsError`, since no theorem here composes the two.
@@ -61,6 +63,14 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from fedpriv.accounting.gdp import gdp_delta, gdp_epsilon
+from fedpriv.accounting.rdp_orders import (
+    COARSE_ORDERS,
+    best_over_orders,
+    delta_objective,
+    epsilon_objective,
+    event_rdp,
+)
 from fedpriv.accounting.vocabulary import Accountant, Conversion
 from fedpriv.common.errors import ConfigError, check
 
@@ -77,8 +87,6 @@ RELATIONS = {
 MIRONOV_ORDERS = np.arange(2, 256, dtype=float)
 #: Integer orders used whenever a fedpriv RDP event is in the ledger.
 INTEGER_ORDERS = np.concatenate([np.arange(2, 256), [384, 512, 768, 1024]]).astype(float)
-#: dp-accounting's default orders (fractional ones included), for pure dp-accounting ledgers.
-DEFAULT_ORDERS = np.array(rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=float)
 #: PLD grids (value discretization intervals) the automatic choice picks from.
 PLD_GRIDS = (1e-4, 2e-4, 5e-4, 1e-3)
 #: ε (RDP, at δ = 1e-5) up to which the finest grid is used; above it the grid grows with ε.
@@ -97,6 +105,7 @@ class FedprivEvent:
 
     composes_by_rdp: ClassVar[bool] = False
     composes_by_pld: ClassVar[bool] = False
+    composes_with_own_kind: ClassVar[bool] = False
     supported_relations: ClassVar[frozenset[str]] = frozenset({"add_remove"})
 
     def epsilon(self, target_delta: float, count: int = 1) -> float:
@@ -324,17 +333,21 @@ class PrivacyLedger:
         return "dp"
 
     def _plan_pld(self, runs: Sequence[tuple[Any, int]]) -> str:
-        """Plan ``pld-own``: one PLD-composable fedpriv event, self-composed (its PLD's two
-        directions sit on different grids, so it composes with nothing else here)."""
-        if len(runs) > 1:
+        """Plan ``pld-own``: PLD-composable fedpriv events, self-composed and composed. Events
+        whose PLDs share one grid (``composes_with_own_kind``) compose with others of their
+        class; any other (e.g. random allocation: its PLD's two directions sit on different
+        grids) must be the ledger's only run."""
+        first = type(next(e for e, _ in runs if isinstance(e, FedprivEvent) and e.composes_by_pld))
+        own_kind = first.composes_with_own_kind and all(type(e) is first for e, _ in runs)
+        if len(runs) > 1 and not own_kind:
             names = ", ".join(sorted({type(e).__name__ for e, _ in runs}))
             raise IncompatibleEventsError(
-                f"{type(runs[0][0]).__name__} composes only with itself (ledger would hold: "
+                f"{first.__name__} composes only with itself (ledger would hold: "
                 f"{names}); keep it in a ledger of its own"
             )
         if self.accountant != "pld":
             raise IncompatibleEventsError(
-                f"{type(runs[0][0]).__name__} is accounted by its PLD only; use accountant='pld'"
+                f"{first.__name__} is accounted by its PLD only; use accountant='pld'"
             )
         return "pld-own"
 
@@ -351,10 +364,14 @@ class PrivacyLedger:
             )
 
     # ------------------------------------------------------------------ accounting
+    def _integer_only(self) -> bool:
+        """Whether a fedpriv RDP event (integer orders) is in the ledger."""
+        return any(isinstance(e, FedprivEvent) for e, _ in self._runs)
+
     def _orders(self, integer_only: bool) -> np.ndarray:
         if self.conversion == "mironov":
             return MIRONOV_ORDERS
-        return INTEGER_ORDERS if integer_only else DEFAULT_ORDERS
+        return INTEGER_ORDERS if integer_only else COARSE_ORDERS
 
     def _rdp_supported(self) -> bool:
         """Whether the RDP accountant covers every run (it is the second bound under PLD)."""
@@ -366,21 +383,43 @@ class PrivacyLedger:
             )
         return bool(self._cache["rdp_ok"])
 
+    def _curve_at(self, orders: np.ndarray) -> np.ndarray:
+        """Composed RDP curve of all runs at ``orders``."""
+        relation = RELATIONS[self.neighboring_relation]
+        total = np.zeros_like(orders)
+        for e, c in self._runs:
+            if isinstance(e, FedprivEvent):
+                total = total + c * np.asarray(e.rdp(orders), dtype=float)
+            else:
+                total = total + c * event_rdp(e, orders, relation)
+        return total
+
     def _rdp_curve(self) -> tuple[np.ndarray, np.ndarray]:
-        """Composed RDP curve of all runs (cached)."""
+        """Composed RDP curve of all runs on the ledger's fixed grid (cached)."""
         if "rdp" not in self._cache:
-            integer_only = any(isinstance(e, FedprivEvent) for e, _ in self._runs)
-            orders = self._orders(integer_only)
-            relation = RELATIONS[self.neighboring_relation]
-            total = np.zeros_like(orders)
-            for e, c in self._runs:
-                if isinstance(e, FedprivEvent):
-                    total = total + c * np.asarray(e.rdp(orders), dtype=float)
-                else:
-                    total = total + c * _dp_event_rdp(e, orders, relation)
-            self._cache["rdp"] = (orders, total)
+            orders = self._orders(self._integer_only())
+            self._cache["rdp"] = (orders, self._curve_at(orders))
         curve: tuple[np.ndarray, np.ndarray] = self._cache["rdp"]
         return curve
+
+    def _refines(self) -> bool:
+        """Whether the best order is searched beyond the fixed grid: dp-accounting events
+        only (fractional orders), dp-accounting's conversion."""
+        return self.conversion == "default" and not self._integer_only()
+
+    def _rdp_epsilon(self, target_delta: float) -> float:
+        """RDP ε at ``target_delta``, at the best order (:mod:`fedpriv.accounting.rdp_orders`)."""
+        if not self._refines():
+            orders, rdp = self._rdp_curve()
+            return rdp_to_epsilon(orders, rdp, target_delta, self.conversion)
+        return best_over_orders(epsilon_objective(self._curve_at, target_delta))
+
+    def _rdp_delta(self, target_epsilon: float) -> float:
+        """RDP δ at ``target_epsilon``, at the best order."""
+        if not self._refines():
+            orders, rdp = self._rdp_curve()
+            return rdp_to_delta(orders, rdp, target_epsilon, self.conversion)
+        return best_over_orders(delta_objective(self._curve_at, target_epsilon))
 
     @property
     def pld_interval(self) -> float:
@@ -400,8 +439,11 @@ class PrivacyLedger:
         """Composed PLD of all runs (cached): ``get_epsilon`` / ``get_delta`` answer."""
         if "pld" not in self._cache:
             event, count = self._runs[0]
-            if isinstance(event, FedprivEvent):  # plan pld-own: its PLD self-composed
-                self._cache["pld"] = _OwnPld(event.pld().self_compose(count))  # type: ignore[attr-defined]
+            if isinstance(event, FedprivEvent):  # plan pld-own: the PLDs self-composed
+                pld = event.pld().self_compose(count)
+                for e, c in self._runs[1:]:
+                    pld = pld.compose(e.pld().self_compose(c))
+                self._cache["pld"] = _OwnPld(pld)
                 return self._cache["pld"]
             acc = pld_privacy_accountant.PLDAccountant(
                 RELATIONS[self.neighboring_relation], self.pld_interval
@@ -410,6 +452,21 @@ class PrivacyLedger:
                 acc.compose(e, c)
             self._cache["pld"] = acc
         return self._cache["pld"]
+
+    def _exact_mu(self) -> float | None:
+        """μ of the exact Gaussian answer, when the PLD accountant is asked and every run is a
+        Gaussian mechanism without sampling (:func:`gaussian_noise_multiplier`): ``count``
+        releases at multiplier σ are μ = √count/σ-GDP and μ² adds up (Dong, Roth, Su,
+        arXiv:1905.02383, Cor. 3.3), whose profile is exact (Cor. 2.13). ``None`` otherwise."""
+        if self.accountant != "pld" or not self._runs:
+            return None
+        mu2 = 0.0
+        for e, c in self._runs:
+            sigma = gaussian_noise_multiplier(e)
+            if sigma is None or sigma <= 0:
+                return None
+            mu2 += c / sigma**2
+        return math.sqrt(mu2)
 
     def _pld_feasible(self) -> bool:
         """Whether to build the PLD: not when the RDP bound is already beyond any use."""
@@ -427,6 +484,8 @@ class PrivacyLedger:
             return "none"
         if plan == "single":
             return f"{type(self._runs[0][0]).__name__} (own analysis)"
+        if self._exact_mu() is not None:
+            return "gaussian (exact)"
         if plan == "pld-own" or (plan == "dp" and self.accountant == "pld"):
             return "pld"
         return f"rdp ({self.conversion})"
@@ -449,11 +508,13 @@ class PrivacyLedger:
         eps = math.inf
         if plan == "pld-own":
             return _checked(max(float(self._pld().get_epsilon(target_delta)), 0.0), "epsilon")
+        mu = self._exact_mu()
+        if mu is not None:
+            return _checked(gdp_epsilon(target_delta, mu), "epsilon")
         if plan == "dp" and self.accountant == "pld" and self._pld_feasible():
             eps = float(self._pld().get_epsilon(target_delta))
         if self._rdp_supported():
-            orders, rdp = self._rdp_curve()
-            eps = min(eps, rdp_to_epsilon(orders, rdp, target_delta, self.conversion))
+            eps = min(eps, self._rdp_epsilon(target_delta))
         return _checked(max(eps, 0.0), "epsilon")
 
     def get_delta(self, target_epsilon: float) -> float:
@@ -476,11 +537,13 @@ class PrivacyLedger:
             return _checked(
                 min(max(float(self._pld().get_delta(target_epsilon)), 0.0), 1.0), "delta"
             )
+        mu = self._exact_mu()
+        if mu is not None:
+            return _checked(float(gdp_delta(target_epsilon, mu)), "delta")
         if plan == "dp" and self.accountant == "pld" and self._pld_feasible():
             delta = float(self._pld().get_delta(target_epsilon))
         if self._rdp_supported():
-            orders, rdp = self._rdp_curve()
-            delta = min(delta, rdp_to_delta(orders, rdp, target_epsilon, self.conversion))
+            delta = min(delta, self._rdp_delta(target_epsilon))
         return _checked(min(max(delta, 0.0), 1.0), "delta")
 
     # ------------------------------------------------------------------ JSON
@@ -541,25 +604,20 @@ class _OwnPld:
         return float(self.pld.get_delta_for_epsilon(target_epsilon))
 
 
-def _dp_event_rdp(
-    event: dp_event.DpEvent, orders: np.ndarray, relation: NeighboringRelation
-) -> np.ndarray:
-    """RDP of ONE occurrence of a dp-accounting event at ``orders``.
-
-    For a Poisson-sampled event the curve is capped by the unsampled one, order by order
-    (subsampling never hurts under add/remove: joint convexity of Rényi divergence).
-    dp-accounting drops fractional orders whose series fail to converge (small σ, large q)
-    and would otherwise report *more* ε at q = 0.75 than at q = 1.
-    """
-    acc = rdp_privacy_accountant.RdpAccountant(list(orders), relation)
-    acc.compose(event, 1)
-    rdp = acc.rdp
-    if isinstance(event, dp_event.PoissonSampledDpEvent):
-        inner = rdp_privacy_accountant.RdpAccountant(list(orders), relation)
-        if inner.supports(event.event):
-            inner.compose(event.event, 1)
-            rdp = np.minimum(rdp, inner.rdp)
-    return np.asarray(rdp, dtype=float)
+def gaussian_noise_multiplier(event: Any) -> float | None:
+    """The noise multiplier of a dp-accounting event that is a Gaussian mechanism WITHOUT
+    sampling (``GaussianDpEvent``; Poisson sampling at rate 1; sampling all N of N without
+    replacement), per unit of the sensitivity under the ledger's relation; ``None`` for any
+    other event."""
+    if isinstance(event, dp_event.GaussianDpEvent):
+        return float(event.noise_multiplier)
+    if isinstance(event, dp_event.PoissonSampledDpEvent) and event.sampling_probability == 1:
+        return gaussian_noise_multiplier(event.event)
+    if isinstance(event, dp_event.SampledWithoutReplacementDpEvent) and (
+        event.sample_size == event.source_dataset_size
+    ):
+        return gaussian_noise_multiplier(event.event)
+    return None
 
 
 def event_to_dict(event: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 #: The sweep's manifest file (one record per job), written by :mod:`fedpriv.run.sweep`.
 MANIFEST = "sweep.json"
 
-FIGURES = ("accuracy", "epsilon", "delta", "wall_time_s", "status", "message")
+FIGURES = ("accuracy", "epsilon", "delta", "relation", "wall_time_s", "status", "message")
 REPLICATES = ("seed",)  # varied for repetition: averaged over, never a line of its own
 
 
@@ -94,6 +94,7 @@ def _row(num: int, job_dir: Path, overrides: list[str], meta: dict[str, Any]) ->
         "accuracy": float(ok[-1]["accuracy"]) if ok else math.nan,
         "epsilon": float(privacy["epsilon"]) if ok and "epsilon" in privacy else math.nan,
         "delta": privacy.get("delta", ""),
+        "relation": privacy.get("neighboring_relation", ""),  # ε's scale: add/remove, replace-one
         "wall_time_s": float(wall) if wall is not None else math.nan,
         "status": status,
         "message": meta.get("message") or res.get("message", ""),
@@ -176,7 +177,10 @@ def plot_privacy_utility(rows: list[dict[str, Any]], path: Path) -> Path:
                 color=line.get_color(),
             )
     failed = len(rows) - len(ok)
-    ax.set_xlabel("ε (final, at the run's δ)")
+    relations = sorted({str(r["relation"]) for r in ok if r["relation"]})
+    scale = " and ".join(relations) if relations else "the run's relation"
+    warn = " — different scales" if len(relations) > 1 else ""
+    ax.set_xlabel(f"ε (final, at the run's δ; neighbours: {scale}{warn})")
     ax.set_ylabel("final test accuracy")
     ax.set_title("privacy-utility" + (f" ({failed} failed job(s) not shown)" if failed else ""))
     ax.grid(alpha=0.3)

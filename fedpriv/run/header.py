@@ -82,7 +82,8 @@ def header_line(
     return (
         ("NON-PRIVATE run (privacy.noise_multiplier=0): " if facts["non_private"] else "")
         + f"fedpriv: {clients_phrase(plan, layout)}, {plan.num_rounds} rounds, "
-        f"{name}={noise_s}{_correlated(summary)}, δ={plan.privacy.target_delta:g}, "
+        f"{name}={noise_s}{_correlated(summary)}, δ={plan.privacy.target_delta:g} "
+        f"({plan.privacy.neighboring_relation.value}), "
         f"accounting={analysis}, "
         f"noise_source={facts['noise_source']} ({hardened} against floating-point attacks), "
         f"normalizer={norm_s}; outputs in {out}"

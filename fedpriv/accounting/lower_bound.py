@@ -1,0 +1,97 @@
+"""Lower bounds on ε: how much room an upper bound leaves.
+
+For each event kind below, a pair of neighbouring datasets realises the event's worst-case
+pair of output distributions in EVERY round (so the rounds compose as that pair does), and
+that pair's PLD, discretized OPTIMISTICALLY (probability mass rounded towards smaller loss,
+tails dropped), gives a δ(ε) that is at most the true one. The ε it answers is therefore at
+most the ε of the mechanism: a valid lower bound, however the upper bound was computed.
+
+* Gaussian without sampling: exact (μ-GDP), lower bound = upper bound (an optimistic PLD
+  when composed with other events).
+* Poisson-sampled Gaussian: the remove and add pairs of dataset D and D minus one client
+  whose clipped contribution is C every round, others contributing 0.
+* Fixed size without replacement (replace-one): the two pairs of
+  :mod:`fedpriv.accounting.without_replacement` (``lower_pld``).
+* Random allocation: ``pld-accounting``'s lower PLD (``BoundType.IS_DOMINATED``).
+
+Other events have no lower bound here (``None``).
+
+References
+----------
+Doroshenko, Ghazi, Kamath, Kumar, Manurangsi (arXiv:2207.04380), optimistic PLDs; Feldman,
+Shenfeld (arXiv:2602.17284), random allocation's lower bound.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dp_accounting import dp_event
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+from fedpriv.accounting.allocation import RandomAllocationEvent
+from fedpriv.accounting.gdp import gdp_epsilon
+from fedpriv.accounting.ledger import gaussian_noise_multiplier
+from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
+
+#: Optimistic discretization of the Poisson pairs.
+LOWER_DISCRETIZATION = 1e-4
+
+
+def epsilon_lower_bound(events: list[tuple[Any, int]], target_delta: float) -> float | None:
+    """A lower bound on the ε at ``target_delta`` of ``events`` (``[(event, count), ...]``)
+    composed; ``None`` when an event has no lower bound here.
+
+    Raises
+    ------
+    ConfigError
+        If ``target_delta`` is not in (0, 1).
+    """
+    mu = _gaussian_mu(events)
+    if mu is not None:
+        return gdp_epsilon(target_delta, mu)
+    total = None
+    for event, count in events:
+        pld = _lower_pld(event)
+        if pld is None:
+            return None
+        pld = pld.self_compose(count)
+        total = pld if total is None else total.compose(pld)
+    if total is None:
+        return None
+    return max(0.0, float(total.get_epsilon_for_delta(target_delta)))
+
+
+def _gaussian_mu(events: list[tuple[Any, int]]) -> float | None:
+    """μ when every event is a Gaussian without sampling (exact), else ``None``."""
+    mu2 = 0.0
+    for event, count in events:
+        sigma = gaussian_noise_multiplier(event)
+        if sigma is None or sigma <= 0:
+            return None
+        mu2 += count / sigma**2
+    return math.sqrt(mu2) if events else None
+
+
+def _lower_pld(event: Any) -> Any:
+    """The optimistic PLD of one occurrence, or ``None``."""
+    if isinstance(event, (WithoutReplacementGaussianEvent, RandomAllocationEvent)):
+        return event.lower_pld()
+    if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):  # the RDP path's event
+        inner = gaussian_noise_multiplier(event.event)  # z/2 per unit of the 2C sensitivity
+        if inner is None or inner <= 0:
+            return None
+        m, n = event.sample_size, event.source_dataset_size
+        return WithoutReplacementGaussianEvent(2 * inner, m, n).lower_pld()
+    sampled = isinstance(event, dp_event.PoissonSampledDpEvent)
+    sigma = gaussian_noise_multiplier(event.event if sampled else event)
+    if sigma is None or sigma <= 0:
+        return None
+    return pld_lib.from_gaussian_mechanism(
+        sigma,
+        pessimistic_estimate=False,
+        value_discretization_interval=LOWER_DISCRETIZATION,
+        sampling_prob=float(event.sampling_probability) if sampled else 1.0,
+        use_connect_dots=False,
+    )
