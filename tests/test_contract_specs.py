@@ -201,12 +201,27 @@ class TestClientLevelSpecSharesAdaptive(TestClientLevelSpec):
             "num_sampled_clients": "10",
             "count_noise_multiplier": str(spec.count_noise_multiplier),
             "target_delta": str(spec.target_delta),
+            "accountant": spec.accountant.value,
         }
 
     def test_degraded_round_events_hold_the_contributors_shares(self) -> None:
         spec = self.make_spec()
         ((event, _),) = spec.degraded_round_events(4)
         assert event.event.noise_multiplier == pytest.approx(math.sqrt(4 / 10) / 2, rel=1e-12)
+        assert spec.degraded_round_events(12) == spec.round_events()
+
+
+class TestClientLevelSpecSharesAdaptivePld(TestClientLevelSpecSharesAdaptive):
+    """The same under the PLD accountant (the default): the dominating pair's event, whose
+    multiplier is per unit C (the 2C of replace-one is inside the pair)."""
+
+    def make_spec(self) -> Any:
+        return dataclasses.replace(super().make_spec(), accountant=Accountant.PLD)
+
+    def test_degraded_round_events_hold_the_contributors_shares(self) -> None:
+        spec = self.make_spec()
+        ((event, _),) = spec.degraded_round_events(4)
+        assert event.noise_multiplier == pytest.approx(math.sqrt(4 / 10), rel=1e-12)
         assert spec.degraded_round_events(12) == spec.round_events()
 
 

@@ -458,15 +458,7 @@ class PrivacyLedger:
         Gaussian mechanism without sampling (:func:`gaussian_noise_multiplier`): ``count``
         releases at multiplier σ are μ = √count/σ-GDP and μ² adds up (Dong, Roth, Su,
         arXiv:1905.02383, Cor. 3.3), whose profile is exact (Cor. 2.13). ``None`` otherwise."""
-        if self.accountant != "pld" or not self._runs:
-            return None
-        mu2 = 0.0
-        for e, c in self._runs:
-            sigma = gaussian_noise_multiplier(e)
-            if sigma is None or sigma <= 0:
-                return None
-            mu2 += c / sigma**2
-        return math.sqrt(mu2)
+        return gaussian_mu(self._runs) if self.accountant == "pld" else None
 
     def _pld_feasible(self) -> bool:
         """Whether to build the PLD: not when the RDP bound is already beyond any use."""
@@ -618,6 +610,19 @@ def gaussian_noise_multiplier(event: Any) -> float | None:
     ):
         return gaussian_noise_multiplier(event.event)
     return None
+
+
+def gaussian_mu(runs: Sequence[tuple[Any, int]]) -> float | None:
+    """μ of ``runs`` (``[(event, count), ...]``) when every event is a Gaussian without
+    sampling with σ > 0: ``count`` releases at σ are √count/σ-GDP and μ² adds up (Dong, Roth,
+    Su, arXiv:1905.02383, Cor. 3.3); ``None`` for any other event or no runs."""
+    mu2 = 0.0
+    for event, count in runs:
+        sigma = gaussian_noise_multiplier(event)
+        if sigma is None or sigma <= 0:
+            return None
+        mu2 += count / sigma**2
+    return math.sqrt(mu2) if runs else None
 
 
 def event_to_dict(event: Any) -> dict[str, Any]:

@@ -24,7 +24,6 @@ Shenfeld (arXiv:2602.17284), random allocation's lower bound.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from dp_accounting import dp_event
@@ -32,7 +31,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.gdp import gdp_epsilon
-from fedpriv.accounting.ledger import gaussian_noise_multiplier
+from fedpriv.accounting.ledger import gaussian_mu, gaussian_noise_multiplier
 from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
 
 #: Optimistic discretization of the Poisson pairs.
@@ -48,7 +47,7 @@ def epsilon_lower_bound(events: list[tuple[Any, int]], target_delta: float) -> f
     ConfigError
         If ``target_delta`` is not in (0, 1).
     """
-    mu = _gaussian_mu(events)
+    mu = gaussian_mu(events)
     if mu is not None:
         return gdp_epsilon(target_delta, mu)
     total = None
@@ -61,17 +60,6 @@ def epsilon_lower_bound(events: list[tuple[Any, int]], target_delta: float) -> f
     if total is None:
         return None
     return max(0.0, float(total.get_epsilon_for_delta(target_delta)))
-
-
-def _gaussian_mu(events: list[tuple[Any, int]]) -> float | None:
-    """μ when every event is a Gaussian without sampling (exact), else ``None``."""
-    mu2 = 0.0
-    for event, count in events:
-        sigma = gaussian_noise_multiplier(event)
-        if sigma is None or sigma <= 0:
-            return None
-        mu2 += count / sigma**2
-    return math.sqrt(mu2) if events else None
 
 
 def _lower_pld(event: Any) -> Any:
