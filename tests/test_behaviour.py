@@ -57,6 +57,22 @@ def needs_shared(case: dict[str, Any]) -> bool:
 #: allocation and check-in analyses keep fast tests of their own (test_client_level.py,
 #: test_checkin_gaussian.py, tests/test_contract_specs.py).
 SLOW_EPSILON = {"client_level_fmnist_allocation", "checkin_gaussian"}
+#: Deliberate changes since 400af8e, each with the issue that made it: in these cases a round's
+#: ε must equal its run's spec's ε for that many rounds (rel. RTOL) and never exceed the
+#: recorded one (a tighter valid analysis); every other figure is still compared as recorded.
+TIGHTER_EPSILON = {
+    "client_level_fmnist_allocation": "issue 25: an epoch is charged for its released rounds",
+}
+
+
+def expected_epsilon(name: str, spec: Any, server_round: int, recorded: float) -> float:
+    """The ε a round must report: the recorded one, or (:data:`TIGHTER_EPSILON`) the spec's,
+    checked here to be no more than the recorded one."""
+    if name not in TIGHTER_EPSILON:
+        return recorded
+    eps = float(spec.epsilon(server_round))
+    assert eps <= recorded * (1 + RTOL), (name, server_round, eps, recorded)
+    return eps
 
 
 @pytest.mark.parametrize(
@@ -80,7 +96,8 @@ def test_resolved_noise_and_epsilon_are_unchanged(name: str) -> None:
         if r in (1, plan.num_rounds):
             got.append([r, privacy.epsilon()])
     for (r, eps), (r0, eps0) in zip(got, case["epsilon_full"], strict=True):
-        assert r == r0 and eps == pytest.approx(eps0, rel=RTOL), (name, r)
+        want = expected_epsilon(name, plan.privacy, r, eps0)
+        assert r == r0 and eps == pytest.approx(want, rel=RTOL), (name, r)
     local = privacy.local_epsilon()
     if case["local_epsilon_full"] is None:
         assert local is None
@@ -111,7 +128,13 @@ def test_short_run_rows_are_unchanged(name: str, tmp_path: Path, shared_ray: str
     assert summary["status"] == "complete"
     rows = case["rounds"][CPU]
     assert len(summary["rounds"]) == len(rows)
+    spec = prepare(cfg)[0].privacy
     for got, want in zip(summary["rounds"], rows, strict=True):
+        if "epsilon" in want:
+            want = {
+                **want,
+                "epsilon": expected_epsilon(name, spec, got["server_round"], want["epsilon"]),
+            }
         assert {"status", "epsilon"} & set(want) <= set(got)
         assert {"accuracy", "loss", "local_epsilon"} & set(want) <= set(got)
         diff = [k for k, v in want.items() if k in got and not same(got[k], v)]

@@ -1,5 +1,6 @@
 """Issue 13 end to end through Flower: a client-level run's ε per round is its spec's, the
-adaptive clip norm is in metrics.csv and curves.png, random allocation pays once per epoch."""
+adaptive clip norm is in metrics.csv and curves.png, random allocation pays for the rounds
+of an epoch released."""
 
 from __future__ import annotations
 
@@ -69,10 +70,11 @@ def test_poisson_adaptive_run_reports_its_spec_epsilon_and_the_clip_norm(tmp_pat
 
 
 @pytest.mark.slow
-def test_random_allocation_run_accounts_one_event_per_epoch(tmp_path: Path) -> None:
-    """t = 2 rounds per epoch, k = 1, 4 rounds: ε after round 1 equals ε after round 2 (the
-    epoch was paid at its first round), round 3 pays the second epoch; every client trained
-    exactly once per epoch (the cohort sizes of an epoch add up to num_clients)."""
+def test_random_allocation_run_charges_the_rounds_released(tmp_path: Path) -> None:
+    """t = 2 rounds per epoch, k = 1, 4 rounds: round 1 is charged as one released round of
+    the epoch (less than the epoch), round 2 completes it, rounds 3 and 4 the second epoch;
+    every ε is its spec's for that many rounds (rel. 1e-9); every client trained exactly once
+    per epoch (the cohort sizes of an epoch add up to num_clients)."""
     extra = [
         "num_rounds=4",
         "client_sampling=random_allocation",
@@ -81,10 +83,13 @@ def test_random_allocation_run_accounts_one_event_per_epoch(tmp_path: Path) -> N
     ]
     summary = run_experiment(_compose([*SMALL, *extra]), tmp_path)
     assert summary["status"] == "complete"
-    rows = _rows(tmp_path)
-    eps = [float(r["epsilon"]) for r in rows]
-    assert eps[0] == eps[1] < eps[2] == eps[3]
-    sizes = [int(r["cohort_size"]) for r in rows]
+    from fedpriv.run.prepare import prepare
+
+    spec = prepare(_compose([*SMALL, *extra]))[0].privacy
+    eps = [float(r["epsilon"]) for r in _rows(tmp_path)]
+    assert eps == pytest.approx([spec.epsilon(r) for r in range(1, 5)], rel=1e-9)
+    assert eps == sorted(eps) and len(set(eps)) == 4
+    sizes = [int(r["cohort_size"]) for r in _rows(tmp_path)]
     assert sizes[0] + sizes[1] == 40 and sizes[2] + sizes[3] == 40
 
 

@@ -54,16 +54,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from fedpriv.accounting.allocation import RandomAllocationEvent
+from fedpriv.accounting.allocation import (
+    RandomAllocationEvent,
+    first_round_lower_pld,
+    subsampled_allocation_pld,
+)
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.ledger import PldEvent
 from fedpriv.accounting.params import Params
@@ -166,21 +168,18 @@ class CheckinGaussianEvent(PldEvent):
 
     def pld(self) -> Any:
         """Dominating PLD of ONE pass (dp-accounting object; cached per parameters)."""
-        return _checkin_pld(
+        return subsampled_allocation_pld(
             float(self.noise_multiplier), int(self.num_slots), float(self.checkin_probability)
         )
 
-
-@lru_cache(maxsize=64)
-def _checkin_pld(sigma: float, num_slots: int, p0: float) -> Any:
-    alloc = RandomAllocationEvent(sigma, num_steps=num_slots, num_selected=1).pld()
-    if p0 == 1.0:
-        return alloc
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ImportWarning)
-        import PLD_accounting as pa
-
-    return pa.subsample_pld(pld=alloc, sampling_probability=p0)
+    def lower_pld(self) -> Any:
+        """A PLD dominated by the pass's: with ``p0 = 1`` the allocation's lower PLD, else its
+        first slot alone, the Gaussian sampled at ``p0 / m``
+        (:func:`~fedpriv.accounting.allocation.first_round_lower_pld`)."""
+        sigma, p0 = float(self.noise_multiplier), float(self.checkin_probability)
+        if p0 == 1.0:
+            return RandomAllocationEvent(sigma, self.num_slots).lower_pld()
+        return first_round_lower_pld(sigma, p0 / self.num_slots)
 
 
 _BARE = {"num_slots": "client.num_slots"}

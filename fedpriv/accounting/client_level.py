@@ -21,7 +21,8 @@ Each participation scheme is accounted by the analysis that matches it:
   ``SampledWithoutReplacementDpEvent``), looser.
 * ``random_allocation`` (each client in ``rounds_per_client`` k of each ``allocation_window``
   t rounds, chosen uniformly by the client): the tight PLD of Feldman and Shenfeld
-  (:mod:`fedpriv.accounting.allocation`), one event per epoch, PLD accountant only.
+  (:mod:`fedpriv.accounting.allocation`), one event per epoch, PLD accountant only; an epoch
+  not yet complete (k = 1) is charged for its released rounds.
 
 References
 ----------
@@ -42,7 +43,7 @@ from typing import Any, ClassVar
 
 from dp_accounting import dp_event
 
-from fedpriv.accounting.allocation import RandomAllocationEvent
+from fedpriv.accounting.allocation import RandomAllocationEvent, charged_rounds
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.lower_bound import epsilon_lower_bound
@@ -333,14 +334,40 @@ class ClientLevelSpec(PrivacySpec):
         every round is its own event."""
         return self.bound_cohort.epoch_of(server_round)
 
+    def partial_epoch_events(self, server_round: int) -> EventRuns | None:
+        """Random allocation with k = 1 and ``server_round`` inside its epoch: the epoch's
+        first rounds released, charged as :func:`~fedpriv.accounting.allocation.charged_rounds`
+        of them (:class:`RandomAllocationEvent` ``released_rounds``); ``None`` otherwise."""
+        epoch = self.accounting_epoch(server_round)
+        events = self.round_events()
+        event = events[0][0]
+        if epoch is None or len(events) != 1 or not isinstance(event, RandomAllocationEvent):
+            return None
+        released = server_round - epoch * event.num_steps
+        if event.num_selected != 1 or released >= event.num_steps:
+            return None
+        return [
+            (
+                dataclasses.replace(
+                    event, released_rounds=charged_rounds(released, event.num_steps)
+                ),
+                1,
+            )
+        ]
+
     def events_after(self, num_rounds: int) -> EventRuns:
-        """The events of ``num_rounds`` released rounds (whole epochs for allocation)."""
+        """The events of ``num_rounds`` released rounds (allocation: whole epochs, and the last
+        one's released rounds, see :meth:`partial_epoch_events`)."""
         epoch = self.accounting_epoch(num_rounds)
-        count = num_rounds if epoch is None else epoch + 1
-        return [(e, n * count) for e, n in self.round_events()]
+        if epoch is None:
+            return [(e, n * num_rounds) for e, n in self.round_events()]
+        partial = self.partial_epoch_events(num_rounds)
+        whole = epoch + (partial is None)
+        runs = [(e, n * whole) for e, n in self.round_events()] if whole else []
+        return runs + (partial or [])
 
     def epsilon(self, num_rounds: int) -> float:
-        """ε at ``target_delta`` after ``num_rounds`` rounds (whole epochs for allocation)."""
+        """ε at ``target_delta`` after ``num_rounds`` rounds (:meth:`events_after`)."""
         if num_rounds == 0:
             return 0.0
         return self.accounting.epsilon(self.events_after(num_rounds))

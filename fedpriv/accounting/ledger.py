@@ -35,9 +35,9 @@ Composition rules (checked in :meth:`PrivacyLedger.record`, before anything is s
    integer orders; the RDP curves add up;
 3. a fedpriv event with ``pld()`` (``composes_by_pld = True``: one occurrence's dominating
    dp-accounting PLD, e.g. random allocation) is the ledger's only run, self-composed by PLD
-   (``accountant="pld"`` only); events whose class sets ``composes_with_own_kind`` (their
-   PLDs share one grid, e.g. fixed-size cohorts at several noise levels) compose with others
-   of their class;
+   (``accountant="pld"`` only); events whose class sets ``composes_with_own_kind`` (e.g.
+   fixed-size cohorts at several noise levels, whole and partial allocation epochs) compose
+   with others of their class, on the coarser loss grid (:mod:`fedpriv.accounting.pld_grid`);
 4. any other event without ``rdp`` (``composes_by_rdp = False``) must be the ledger's only
    run; its ``epsilon``/``delta`` answer directly. Recording anything else next to it raises
    :class:`IncompatibleEventsError`, since no theorem here composes the two.
@@ -64,6 +64,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedpriv.accounting.gdp import gdp_delta, gdp_epsilon
+from fedpriv.accounting.pld_grid import compose_on_common_grid
 from fedpriv.accounting.rdp_orders import (
     COARSE_ORDERS,
     best_over_orders,
@@ -334,9 +335,8 @@ class PrivacyLedger:
 
     def _plan_pld(self, runs: Sequence[tuple[Any, int]]) -> str:
         """Plan ``pld-own``: PLD-composable fedpriv events, self-composed and composed. Events
-        whose PLDs share one grid (``composes_with_own_kind``) compose with others of their
-        class; any other (e.g. random allocation: its PLD's two directions sit on different
-        grids) must be the ledger's only run."""
+        whose class sets ``composes_with_own_kind`` compose with others of their class; any
+        other must be the ledger's only run."""
         first = type(next(e for e, _ in runs if isinstance(e, FedprivEvent) and e.composes_by_pld))
         own_kind = first.composes_with_own_kind and all(type(e) is first for e, _ in runs)
         if len(runs) > 1 and not own_kind:
@@ -442,7 +442,7 @@ class PrivacyLedger:
             if isinstance(event, FedprivEvent):  # plan pld-own: the PLDs self-composed
                 pld = event.pld().self_compose(count)
                 for e, c in self._runs[1:]:
-                    pld = pld.compose(e.pld().self_compose(c))
+                    pld = compose_on_common_grid(pld, e.pld().self_compose(c))
                 self._cache["pld"] = _OwnPld(pld)
                 return self._cache["pld"]
             acc = pld_privacy_accountant.PLDAccountant(

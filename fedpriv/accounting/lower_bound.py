@@ -12,9 +12,15 @@ most the ε of the mechanism: a valid lower bound, however the upper bound was c
   whose clipped contribution is C every round, others contributing 0.
 * Fixed size without replacement (replace-one): the two pairs of
   :mod:`fedpriv.accounting.without_replacement` (``lower_pld``).
-* Random allocation: ``pld-accounting``'s lower PLD (``BoundType.IS_DOMINATED``).
+* Random allocation: ``pld-accounting``'s lower PLD (``BoundType.IS_DOMINATED``); a partial
+  epoch: its first round alone (a Poisson-sampled Gaussian at rate 1/t).
+* Random check-ins with central Gaussian slot sums: a pass's first slot alone (the Gaussian
+  sampled at ``p0 / m``).
 
-Other events have no lower bound here (``None``).
+Any fedpriv event with a ``lower_pld()`` method is covered the same way; other events have no
+lower bound here (``None``). The events must come from an analysis whose sensitivity is
+attained: DP-FTRL's Gaussians are not covered, since its sensitivity can be an upper bound
+(the |X| relaxation of :mod:`fedpriv.mechanisms.mf_sensitivity`).
 
 References
 ----------
@@ -29,9 +35,9 @@ from typing import Any
 from dp_accounting import dp_event
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.gdp import gdp_epsilon
 from fedpriv.accounting.ledger import gaussian_mu, gaussian_noise_multiplier
+from fedpriv.accounting.pld_grid import compose_on_common_grid
 from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
 
 #: Optimistic discretization of the Poisson pairs.
@@ -56,7 +62,7 @@ def epsilon_lower_bound(events: list[tuple[Any, int]], target_delta: float) -> f
         if pld is None:
             return None
         pld = pld.self_compose(count)
-        total = pld if total is None else total.compose(pld)
+        total = pld if total is None else compose_on_common_grid(total, pld, pessimistic=False)
     if total is None:
         return None
     return max(0.0, float(total.get_epsilon_for_delta(target_delta)))
@@ -64,7 +70,7 @@ def epsilon_lower_bound(events: list[tuple[Any, int]], target_delta: float) -> f
 
 def _lower_pld(event: Any) -> Any:
     """The optimistic PLD of one occurrence, or ``None``."""
-    if isinstance(event, (WithoutReplacementGaussianEvent, RandomAllocationEvent)):
+    if hasattr(event, "lower_pld"):  # a fedpriv event that knows a dominated PLD
         return event.lower_pld()
     if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):  # the RDP path's event
         inner = gaussian_noise_multiplier(event.event)  # z/2 per unit of the 2C sensitivity

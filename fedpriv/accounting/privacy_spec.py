@@ -241,6 +241,12 @@ class PrivacySpec(ABC):
         round: random allocation); ``None`` (default): every round is its own event."""
         return None
 
+    def partial_epoch_events(self, server_round: int) -> EventRuns | None:
+        """The events of ``server_round``'s epoch when it is the last round released so far
+        and its epoch is not complete (random allocation, k = 1: a truncated epoch); ``None``
+        (default): the epoch's whole events are charged at its first round."""
+        return None
+
     def epsilon(self, num_rounds: int) -> float:
         """ε at ``target_delta`` after ``num_rounds`` full rounds, composed as the run's ledger
         composes them."""

@@ -188,7 +188,7 @@ class RoundLog:
             epsilon=self.privacy.epsilon(),
             local_epsilon=self.privacy.local_epsilon(),
             rounds_released=self.privacy.rounds,
-            ledger=self.privacy.central.to_dict(),
+            ledger=self.privacy.ledger().to_dict(),
             **extra,
         )
 

@@ -38,18 +38,27 @@ class RunPrivacy:
         self.rounds = 0
         self.epochs: set[int] = set()  # accounting epochs already recorded (whole-epoch events)
         self.last_round = 0  # the last round charged (prefix-accounted specs)
+        self.open_epoch: int | None = None  # an epoch charged for its released rounds so far
+        self.pending: EventRuns = []  # that epoch's events, not yet in ``central``
 
     def record_round(self, contributors: int | None = None, server_round: int = 0) -> None:
         """Compose one round's events into both ledgers.
 
         ``contributors`` below the nominal cohort (dropouts) composes the spec's weaker
         ``degraded_round_events`` instead. A round whose accounting epoch is already recorded
-        adds nothing centrally: the epoch's events cover all of its rounds.
+        adds nothing centrally: the epoch's events cover all of its rounds; an epoch the spec
+        charges for its released rounds (``partial_epoch_events``) stays :attr:`pending`
+        until its last round (or a degraded one) charges it whole.
         """
         epoch = self._epoch(server_round)
-        if epoch is None or epoch not in self.epochs:
-            for event, count in self.round_events(contributors, server_round):
-                self.central.record(event, count)
+        if self.open_epoch is not None and epoch != self.open_epoch:  # it released no more
+            self._charge(self.pending)
+        if epoch is None or epoch not in self.epochs or epoch == self.open_epoch:
+            partial = self._partial(contributors, server_round)
+            if partial is None:
+                self._charge(self.round_events(contributors, server_round))
+            else:
+                self.open_epoch, self.pending = epoch, partial
         if epoch is not None:
             self.epochs.add(epoch)
         self.last_round = max(self.last_round, server_round or self.last_round + 1)
@@ -57,6 +66,30 @@ class RunPrivacy:
             for event, count in self.spec.local_events():
                 self.local.record(event, count)
         self.rounds += 1
+
+    def _charge(self, events: EventRuns) -> None:
+        """Record ``events`` centrally; the open epoch (if any) is then charged."""
+        for event, count in events:
+            self.central.record(event, count)
+        self.open_epoch, self.pending = None, []
+
+    def _partial(self, contributors: int | None, server_round: int) -> EventRuns | None:
+        """The spec's partial-epoch events of a round whose noise is the nominal one (its
+        events are the spec's full ones); ``None`` otherwise."""
+        if not server_round:
+            return None
+        if self.round_events(contributors, server_round) != self.spec.round_events():
+            return None
+        return self.spec.partial_epoch_events(server_round)
+
+    def ledger(self) -> PrivacyLedger:
+        """The central ledger with the open epoch's pending events: what ε is computed from."""
+        if not self.pending:
+            return self.central
+        ledger = PrivacyLedger.from_dict(self.central.to_dict())
+        for event, count in self.pending:
+            ledger.record(event, count)
+        return ledger
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps (JSON): both ledgers, the rounds counted, the epochs."""
@@ -66,6 +99,7 @@ class RunPrivacy:
             "rounds": self.rounds,
             "epochs": sorted(self.epochs),
             "last_round": self.last_round,
+            "open_epoch": self.open_epoch,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -76,6 +110,9 @@ class RunPrivacy:
         self.rounds = int(state["rounds"])
         self.epochs = {int(e) for e in state.get("epochs", [])}
         self.last_round = int(state.get("last_round", self.rounds))
+        self.open_epoch = state.get("open_epoch")
+        partial = None if self.open_epoch is None else self._partial(None, self.last_round)
+        self.pending = partial or []
 
     def _epoch(self, server_round: int) -> int | None:
         return self.spec.accounting_epoch(server_round) if server_round else None
@@ -122,7 +159,7 @@ class RunPrivacy:
 
     def epsilon(self) -> float:
         """Central ε at ``target_delta`` (0 before any release)."""
-        return self.central.get_epsilon(self.target_delta) if self.rounds else 0.0
+        return self.ledger().get_epsilon(self.target_delta) if self.rounds else 0.0
 
     def local_epsilon(self) -> float | None:
         """One client's own ε at ``target_delta`` (its noise alone), or ``None`` if not defined."""
@@ -139,10 +176,12 @@ class RunPrivacy:
         if self.stop_at_epsilon is None:
             return False
         epoch = self._epoch(server_round)
-        if epoch is not None and epoch in self.epochs:
+        if epoch is not None and epoch in self.epochs and epoch != self.open_epoch:
             return False
         trial = PrivacyLedger.from_dict(self.central.to_dict())
-        for event, count in self.round_events(contributors, server_round):
+        partial = self._partial(contributors, server_round)
+        events = self.round_events(contributors, server_round) if partial is None else partial
+        for event, count in events:
             trial.record(event, count)
         eps = trial.get_epsilon(self.target_delta)
         return not math.isfinite(eps) or eps > float(self.stop_at_epsilon)
