@@ -30,9 +30,13 @@ from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 DELTA = 1e-5
 
 
-def client_level(kind: str, z: float, acc: str = "pld", **cohort: float) -> ClientLevelSpec:
+def client_level(
+    kind: str, z: float, acc: str = "pld", delta: float = DELTA, **cohort: float
+) -> ClientLevelSpec:
     sampler = CohortSampler(num_clients=6000, client_sampling=ClientSampling(kind), **cohort)  # type: ignore[arg-type]
-    return ClientLevelSpec(noise_multiplier=z, cohort=sampler, accountant=Accountant(acc))
+    return ClientLevelSpec(
+        noise_multiplier=z, cohort=sampler, accountant=Accountant(acc), target_delta=delta
+    )
 
 
 def dense_rdp_epsilon(event: dp_event.DpEvent, count: int, orders: np.ndarray) -> float:
@@ -205,15 +209,8 @@ def test_two_of_three_allocation_rounds_are_charged_as_released() -> None:
     """t = 3, k = 1, σ = 1, δ = 1e-3, two rounds released: ε lies between the exact ε of the
     released pair (2-d integration) and 1.05 times it, and below the whole epoch's ε."""
     delta = 1e-3
-    spec = ClientLevelSpec(
-        noise_multiplier=1.0,
-        cohort=CohortSampler(
-            num_clients=30,
-            client_sampling=ClientSampling.RANDOM_ALLOCATION,
-            allocation_window=3,
-            rounds_per_client=1,
-        ),
-        target_delta=delta,
+    spec = client_level(
+        "random_allocation", 1.0, delta=delta, allocation_window=3, rounds_per_client=1
     )
     exact = optimize.brentq(lambda e: truncated_exact_delta(1.0, e) - delta, 0.0, 20.0, xtol=1e-6)
     assert exact <= spec.epsilon(2) <= 1.05 * exact
@@ -277,15 +274,8 @@ def test_two_of_four_allocation_bounds_bracket_a_monte_carlo_estimate() -> None:
     is above a Monte Carlo estimate of the true ε (~3.545) and the lower bound below it by
     more than the estimate's error (pld-accounting's own lower PLD, 3.721, bounds the
     decomposition, not the scheme, so it is not used)."""
-    spec = ClientLevelSpec(
-        noise_multiplier=1.0,
-        cohort=CohortSampler(
-            num_clients=40,
-            client_sampling=ClientSampling.RANDOM_ALLOCATION,
-            allocation_window=4,
-            rounds_per_client=2,
-        ),
-        target_delta=1e-3,
+    spec = client_level(
+        "random_allocation", 1.0, delta=1e-3, allocation_window=4, rounds_per_client=2
     )
     truth = monte_carlo_allocation_epsilon(1.0, 4, 2, 1e-3)
     lower = epsilon_lower_bound(spec.events_after(4), 1e-3)
