@@ -11,6 +11,7 @@ itself.
 
 from __future__ import annotations
 
+import csv
 import re
 from pathlib import Path
 
@@ -124,3 +125,33 @@ def test_equal_epsilon_table_sigmas_and_group_epsilons() -> None:
             calibrated[key] = {"sigma": sig, "g8": g8["epsilon"]}
         assert float(sigma) == round(calibrated[key]["sigma"], 3)
         assert float(eps_g8) == pytest.approx(calibrated[key]["g8"], abs=0.0051)
+
+
+FTRL_RUNS = REPO / "benchmarks" / "peer_ftrl" / "results" / "fedpriv_ftrl_table_runs.csv"
+FTRL_COLUMNS = ("dp_fedavg_poisson", "tree_honaker", "bandmf", "amplified_bandmf", "blt")
+
+
+def test_ftrl_accuracy_table_is_the_mean_of_its_runs() -> None:
+    """README's DP-FTRL table (`scripts/client_level_table.py --table ftrl --seeds 0 1 2`): each
+    cell is the mean final accuracy of the three seeds' runs in the results file (3 decimals),
+    every run complete and its final ε at most its target."""
+    with FTRL_RUNS.open() as f:
+        runs = list(csv.DictReader(f))
+    assert all(r["status"] == "complete" for r in runs)
+    assert all(float(r["epsilon"]) <= float(r["target_epsilon"]) for r in runs)
+    rows = re.findall(
+        r"^\| (\d) \| ([\d.]+) \| ([\d.*]+) \| ([\d.*]+) \| ([\d.*]+) \| ([\d.*]+) \|$",
+        README,
+        flags=re.M,
+    )
+    assert [r[0] for r in rows] == ["1", "3", "8"], "README.md no longer holds the DP-FTRL table"
+    for target, *cells in rows:
+        for sampler, cell in zip(FTRL_COLUMNS, cells, strict=True):
+            acc = [
+                float(r["accuracy"])
+                for r in runs
+                if r["sampler"] == sampler and float(r["target_epsilon"]) == float(target)
+            ]
+            assert sorted({r["seed"] for r in runs if r["sampler"] == sampler}) == ["0", "1", "2"]
+            assert len(acc) == 3, (sampler, target)
+            assert float(cell.strip("*")) == round(sum(acc) / 3, 3), (sampler, target)

@@ -44,6 +44,7 @@ import numpy as np
 import scipy.special
 
 from fedpriv.accounting import gdp
+from fedpriv.accounting.batch_clipping_lower import batch_clipping_lower_bound
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import FedprivEvent
@@ -631,6 +632,7 @@ KEYS = (
     "noise_multiplier",
     "target_epsilon",
     "target_delta",
+    "lower_bound",
 )
 
 
@@ -1111,9 +1113,10 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     Keys (see :meth:`BatchClippingSpec.from_params`): ``sampling`` (shuffle | subsample),
     ``num_samples``, ``num_groups``, ``group_size``, ``epochs`` | ``local_rounds`` (per
     server round), ``num_rounds`` (default 1), ``noise_multiplier``, ``group_privacy``
-    (default 1), ``target_delta`` | ``target_epsilon``. Without ``noise_multiplier`` but with
-    both targets the smallest noise multiplier meeting them (for ``group_privacy`` records)
-    is returned (``"calibrated": "noise_multiplier"``).
+    (default 1), ``target_delta`` | ``target_epsilon``, ``lower_bound`` (``true``: a lower
+    bound on ε for one record, :mod:`fedpriv.accounting.batch_clipping_lower`). Without
+    ``noise_multiplier`` but with both targets the smallest noise multiplier meeting them (for
+    ``group_privacy`` records) is returned (``"calibrated": "noise_multiplier"``).
 
     Returns
     -------
@@ -1130,6 +1133,7 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     p = Params(params, "batch-clipping", KEYS)
     spec = BatchClippingSpec.from_params(p)
     num_rounds = p.int("num_rounds", 1, ge=1, le=100_000)
+    lower = p.bool("lower_bound", False)
     eps_t, delta_t = gdp.cli_targets(p)
     p.finish()
     calibrate = not p.has("noise_multiplier")
@@ -1166,6 +1170,12 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
         assert eps_t is not None
         out["epsilon"], out["delta"] = eps_t, batch_clipping_delta(law, sigma, eps_t)
     out.update(_cli_closed_forms(spec, law, sigma, g, rounds / spec.rounds_per_epoch, out["delta"]))
+    if lower:
+        batch = spec.num_groups * spec.group_size
+        n = spec.num_samples
+        assert n is not None  # the CLI's spec states num_samples
+        bound = batch_clipping_lower_bound(spec.sampler, n, batch, rounds, sigma, out["delta"])
+        out["epsilon_lower_bound"] = "not available for this sampler" if bound is None else bound
     return out
 
 

@@ -172,14 +172,15 @@ class CheckinGaussianEvent(PldEvent):
             float(self.noise_multiplier), int(self.num_slots), float(self.checkin_probability)
         )
 
-    def lower_pld(self) -> Any:
+    def lower_pld(self, interval: float = 1e-4) -> Any:
         """A PLD dominated by the pass's: with ``p0 = 1`` the allocation's lower PLD, else its
         first slot alone, the Gaussian sampled at ``p0 / m``
-        (:func:`~fedpriv.accounting.allocation.first_round_lower_pld`)."""
+        (:func:`~fedpriv.accounting.allocation.first_round_lower_pld`; loss grid
+        ``interval``)."""
         sigma, p0 = float(self.noise_multiplier), float(self.checkin_probability)
         if p0 == 1.0:
-            return RandomAllocationEvent(sigma, self.num_slots).lower_pld()
-        return first_round_lower_pld(sigma, p0 / self.num_slots)
+            return RandomAllocationEvent(sigma, self.num_slots).lower_pld(interval)
+        return first_round_lower_pld(sigma, p0 / self.num_slots, interval)
 
 
 _BARE = {"num_slots": "client.num_slots"}

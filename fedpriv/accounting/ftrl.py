@@ -50,6 +50,8 @@ from dp_accounting import dp_event
 
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.client_level import ClientLevelSpec
+from fedpriv.accounting.ftrl_lower import lower_bound_events
+from fedpriv.accounting.lower_bound import epsilon_lower_bound
 from fedpriv.accounting.params import Params, noise_or_target
 from fedpriv.accounting.privacy_spec import EventRuns
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
@@ -515,6 +517,7 @@ KEYS = (
     "target_delta",
     "accountant",
     "conversion",
+    "lower_bound",
 )
 #: The spec's summary entries ``fedpriv-account ftrl`` prints.
 CLI_SUMMARY = (
@@ -537,9 +540,11 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     """``fedpriv-account ftrl``: ε (or the calibrated ``noise_multiplier`` for
     ``target_epsilon``) of client-level DP-FTRL after ``num_rounds`` rounds for a
     ``factorization`` under a ``participation`` pattern: the same :class:`FTRLSpec` a run
-    builds."""
+    builds. ``lower_bound=true`` adds ``epsilon_lower_bound`` after the n rounds, from the
+    noise matrix the stream generates (:mod:`fedpriv.accounting.ftrl_lower`)."""
     p = Params(params, "ftrl", KEYS)
     spec = FTRLSpec.from_params(p)
+    lower = p.bool("lower_bound", False)
     spec, calibration = noise_or_target(p, spec, spec.rounds)
     summary = spec.summary()
     out: dict[str, Any] = {"analysis": "ftrl", **calibration}
@@ -550,4 +555,8 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
         accountant=spec.accountant.value,
         **{k: summary.get(k) for k in CLI_SUMMARY},
     )
+    if lower:
+        events = lower_bound_events(spec, MATERIALIZE_MAX_ROUNDS)
+        bound = None if events is None else epsilon_lower_bound(events, spec.target_delta)
+        out["epsilon_lower_bound"] = "not available for this setting" if bound is None else bound
     return out

@@ -105,10 +105,11 @@ class WithoutReplacementGaussianEvent(PldEvent):
         """The dominating PLD of one round (dp-accounting object, cached)."""
         return _dominating_pld(float(self.noise_multiplier), self.sample_rate)
 
-    def lower_pld(self) -> Any:
+    def lower_pld(self, interval: float = 1e-4) -> Any:
         """A PLD whose composition gives a LOWER bound on the mechanism's ε: the two pairs
-        (remove and add directions) that datasets realise, optimistically discretized."""
-        return _realised_pld(float(self.noise_multiplier), self.sample_rate)
+        (remove and add directions) that datasets realise, optimistically discretized on a
+        loss grid of ``interval`` (the finer, the closer from below)."""
+        return _realised_pld(float(self.noise_multiplier), self.sample_rate, interval)
 
 
 def _losses(z: float, gamma: float, pessimistic: bool) -> list[Any]:
@@ -142,12 +143,12 @@ def _dominating_pld(z: float, gamma: float) -> Any:
 
 
 @lru_cache(maxsize=32)
-def _realised_pld(z: float, gamma: float) -> Any:
+def _realised_pld(z: float, gamma: float, interval: float) -> Any:
     return pld_lib.from_gaussian_mechanism(
         z / 2,
         sensitivity=1.0,
         pessimistic_estimate=False,
-        value_discretization_interval=1e-4,  # optimistic: the finer, the closer from below
+        value_discretization_interval=interval,
         sampling_prob=gamma,
         use_connect_dots=False,
     )

@@ -137,6 +137,46 @@ def sensitivity_squared(gram: np.ndarray, participation: Participation) -> float
     return max_pattern_sum(_row_bounds(a, b, k), participation)
 
 
+def attained_sensitivity_squared(
+    gram: np.ndarray, participation: Participation
+) -> tuple[float, tuple[int, ...]]:
+    """A squared sensitivity that ONE client attains, and its participation set: a lower bound.
+
+    A client that adds the same unit vector in every round of a valid set ``S`` moves the
+    release by ``||C 1_S||``, so ``1_S^T X 1_S`` (signed entries) is attained; the largest over
+    candidate sets is returned: single, every round; cyclic_poisson, every full residue class;
+    min_separation (k, b), the k rounds ``o, o + d, o + 2d, ...`` for every offset ``o < b`` and
+    spacings ``d`` in ``{b, max(b, floor((n - 1) / (k - 1)))}``. It equals
+    :func:`sensitivity_squared` when the relaxation is exact (``X >= 0`` elementwise and no
+    entry at distance ``>= b``, e.g. BandMF with at most b bands, and identity).
+
+    Parameters
+    ----------
+    gram : np.ndarray
+        ``(n, n)`` Gram matrix X of the noise the stream generates.
+    participation : Participation
+        The pattern over the n rounds.
+
+    Returns
+    -------
+    tuple[float, tuple[int, ...]]
+        ``(1_S^T X 1_S, S)`` with S 0-based rounds.
+    """
+    x = np.asarray(gram, dtype=np.float64)
+    n = x.shape[0]
+    kind, b = participation.kind, participation.separation
+    if kind is ParticipationKind.CYCLIC_POISSON:
+        candidates = [tuple(range(g, n, b)) for g in range(min(b, n))]
+    elif kind is ParticipationKind.SINGLE or participation.max_participations_in(n) == 1:
+        candidates = [(i,) for i in range(n)]
+    else:
+        k = participation.max_participations_in(n)
+        spacings = {b, max(b, (n - 1) // (k - 1))}
+        candidates = [tuple(range(o, n, d))[:k] for d in sorted(spacings) for o in range(min(b, n))]
+    best = max(candidates, key=lambda s: float(x[np.ix_(s, s)].sum()))
+    return float(x[np.ix_(best, best)].sum()), best
+
+
 def _valid_sets(n: int, participation: Participation) -> list[tuple[int, ...]]:
     """Every nonempty participation set of the pattern over ``n`` rounds (tiny n only)."""
     kind, b = participation.kind, participation.separation
