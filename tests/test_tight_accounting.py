@@ -419,7 +419,9 @@ def test_ftrl_lower_bound_catches_an_understated_sensitivity(monkeypatch) -> Non
         num_rounds=500,
         target_delta=DELTA,
     )
-    lower = epsilon_lower_bound(lower_bound_events(spec, 4096), DELTA)
+    scale = spec.sigma * spec.participation_sensitivity
+    events = lower_bound_events(spec.strategy.noise_matrix(500), scale, spec.pattern, False)
+    lower = epsilon_lower_bound(events, DELTA)
     wrong = tuple((t, 0.8 * s) for t, s in spec.prefix_sensitivities)
     monkeypatch.setitem(spec.__dict__, "prefix_sensitivities", wrong)
     assert spec.epsilon(500) < 0.9 * lower

@@ -556,7 +556,21 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
         **{k: summary.get(k) for k in CLI_SUMMARY},
     )
     if lower:
-        events = lower_bound_events(spec, MATERIALIZE_MAX_ROUNDS)
-        bound = None if events is None else epsilon_lower_bound(events, spec.target_delta)
-        out["epsilon_lower_bound"] = "not available for this setting" if bound is None else bound
+        out["epsilon_lower_bound"] = _lower_bound(spec)
     return out
+
+
+def _lower_bound(spec: FTRLSpec) -> float | str:
+    """:mod:`fedpriv.accounting.ftrl_lower`'s bound after the n rounds, or why there is none."""
+    if spec.non_private:
+        return math.inf
+    if spec.rounds > MATERIALIZE_MAX_ROUNDS:
+        return f"not available beyond {MATERIALIZE_MAX_ROUNDS} rounds"
+    scale = spec.sigma * spec.participation_sensitivity
+    m = spec.strategy.noise_matrix(spec.rounds)
+    events = lower_bound_events(m, scale, spec.pattern, spec.amplified)
+    if events is None:
+        return "not available: the amplified rounds of a group are not independent"
+    bound = epsilon_lower_bound(events, spec.target_delta)
+    assert bound is not None  # Gaussian and Poisson-sampled Gaussian events
+    return bound

@@ -26,43 +26,42 @@ Poisson: one group's rounds independent when C has at most b bands).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 from dp_accounting import dp_event
 
 from fedpriv.accounting.privacy_spec import EventRuns
 from fedpriv.mechanisms.mf_sensitivity import attained_sensitivity_squared, gram_from_noise_matrix
-
-if TYPE_CHECKING:
-    from fedpriv.accounting.ftrl import FTRLSpec
+from fedpriv.mechanisms.participation import Participation
 
 #: Off-diagonal X within one group at most this fraction of its diagonal: independent rounds.
 ORTHOGONAL_RTOL = 1e-9
 
 
-def lower_bound_events(spec: FTRLSpec, max_rounds: int) -> EventRuns | None:
-    """Events whose optimistic composition lower-bounds ``spec``'s ε after all n rounds;
-    ``None`` when none is available (n > ``max_rounds``, amplification without independent
-    rounds, no noise).
+def lower_bound_events(
+    noise_matrix: np.ndarray, scale: float, pattern: Participation, amplified: bool
+) -> EventRuns | None:
+    """Events whose optimistic composition lower-bounds the ε of the n released rounds;
+    ``None`` when amplified rounds of one group are not independent.
 
     Parameters
     ----------
-    spec : FTRLSpec
-        A spec with ``num_rounds`` bound.
-    max_rounds : int
-        The most rounds whose noise matrix is materialised.
+    noise_matrix : np.ndarray
+        ``(n, m)`` M materialised from the stream (:meth:`Factorization.noise_matrix`).
+    scale : float
+        z s₁ > 0: the noise std per unit clipping norm.
+    pattern : Participation
+        The enforced pattern (cyclic_poisson carries the rate q).
+    amplified : bool
+        Whether the run is accounted as amplified BandMF.
     """
-    n = spec.rounds
-    if spec.non_private or n > max_rounds:
-        return None
-    gram = gram_from_noise_matrix(spec.strategy.noise_matrix(n))
-    scale = spec.sigma * spec.participation_sensitivity  # z s₁: noise std per unit C
-    if not spec.amplified:
-        attained, _ = attained_sensitivity_squared(gram, spec.pattern)
+    gram = gram_from_noise_matrix(noise_matrix)
+    n = gram.shape[0]
+    if not amplified:
+        attained, _ = attained_sensitivity_squared(gram, pattern)
         return [(dp_event.GaussianDpEvent(scale / math.sqrt(attained)), 1)]
-    b = spec.pattern.separation
-    rate = float(spec.pattern.client_sample_rate or 1.0)
+    b = pattern.separation
+    rate = float(pattern.client_sample_rate or 1.0)
     groups = [np.arange(g, n, b) for g in range(min(b, n))]
     rounds = max(groups, key=lambda s: float(np.diag(gram)[s].sum()))
     block = gram[np.ix_(rounds, rounds)]

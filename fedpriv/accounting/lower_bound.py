@@ -47,6 +47,8 @@ LOWER_DISCRETIZATION = 1e-4
 #: than the grid, so the composed ε by less than this budget: 9,370 steps at q = 0.001 answer
 #: 0.025 on the 1e-4 grid and 0.446 on 1e-5, where the upper bound is 0.49).
 LOWER_ROUNDING_BUDGET = 0.05
+#: ...but never finer than this (memory and time; a coarser grid only lowers the bound).
+LOWER_FINEST = 5e-6
 
 
 def epsilon_lower_bound(events: list[tuple[Any, int]], target_delta: float) -> float | None:
@@ -63,7 +65,7 @@ def epsilon_lower_bound(events: list[tuple[Any, int]], target_delta: float) -> f
         return gdp_epsilon(target_delta, mu)
     total = None
     occurrences = max(1, sum(count for _, count in events))
-    interval = min(LOWER_DISCRETIZATION, LOWER_ROUNDING_BUDGET / occurrences)
+    interval = max(LOWER_FINEST, min(LOWER_DISCRETIZATION, LOWER_ROUNDING_BUDGET / occurrences))
     for event, count in events:
         pld = _lower_pld(event, interval)
         if pld is None:
