@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
 from fedpriv.accounting.ledger import PldEvent
+from fedpriv.accounting.pld_grid import LOWER_DISCRETIZATION, optimistic_gaussian_pld
 from fedpriv.common.errors import check
 
 #: Loss discretization of the allocation PLD (pld-accounting's ``loss_discretization``). The
@@ -126,17 +125,17 @@ class RandomAllocationEvent(PldEvent):
         r = int(self.released_rounds)  # type: ignore[arg-type]
         return subsampled_allocation_pld(float(self.noise_multiplier), r, r / self.num_steps)
 
-    def lower_pld(self, interval: float = 1e-4) -> Any:
+    def lower_pld(self, interval: float = LOWER_DISCRETIZATION) -> Any:
         """A PLD dominated by the true one: its composition gives a LOWER bound on ε
         (:mod:`fedpriv.accounting.lower_bound`). A whole epoch with k = 1: pld-accounting's
-        lower PLD. Otherwise :func:`first_round_lower_pld` at rate k/t: for k > 1
+        lower PLD. Otherwise the first round alone, the Gaussian sampled at rate k/t: for k > 1
         pld-accounting's lower PLD bounds its decomposition into k allocations of t/k rounds,
         not the scheme (2 of 4 rounds, σ = 1, δ = 1e-3: 3.721, above a Monte Carlo 3.545).
         ``interval``: the first round's loss grid (pld-accounting's PLD keeps its own)."""
         if not self.truncated and self.num_selected == 1:
             return _allocation_pld(self._key(), "IS_DOMINATED")
         rate = self.num_selected / self.num_steps
-        return first_round_lower_pld(float(self.noise_multiplier), rate, interval)
+        return optimistic_gaussian_pld(float(self.noise_multiplier), rate, interval)
 
     def _released(self) -> int:
         return self.num_steps if self.released_rounds is None else int(self.released_rounds)
@@ -168,17 +167,3 @@ def subsampled_allocation_pld(sigma: float, num_steps: int, sampling_probability
     import PLD_accounting as pa
 
     return pa.subsample_pld(pld=base, sampling_probability=sampling_probability)
-
-
-def first_round_lower_pld(sigma: float, rate: float, interval: float = 1e-4) -> Any:
-    """A lower PLD for a k = 1 allocation a client joins with probability ``rate`` per round:
-    the first round alone (a post-processing of the release) is the Gaussian sampled at
-    ``rate``, discretized optimistically on a loss grid of ``interval`` (dp-accounting, no
-    connect-the-dots)."""
-    return pld_lib.from_gaussian_mechanism(
-        sigma,
-        pessimistic_estimate=False,
-        value_discretization_interval=interval,
-        sampling_prob=rate,
-        use_connect_dots=False,
-    )

@@ -61,14 +61,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from fedpriv.accounting.allocation import (
-    RandomAllocationEvent,
-    first_round_lower_pld,
-    subsampled_allocation_pld,
-)
+from fedpriv.accounting.allocation import RandomAllocationEvent, subsampled_allocation_pld
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.ledger import PldEvent
 from fedpriv.accounting.params import Params
+from fedpriv.accounting.pld_grid import LOWER_DISCRETIZATION, optimistic_gaussian_pld
 from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, calibrated_value
 from fedpriv.accounting.vocabulary import Accountant, NeighboringRelation
 from fedpriv.common.errors import ConfigError, check
@@ -172,15 +169,15 @@ class CheckinGaussianEvent(PldEvent):
             float(self.noise_multiplier), int(self.num_slots), float(self.checkin_probability)
         )
 
-    def lower_pld(self, interval: float = 1e-4) -> Any:
+    def lower_pld(self, interval: float = LOWER_DISCRETIZATION) -> Any:
         """A PLD dominated by the pass's: with ``p0 = 1`` the allocation's lower PLD, else its
         first slot alone, the Gaussian sampled at ``p0 / m``
-        (:func:`~fedpriv.accounting.allocation.first_round_lower_pld`; loss grid
+        (:func:`~fedpriv.accounting.pld_grid.optimistic_gaussian_pld`; loss grid
         ``interval``)."""
         sigma, p0 = float(self.noise_multiplier), float(self.checkin_probability)
         if p0 == 1.0:
             return RandomAllocationEvent(sigma, self.num_slots).lower_pld(interval)
-        return first_round_lower_pld(sigma, p0 / self.num_slots, interval)
+        return optimistic_gaussian_pld(sigma, p0 / self.num_slots, interval)
 
 
 _BARE = {"num_slots": "client.num_slots"}

@@ -34,18 +34,20 @@ from __future__ import annotations
 from typing import Any
 
 from dp_accounting import dp_event
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from fedpriv.accounting.gdp import gdp_epsilon
 from fedpriv.accounting.ledger import gaussian_mu, gaussian_noise_multiplier
-from fedpriv.accounting.pld_grid import compose_on_common_grid
+from fedpriv.accounting.pld_grid import (
+    LOWER_DISCRETIZATION,
+    compose_on_common_grid,
+    optimistic_gaussian_pld,
+)
 from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
 
-#: Optimistic discretization of the pairs' losses: at most this grid...
-LOWER_DISCRETIZATION = 1e-4
-#: ...and at most this total over the composed occurrences (each loss is rounded down by less
-#: than the grid, so the composed ε by less than this budget: 9,370 steps at q = 0.001 answer
-#: 0.025 on the 1e-4 grid and 0.446 on 1e-5, where the upper bound is 0.49).
+#: Optimistic loss grid: at most LOWER_DISCRETIZATION, and at most this budget over the
+#: composed occurrences (each loss is rounded down by less than the grid, so the composed ε by
+#: less than the budget: 9,370 steps at q = 0.001 answer 0.025 on the 1e-4 grid and 0.446 on
+#: 1e-5, where the upper bound is 0.49)...
 LOWER_ROUNDING_BUDGET = 0.05
 #: ...but never finer than this (memory and time; a coarser grid only lowers the bound).
 LOWER_FINEST = 5e-6
@@ -91,10 +93,5 @@ def _lower_pld(event: Any, interval: float) -> Any:
     sigma = gaussian_noise_multiplier(event.event if sampled else event)
     if sigma is None or sigma <= 0:
         return None
-    return pld_lib.from_gaussian_mechanism(
-        sigma,
-        pessimistic_estimate=False,
-        value_discretization_interval=interval,
-        sampling_prob=float(event.sampling_probability) if sampled else 1.0,
-        use_connect_dots=False,
-    )
+    rate = float(event.sampling_probability) if sampled else 1.0
+    return optimistic_gaussian_pld(sigma, rate, interval)

@@ -14,11 +14,33 @@ pessimistic discretization does the same.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from dp_accounting.pld import pld_pmf
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
+#: The loss grid of an optimistic (lower-bound) PLD unless a caller asks for a finer one.
+LOWER_DISCRETIZATION = 1e-4
+
+
+@lru_cache(maxsize=64)
+def optimistic_gaussian_pld(
+    noise_multiplier: float, sampling_prob: float = 1.0, interval: float = LOWER_DISCRETIZATION
+) -> Any:
+    """The PLD of the Gaussian with sensitivity 1 and std ``noise_multiplier``, Poisson
+    sampled at ``sampling_prob`` (both directions), discretized OPTIMISTICALLY on a loss grid
+    of ``interval`` (dp-accounting, no connect-the-dots): its composition gives a lower bound
+    on ε, the closer the finer the grid."""
+    return pld_lib.from_gaussian_mechanism(
+        noise_multiplier,
+        pessimistic_estimate=False,
+        value_discretization_interval=interval,
+        sampling_prob=sampling_prob,
+        use_connect_dots=False,
+    )
 
 
 def compose_on_common_grid(a: Any, b: Any, pessimistic: bool = True) -> Any:

@@ -46,6 +46,7 @@ from dp_accounting.pld import pld_pmf, privacy_loss_mechanism
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from fedpriv.accounting.ledger import PldEvent
+from fedpriv.accounting.pld_grid import LOWER_DISCRETIZATION, optimistic_gaussian_pld
 from fedpriv.common.errors import check
 
 #: ε grid of the PLD (dp-accounting's value discretization): at N = 6,000, m = 120, z = 1, 500
@@ -105,11 +106,11 @@ class WithoutReplacementGaussianEvent(PldEvent):
         """The dominating PLD of one round (dp-accounting object, cached)."""
         return _dominating_pld(float(self.noise_multiplier), self.sample_rate)
 
-    def lower_pld(self, interval: float = 1e-4) -> Any:
+    def lower_pld(self, interval: float = LOWER_DISCRETIZATION) -> Any:
         """A PLD whose composition gives a LOWER bound on the mechanism's ε: the two pairs
         (remove and add directions) that datasets realise, optimistically discretized on a
         loss grid of ``interval`` (the finer, the closer from below)."""
-        return _realised_pld(float(self.noise_multiplier), self.sample_rate, interval)
+        return optimistic_gaussian_pld(float(self.noise_multiplier) / 2, self.sample_rate, interval)
 
 
 def _losses(z: float, gamma: float, pessimistic: bool) -> list[Any]:
@@ -140,15 +141,3 @@ def _dominating_pld(z: float, gamma: float) -> Any:
     deltas = np.maximum(*[np.asarray(loss.get_delta_for_epsilon(eps)) for loss in losses])
     pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(h, lo, hi, deltas)
     return pld_lib.PrivacyLossDistribution(pmf)
-
-
-@lru_cache(maxsize=32)
-def _realised_pld(z: float, gamma: float, interval: float) -> Any:
-    return pld_lib.from_gaussian_mechanism(
-        z / 2,
-        sensitivity=1.0,
-        pessimistic_estimate=False,
-        value_discretization_interval=interval,
-        sampling_prob=gamma,
-        use_connect_dots=False,
-    )
