@@ -27,11 +27,12 @@ import torch
 from torch import nn
 
 from clients.client_level_dpfedavg import ClientLevelDPFedAvg, NoisePlacement
-from clients.skellam_dpsgd import UPDATE_NAME
+from clients.skellam_dpsgd import UPDATE_NAME, SkellamMessages, sums_signed
 from fedpriv.accounting.client_skellam import ClientLevelSkellamSpec
 from fedpriv.common.errors import check
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
+from fedpriv.mechanisms.modular_range import DEFAULT_WRAP_STDDEVS, ScaleRule, SignalGrowth
 from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
 from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.plan import RunPlan
@@ -39,7 +40,7 @@ from fedpriv.run.setup import build_model_for
 
 
 @dataclass(frozen=True)
-class ClientLevelSkellam(ClientLevelDPFedAvg):
+class ClientLevelSkellam(SkellamMessages, ClientLevelDPFedAvg):
     """Client-level DP-FedAvg whose noise is integer Skellam shares (SecAgg+-compatible).
 
     Parameters
@@ -47,7 +48,12 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
     bits : int
         Width of the modular secure sum (2..62; must equal ``aggregator.bits``).
     rotation : bool
-        Randomized Hadamard rotation before rounding (public seed per round).
+        Randomized Hadamard rotation before rounding (public seed per round); required by
+        ``scale_rule=probabilistic``.
+    scale_rule, wrap_stddevs, signal_growth
+        How the scale is chosen (as :class:`~clients.skellam_dpsgd.SkellamDPSGD`).
+    signed_updates : bool
+        Send signed integers (ideal aggregator: wraps are counted); bound by :meth:`for_run`.
     beta : float
         Conditional rounding parameter in [0, 1).
     dropout_tolerance : int
@@ -68,10 +74,16 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
     hardened_noise: ClassVar[bool] = True  # type: ignore[assignment]
 
     noise_placement: NoisePlacement = NoisePlacement.CLIENTS
+    bound_fields: ClassVar[tuple[str, ...]] = ("signed_updates",)
+
     bits: int = 32
-    rotation: bool = False
+    rotation: bool = True
+    scale_rule: ScaleRule = ScaleRule.PROBABILISTIC
+    wrap_stddevs: float = DEFAULT_WRAP_STDDEVS
+    signal_growth: SignalGrowth = SignalGrowth.LINEAR
     beta: float = DEFAULT_BETA
     dropout_tolerance: int = 0
+    signed_updates: bool = False
     privacy: ClientLevelSkellamSpec = field(default_factory=ClientLevelSkellamSpec)
 
     def __post_init__(self) -> None:
@@ -91,6 +103,9 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
         skellam = {
             "bits": self.bits,
             "rotation": self.rotation,
+            "scale_rule": self.scale_rule,
+            "wrap_stddevs": self.wrap_stddevs,
+            "signal_growth": self.signal_growth,
             "beta": self.beta,
             "dropout_tolerance": self.dropout_tolerance,
         }
@@ -118,11 +133,16 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
         super().check_cohort(cohort)
 
     def for_run(self, plan: RunPlan) -> Self:
-        """Bind the participation, the seed and the model dimension."""
+        """Bind the participation, the seed, the model dimension and whether the aggregator
+        sums signed integers."""
         model = build_model_for(plan)
         dim = sum(p.numel() for p in model.parameters() if p.requires_grad)
         bound = super().for_run(plan)
-        return replace(bound, privacy=bound.privacy.bound(num_params=int(dim)))
+        return replace(
+            bound,
+            privacy=bound.privacy.bound(num_params=int(dim)),
+            signed_updates=sums_signed(plan),
+        )
 
     @property
     def mechanism(self) -> SkellamMechanism:
@@ -142,13 +162,13 @@ class ClientLevelSkellam(ClientLevelDPFedAvg):
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         delta, metrics = self.clipped_delta(model, data, ctx, self.privacy.clipping_norm)
         flat = torch.cat([v.reshape(-1) for v in delta.values()]).double().numpy()
-        residues = self.mechanism.encode(flat, ctx.rng, self.rotation_seed(ctx.server_round))
-        return {UPDATE_NAME: torch.from_numpy(residues)}, {**metrics, "noise_draws": 1.0}
+        signed = self.mechanism.privatize(flat, ctx.rng, self.rotation_seed(ctx.server_round))
+        return {UPDATE_NAME: self.message(signed)}, {**metrics, "noise_draws": 1.0}
 
     def decode_sum(
         self, total: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], server_round: int
     ) -> dict[str, np.ndarray]:
-        """The real sum of the clients' clipped deltas, from the modular sum of residues."""
+        """The real sum of the clients' clipped deltas, from the (modular) sum of messages."""
         seed = self.rotation_seed(server_round)
         summed = self.mechanism.decode_sum(total[UPDATE_NAME], seed)
         out, offset = {}, 0

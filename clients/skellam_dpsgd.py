@@ -27,18 +27,57 @@ from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.common.errors import check
 from fedpriv.data.client_data import ClientData
+from fedpriv.mechanisms.modular_range import DEFAULT_WRAP_STDDEVS, ScaleRule, SignalGrowth
 from fedpriv.mechanisms.persample import per_sample_grads
 from fedpriv.mechanisms.samplers import PoissonSampler
 from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
+from fedpriv.run.aggregation import aggregator_class
 from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.plan import RunPlan
 from fedpriv.run.setup import build_model_for, partitions
 
 UPDATE_NAME = "skellam_residues"
+#: The round's row: coordinates of the true integer sum outside the modular range.
+WRAPS_NAME = "wrapped_coordinates"
+
+
+class SkellamMessages:
+    """What a Skellam client sends, and the wrap count of the sum (both Skellam algorithms).
+
+    With an aggregator that sums modulo ``2**bits`` (SecAgg+) a client sends its residues;
+    with the ideal aggregator (``signed_updates``, bound by ``for_run``) it sends the signed
+    integers themselves, so that the simulated sum is the TRUE integer sum: the server decodes
+    it exactly as the modular one and counts the coordinates that wrapped (:meth:`sum_figures`,
+    ``wrapped_coordinates`` in ``metrics.csv`` and ``results.json``).
+    """
+
+    signed_updates: bool
+
+    @property
+    def mechanism(self) -> SkellamMechanism:
+        """The run's mechanism (each algorithm's, from its spec)."""
+        raise NotImplementedError
+
+    def message(self, signed: np.ndarray) -> torch.Tensor:
+        """The client's message from its signed integer total: itself or its residues."""
+        return torch.from_numpy(
+            signed if self.signed_updates else self.mechanism.to_residues(signed)
+        )
+
+    def sum_figures(self, total: dict[str, Any], server_round: int) -> dict[str, float]:
+        """``wrapped_coordinates`` of the true sum (signed updates only)."""
+        if not self.signed_updates:
+            return {}
+        return {WRAPS_NAME: float(self.mechanism.wrapped_coordinates(total[UPDATE_NAME]))}
+
+
+def sums_signed(plan: RunPlan) -> bool:
+    """Whether the run's aggregator sums plain integers (not modulo 2**bits)."""
+    return not aggregator_class(plan.aggregator).requires_integer_updates
 
 
 @dataclass(frozen=True)
-class SkellamDPSGD(LocalDPSGD):
+class SkellamDPSGD(SkellamMessages, LocalDPSGD):
     """Local DP-SGD whose per-step noise is a Skellam share on integers.
 
     The mechanism, its scale and its events come from ONE
@@ -51,7 +90,15 @@ class SkellamDPSGD(LocalDPSGD):
     bits : int
         Width of the modular secure sum (2..62; must equal ``aggregator.bits``).
     rotation : bool
-        Randomized Hadamard rotation before rounding (seeded per round, public).
+        Randomized Hadamard rotation before rounding (seeded per round, public); required by
+        ``scale_rule=probabilistic``.
+    scale_rule : {"probabilistic", "no_wrap"}
+        How the scale is chosen (:mod:`fedpriv.mechanisms.modular_range`): the range holds
+        ``wrap_stddevs`` standard deviations of a summed coordinate, or the sum cannot wrap.
+    wrap_stddevs : float
+        k > 0 of the probabilistic rule (default 3).
+    signal_growth : {"linear", "sqrt"}
+        The summed signal's norm bound for the probabilistic rule (``linear``: any data).
     beta : float
         Conditional rounding parameter in [0, 1).
     dropout_tolerance : int
@@ -62,6 +109,9 @@ class SkellamDPSGD(LocalDPSGD):
         Most records any client holds (the wrap bound sums at most ``steps * local_samples``
         rounded vectors per message); bound by :meth:`for_run` from the run's partition (not a
         config key).
+    signed_updates : bool
+        Send signed integers (ideal aggregator: wraps are counted) instead of residues; bound
+        by :meth:`for_run` from the aggregator (not a config key).
     normalizer : float, optional
         Public constant B of the local steps AND of the server's decoding (see
         :class:`~clients.local_dpsgd.LocalDPSGD`).
@@ -82,14 +132,18 @@ class SkellamDPSGD(LocalDPSGD):
     integer_updates: ClassVar[bool] = True
     #: Integer Skellam noise: no floating-point attack surface.
     hardened_noise: ClassVar[bool] = True
-    bound_fields: ClassVar[tuple[str, ...]] = ("num_params", "local_samples")
+    bound_fields: ClassVar[tuple[str, ...]] = ("num_params", "local_samples", "signed_updates")
 
     bits: int = 32
-    rotation: bool = False
+    rotation: bool = True
+    scale_rule: ScaleRule = ScaleRule.PROBABILISTIC
+    wrap_stddevs: float = DEFAULT_WRAP_STDDEVS
+    signal_growth: SignalGrowth = SignalGrowth.LINEAR
     beta: float = DEFAULT_BETA
     dropout_tolerance: int = 0
     num_params: int = 0
     local_samples: int = 1
+    signed_updates: bool = False
     privacy: SkellamSpec = field(default_factory=SkellamSpec)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -108,6 +162,9 @@ class SkellamDPSGD(LocalDPSGD):
             **super().bound_facts(),
             "bits": self.bits,
             "rotation": self.rotation,
+            "scale_rule": self.scale_rule,
+            "wrap_stddevs": self.wrap_stddevs,
+            "signal_growth": self.signal_growth,
             "beta": self.beta,
             "dropout_tolerance": self.dropout_tolerance,
             "num_params": self.num_params,
@@ -115,13 +172,18 @@ class SkellamDPSGD(LocalDPSGD):
         }
 
     def for_run(self, plan: RunPlan) -> SkellamDPSGD:
-        """Bind the nominal cohort, the public normalizer, the model dimension and the largest
-        client's record count (wrap bound)."""
+        """Bind the nominal cohort, the public normalizer, the model dimension, the largest
+        client's record count (wrap bound) and whether the aggregator sums signed integers."""
         bound = super().for_run(plan)
         model = build_model_for(plan)
         num_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
         local_samples = max(1, max(len(idx) for idx in partitions(plan)))
-        return replace(bound, num_params=int(num_params), local_samples=local_samples)
+        return replace(
+            bound,
+            num_params=int(num_params),
+            local_samples=local_samples,
+            signed_updates=sums_signed(plan),
+        )
 
     @property
     def update_bits(self) -> int:
@@ -182,18 +244,17 @@ class SkellamDPSGD(LocalDPSGD):
                         / normalizer
                     )
                     offset += n
-        residues = torch.from_numpy(mech.to_residues(total))
         metrics = {
             "steps": float(self.steps),
             "noise_draws": float(self.steps),
             "empty_batches": float(empty),
         }
-        return {UPDATE_NAME: residues}, metrics
+        return {UPDATE_NAME: self.message(total)}, metrics
 
     def decode_sum(
         self, total: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], server_round: int
     ) -> dict[str, np.ndarray]:
-        """The real sum over clients of their deltas, from the modular sum of their residues."""
+        """The real sum over clients of their deltas, from the (modular) sum of their messages."""
         summed = self.mechanism.decode_sum(total[UPDATE_NAME], self.rotation_seed(server_round))
         normalizer = self.bound_normalizer  # the constant of every client's local steps
         out, offset = {}, 0

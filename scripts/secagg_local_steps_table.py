@@ -15,6 +15,13 @@ Usage::
     .venv/bin/python scripts/secagg_local_steps_table.py --experiment secagg_acs_income \
         --seeds 0 1 2 --out outputs/secagg_acs
     .venv/bin/python scripts/secagg_local_steps_table.py --render outputs/secagg_fmnist/runs.csv
+    .venv/bin/python scripts/secagg_local_steps_table.py --bits 32 20 16 14 12 \
+        --out outputs/secagg_bits -- dataset.data_dir=../shared/data/fashion-mnist \
+        client.signal_growth=sqrt          # issue 26: bits against accuracy, table and plot
+
+With ``--bits`` every (seed, variant) runs once per width (``client.bits``); the table then has
+a line per variant and width with the bits each client sends per round and the coordinates
+that wrapped (measured by the ideal aggregator), and ``bits.png`` plots accuracy against bits.
 
 Everything after ``--`` is passed as Hydra overrides to every run (e.g. a reduced setting:
 ``dataset=fashion_mnist_embedded num_rounds=10``).
@@ -63,6 +70,11 @@ FIELDS = (
     "sample_rate",
     "rounds",
     "wall_time_s",
+    "bits",
+    "bits_per_round",
+    "wrapped_coordinates",
+    "coordinates_summed",
+    "wrap_bound",
     "overrides",
 )
 
@@ -93,7 +105,13 @@ def run_one(experiment: str, overrides: list[str], out_dir: Path) -> dict[str, A
     ok = [r for r in summary["rounds"] if r.get("status") == "ok"]
     last = ok[-1] if ok else {}
     priv = summary["privacy"]
+    coords = int(priv.get("coordinates") or 0)
     return {
+        "bits": priv.get("bits"),
+        "bits_per_round": int(priv.get("bits") or 0) * coords,
+        "wrapped_coordinates": int(sum(r.get("wrapped_coordinates", 0) for r in ok)),
+        "coordinates_summed": coords * len(ok),
+        "wrap_bound": priv.get("wrap_bound"),
         "status": summary["status"],
         "accuracy": last.get("accuracy", math.nan),
         "loss": last.get("loss", math.nan),
@@ -141,10 +159,74 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def format_bits_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Markdown table of a ``--bits`` sweep: a line per variant and width, accuracy mean ±
+    SEM over seeds, ε, σ, bits each client sends per round, measured wrap rate and its bound."""
+    lines = [
+        "| variant | bits | σ (sum) | ε | test accuracy (mean ± SEM) | seeds "
+        "| bits sent / client / round | wrapped coordinates (rate) | wrap bound |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for v in VARIANTS:
+        widths = sorted({int(r["bits"]) for r in rows if r["variant"] == v}, reverse=True)
+        for b in widths:
+            sel = [r for r in rows if r["variant"] == v and int(r["bits"]) == b]
+            sel = [r for r in sel if r["status"] == "complete"]
+            if not sel:
+                continue
+            acc, sem = mean_sem([100 * float(r["accuracy"]) for r in sel])
+            wraps = sum(int(r["wrapped_coordinates"]) for r in sel)
+            rate = wraps / max(1, sum(int(r["coordinates_summed"]) for r in sel))
+            lines.append(
+                f"| {v} | {b} | {float(sel[0]['noise_multiplier']):.3f} "
+                f"| {max(float(r['epsilon']) for r in sel):.3f} | {acc:.1f} ± {sem:.1f} "
+                f"| {len(sel)} | {int(sel[0]['bits_per_round']):,} | {wraps} ({rate:.2g}) "
+                f"| {float(sel[0]['wrap_bound']):.3g} |"
+            )
+    return "\n".join(lines)
+
+
+def plot_bits(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """Accuracy (mean ± SEM over seeds) against ``bits``, one line per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for v in VARIANTS:
+        done = [r for r in rows if r["variant"] == v and r["status"] == "complete"]
+        widths = sorted({int(r["bits"]) for r in done})
+        stats = [
+            mean_sem([100 * float(r["accuracy"]) for r in done if int(r["bits"]) == b])
+            for b in widths
+        ]
+        if widths:
+            ax.errorbar(
+                widths, [m for m, _ in stats], [e for _, e in stats], marker="o", label=v, capsize=3
+            )
+    ax.set_xlabel("bits per coordinate (secure sum modulo 2^bits)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("Skellam + secure sum at ε = 1: accuracy against bits")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """Rows of a runs.csv written by :func:`main`."""
     with path.open() as f:
         return list(csv.DictReader(f))
+
+
+def sweep(
+    seeds: Sequence[int], variants: Sequence[str], widths: Sequence[int] | None
+) -> list[tuple[int, str, int | None]]:
+    """The runs, seed-major (an interrupted sweep still has paired variants and widths)."""
+    bits: list[int | None] = list(widths) if widths else [None]
+    return [(s, v, b) for s in seeds for v in variants for b in bits]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,10 +238,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--out", type=Path, default=Path("outputs/secagg_local_steps"))
     ap.add_argument("--render", type=Path, help="only print the table of a saved runs.csv")
+    ap.add_argument("--bits", type=int, nargs="+", help="run each variant at these client.bits")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (after --)")
     args = ap.parse_args(argv)
     if args.render:
-        print(format_table(read_rows(args.render)))
+        rows = read_rows(args.render)
+        bits_sweep = any(r.get("bits") for r in rows) and len({r["bits"] for r in rows}) > 1
+        print(format_bits_table(rows) if bits_sweep else format_table(rows))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path = args.out / "runs.csv"
@@ -168,32 +253,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         writer = csv.DictWriter(f, FIELDS)
         if not rows:
             writer.writeheader()
-        for seed in args.seeds:  # seed-major: an interrupted sweep still has paired variants
-            for v in args.variants:
-                ov = [
-                    f"seed={seed}",
-                    "progress=false",
-                    "plot=false",
-                    *variant_overrides(args.experiment, v),
-                    *args.overrides,
-                ]
-                row = {
-                    "experiment": args.experiment,
-                    "variant": v,
-                    "seed": seed,
-                    "overrides": " ".join(ov),
-                    **run_one(args.experiment, ov, args.out / f"{v.replace(' ', '_')}_seed{seed}"),
-                }
-                writer.writerow(row)
-                f.flush()
-                rows.append(row)
-                print(
-                    {k: row[k] for k in ("variant", "seed", "accuracy", "epsilon", "wall_time_s")},
-                    flush=True,
-                )
-    table = format_table(rows)
+        for seed, v, bits in sweep(args.seeds, args.variants, args.bits):
+            ov = [
+                f"seed={seed}",
+                "progress=false",
+                "plot=false",
+                *variant_overrides(args.experiment, v),
+                *([f"client.bits={bits}"] if bits else []),
+                *args.overrides,
+            ]
+            name = f"{v.replace(' ', '_')}_seed{seed}" + (f"_bits{bits}" if bits else "")
+            if any(r["overrides"] == " ".join(ov) for r in rows):
+                continue  # done in an earlier, interrupted sweep
+            row = {
+                "experiment": args.experiment,
+                "variant": v,
+                "seed": seed,
+                "overrides": " ".join(ov),
+                **run_one(args.experiment, ov, args.out / name),
+            }
+            writer.writerow(row)
+            f.flush()
+            rows.append(row)
+            print(
+                {k: row[k] for k in ("variant", "seed", "accuracy", "epsilon", "wall_time_s")},
+                flush=True,
+            )
+    table = format_bits_table(rows) if args.bits else format_table(rows)
     print(table)
     (args.out / "table.md").write_text(table + "\n")
+    if args.bits:
+        plot_bits(rows, args.out / "bits.png")
     return 0
 
 

@@ -26,6 +26,7 @@ from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.cli import account as cli
 from fedpriv.common.errors import ConfigError
 from fedpriv.data.client_data import ClientData
+from fedpriv.mechanisms.modular_range import ScaleRule
 from fedpriv.models.zoo import build_model
 from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.config import compose_config
@@ -174,6 +175,7 @@ def test_skellam_local_steps_and_server_decode_use_one_normalizer(rotation: bool
         lr=0.5,
         normalizer=5.0,
         rotation=rotation,
+        scale_rule=ScaleRule.PROBABILISTIC if rotation else ScaleRule.NO_WRAP,
         num_params=sum(p.numel() for p in model.parameters()),
         local_samples=n,
         privacy=SkellamSpec(

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.privacy_spec import EventRuns
 from fedpriv.accounting.skellam import SkellamSpec
+from fedpriv.mechanisms.modular_range import DEFAULT_WRAP_STDDEVS, ScaleRule, SignalGrowth
 from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
 
 
@@ -40,7 +41,9 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
     bits : int
         Width of the modular secure sum (2..62).
     rotation : bool
-        Randomized Hadamard rotation before rounding.
+        Randomized Hadamard rotation before rounding (required by the probabilistic rule).
+    scale_rule, wrap_stddevs, signal_growth
+        How the scale is chosen (:mod:`fedpriv.mechanisms.modular_range`).
     beta : float
         Conditional rounding parameter in [0, 1).
     dropout_tolerance : int
@@ -63,10 +66,16 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
         "beta",
         "dropout_tolerance",
         "num_params",
+        "scale_rule",
+        "wrap_stddevs",
+        "signal_growth",
     )
 
     bits: int = 32
-    rotation: bool = False
+    rotation: bool = True
+    scale_rule: ScaleRule = ScaleRule.PROBABILISTIC
+    wrap_stddevs: float = DEFAULT_WRAP_STDDEVS
+    signal_growth: SignalGrowth = SignalGrowth.LINEAR
     beta: float = DEFAULT_BETA
     dropout_tolerance: int = 0
     num_params: int = 0
@@ -103,6 +112,9 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
             beta=self.beta,
             dropout_tolerance=self.dropout_tolerance,
             local_samples=1,
+            scale_rule=self.scale_rule,
+            wrap_stddevs=self.wrap_stddevs,
+            signal_growth=self.signal_growth,
         )
 
     @functools.cached_property

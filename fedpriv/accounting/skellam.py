@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import special
+from scipy import special, stats
 
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.dpsgd import DPSGDSpec, LocalStepsSum
@@ -34,13 +34,18 @@ from fedpriv.accounting.params import Params, noise_or_target
 from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
 from fedpriv.accounting.vocabulary import Accountant, Conversion
 from fedpriv.common.errors import ConfigError, check
-from fedpriv.common.validate import check_finite, check_positive
+from fedpriv.common.validate import check_finite, check_positive, parse_enum
+from fedpriv.mechanisms.modular_range import DEFAULT_WRAP_STDDEVS, ScaleRule, SignalGrowth
 from fedpriv.mechanisms.skellam_noise import (
     DEFAULT_BETA,
     MAX_BITS,
     SkellamMechanism,
     rounded_norm_bound,
 )
+
+#: Probability that some client's Poisson batches hold more vectors than the high-probability
+#: count the probabilistic rule sizes the range for (:func:`summands_bound`).
+SUMMAND_TAIL = 1e-9
 
 
 def _check_count(field: str, value: Any, low: int) -> None:
@@ -238,6 +243,33 @@ class SkellamEvent(IntegerRdpEvent):
         return poisson_subsampled_rdp(orders, self.sample_rate, base)
 
 
+def summands_bound(
+    rule: ScaleRule, draws: int, sample_rate: float, num_clients: int
+) -> tuple[int, float]:
+    """Rounded vectors one client sums into a message, and the probability that some client
+    sums more: ``(draws, 0)`` for ``no_wrap`` (every record in every step); for
+    ``probabilistic`` the smallest ``K`` with ``N P(Binomial(draws, q) > K) <= SUMMAND_TAIL``
+    (Poisson batches), and that probability.
+
+    Parameters
+    ----------
+    rule : ScaleRule
+    draws : int
+        ``steps × local_samples``: every record's chance to enter a batch, >= 1.
+    sample_rate : float
+        q in [0, 1].
+    num_clients : int
+        N >= 1 (union bound over the clients).
+    """
+    if rule is ScaleRule.NO_WRAP or sample_rate >= 1:
+        return draws, 0.0
+    k = int(stats.binom.isf(SUMMAND_TAIL / num_clients, draws, sample_rate))
+    while k < draws and num_clients * stats.binom.sf(k, draws, sample_rate) > SUMMAND_TAIL:
+        k += 1
+    k = max(1, min(k, draws))
+    return k, float(num_clients * stats.binom.sf(k, draws, sample_rate))
+
+
 SKELLAM_KEYS = (
     "num_params",
     "max_grad_norm",
@@ -247,6 +279,9 @@ SKELLAM_KEYS = (
     "rotation",
     "dropout_tolerance",
     "local_samples",
+    "scale_rule",
+    "wrap_stddevs",
+    "signal_growth",
 )
 KEYS = (
     "noise_multiplier",
@@ -271,10 +306,12 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
 
     Built by the run's client algorithm (``clients.skellam_dpsgd.SkellamDPSGD``), by
     ``fedpriv-account skellam`` and by ``fedpriv-account secagg-dpsgd mechanism=skellam``, so a
-    run's settings give the CLI exactly the run's ε. The scale is the largest for which the
-    modular sum of ``bits`` bits cannot wrap (:meth:`SkellamMechanism.from_noise_multiplier`:
-    deterministic signal bound of ``num_clients × steps × local_samples`` rounded vectors plus
-    the noise tail), unless ``scale`` is given. Per step the sum over clients carries
+    run's settings give the CLI exactly the run's ε. The scale is the largest that
+    ``scale_rule`` allows (:meth:`SkellamMechanism.from_noise_multiplier`; ``probabilistic``:
+    ``wrap_stddevs`` standard deviations of a summed coordinate, each client summing at most
+    :func:`summands_bound` rounded vectors; ``no_wrap``: ``num_clients × steps ×
+    local_samples`` rounded vectors plus the noise tail), unless ``scale`` is given. Per step
+    the sum over clients carries
     ``Sk(μ)``, ``μ = (s σ C)² / 2``: one Poisson-subsampled Skellam release (RDP only).
 
     Parameters
@@ -290,7 +327,14 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
     num_params : int
         Model dimension d (>= 1 to build the mechanism; 0 = not bound yet).
     rotation : bool
-        Randomized Hadamard rotation before rounding (bound: ``client.rotation``).
+        Randomized Hadamard rotation before rounding (bound: ``client.rotation``; required by
+        the probabilistic rule).
+    scale_rule : ScaleRule
+        ``probabilistic`` (default) or ``no_wrap`` (bound: ``client.scale_rule``).
+    wrap_stddevs : float
+        k of the probabilistic rule, > 0 (bound: ``client.wrap_stddevs``).
+    signal_growth : SignalGrowth
+        ``linear`` or ``sqrt``: the summed signal's norm bound (bound: ``client.signal_growth``).
     beta : float
         Conditional rounding parameter in [0, 1) (bound: ``client.beta``).
     dropout_tolerance : int
@@ -331,12 +375,18 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
         "dropout_tolerance",
         "local_samples",
         "scale",
+        "scale_rule",
+        "wrap_stddevs",
+        "signal_growth",
     )
 
     accountant: Accountant = Accountant.RDP
     bits: int = 32
     num_params: int = 0
-    rotation: bool = False
+    rotation: bool = True
+    scale_rule: ScaleRule = ScaleRule.PROBABILISTIC
+    wrap_stddevs: float = DEFAULT_WRAP_STDDEVS
+    signal_growth: SignalGrowth = SignalGrowth.LINEAR
     beta: float = DEFAULT_BETA
     dropout_tolerance: int = 0
     local_samples: int = 1
@@ -384,6 +434,12 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
             "must be an integer >= 1",
         )
         check(isinstance(self.rotation, bool), "client.rotation", self.rotation, "must be a bool")
+        rule = parse_enum(ScaleRule, "client.scale_rule", self.scale_rule)
+        object.__setattr__(self, "scale_rule", rule)
+        growth = parse_enum(SignalGrowth, "client.signal_growth", self.signal_growth)
+        object.__setattr__(self, "signal_growth", growth)
+        stddevs = check_positive("client.wrap_stddevs", self.wrap_stddevs)
+        object.__setattr__(self, "wrap_stddevs", stddevs)
         beta = check_finite("client.beta", self.beta, "must be in [0, 1)")
         check(0 <= beta < 1, "client.beta", self.beta, "must be in [0, 1)")
         object.__setattr__(self, "beta", beta)
@@ -408,6 +464,8 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
             self.num_params,
             "must be set (the model dimension; call for_run)",
         )
+        draws = self.steps * self.local_samples
+        summands, tail = summands_bound(self.scale_rule, draws, self.sample_rate, self.num_clients)
         fields: dict[str, Any] = dict(
             bits=self.bits,
             clipping_norm=self.max_grad_norm,
@@ -418,7 +476,11 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
             dropout_tolerance=self.dropout_tolerance,
             beta=self.beta,
             steps=self.steps,
-            max_summands=self.steps * self.local_samples,
+            max_summands=summands,
+            summand_tail=tail,
+            scale_rule=self.scale_rule,
+            wrap_stddevs=self.wrap_stddevs,
+            signal_growth=self.signal_growth,
         )
         if self.scale is not None:
             mu = (self.scale * sigma * self.max_grad_norm) ** 2 / 2.0
@@ -501,6 +563,8 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
             mu=m.mu,
             l1_sensitivity=m.l1_sensitivity,
             l2_sensitivity=m.l2_sensitivity,
+            wrap_bound=m.wrap_bound,
+            coordinates=m.padded_dim,
         )
         return out
 
@@ -531,9 +595,16 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
             "bits": p.int("bits", 32, ge=2, le=MAX_BITS),
             "scale": p.float("scale", None, gt=0.0),
             "beta": p.float("beta", DEFAULT_BETA, ge=0.0, lt=1.0),
-            "rotation": p.bool("rotation", False),
+            "rotation": p.bool("rotation", True),
             "dropout_tolerance": p.int("dropout_tolerance", 0, ge=0),
             "local_samples": p.int("local_samples", 1, ge=1),
+            "scale_rule": ScaleRule(
+                p.choice("scale_rule", [r.value for r in ScaleRule], "probabilistic")
+            ),
+            "wrap_stddevs": p.float("wrap_stddevs", DEFAULT_WRAP_STDDEVS, gt=0.0),
+            "signal_growth": SignalGrowth(
+                p.choice("signal_growth", [g.value for g in SignalGrowth], "linear")
+            ),
         }
 
 
@@ -571,6 +642,10 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
         "rotation": spec.rotation,
         "dropout_tolerance": spec.dropout_tolerance,
         "local_samples": spec.local_samples,
+        "scale_rule": spec.scale_rule.value,
+        "wrap_stddevs": spec.wrap_stddevs,
+        "signal_growth": spec.signal_growth.value,
+        "wrap_bound": spec.mechanism.wrap_bound,
         "accountant": "rdp",
         "conversion": spec.conversion.value,
         "neighboring_relation": "add_remove",

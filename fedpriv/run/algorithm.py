@@ -171,6 +171,11 @@ class ClientAlgorithm(ABC):
         is)."""
         return total
 
+    def sum_figures(self, total: dict[str, Any], server_round: int) -> dict[str, float]:
+        """Figures of the aggregated ``total`` before decoding, for the round's row (e.g. the
+        coordinates of an integer sum that wrapped). Default: none."""
+        return {}
+
     def initial_round_config(self) -> dict[str, float]:
         """Public parameters the server sends with round 1 (``TrainContext.round_config``);
         :meth:`release` returns the next round's. Default: none."""

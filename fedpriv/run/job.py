@@ -265,12 +265,14 @@ class ServerJob:
         integers) and releases it (``release``: e.g. the trusted aggregator's noise, the next
         round's adaptive clip norm); the release's figures go into the round's row."""
         shapes = {k: tuple(p.shape) for k, p in self.model.named_parameters() if p.requires_grad}
+        decoded = self.algorithm.sum_figures(total, server_round)
         total = self.algorithm.decode_sum(total, shapes, server_round)
         if self.audit is not None:  # canary clients, covered by the release's noise
             total = self.audit.before_release(total, server_round, self.round_config)
-        total, self.release_figures, self.round_config = self.algorithm.release(
+        total, figures, self.round_config = self.algorithm.release(
             total, server_round, self.round_config
         )
+        self.release_figures = {**decoded, **figures}
         return total
 
     def evaluate_state(self, state: State) -> tuple[float, float]:
