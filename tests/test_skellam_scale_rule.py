@@ -114,6 +114,16 @@ def test_multi_step_range_holds_every_step_and_beats_no_wrap(
     assert nowrap.epsilon(1) > spec(bits, sigma, steps).epsilon(1)
 
 
+def test_cli_states_what_no_wrap_costs() -> None:
+    keys = {"noise_multiplier": "2.18", "bits": "12", "num_params": "10250", "num_clients": "10"}
+    keys |= {"sample_rate": "0.1", "steps": "1", "target_delta": "1e-5"}
+    out = run_cli({**keys, "scale_rule": "no_wrap", "rotation": "false"})
+    assert out["epsilon"] == pytest.approx(0.656, abs=5e-4)
+    assert out["probabilistic_epsilon"] == pytest.approx(run_cli(keys)["epsilon"], rel=1e-12)
+    assert out["probabilistic_scale"] > 4 * out["scale"]
+    assert "probabilistic_epsilon" not in run_cli(keys)
+
+
 def test_no_wrap_keeps_its_bound_and_cost() -> None:
     nowrap = spec(12, 2.18, scale_rule="no_wrap", rotation=False)
     m = nowrap.mechanism

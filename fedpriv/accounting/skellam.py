@@ -608,6 +608,18 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
         }
 
 
+def no_wrap_cost(spec: SkellamSpec, num_rounds: int) -> dict[str, Any]:
+    """What ``scale_rule=no_wrap`` costs: ε and scale of the same spec under the probabilistic
+    rule (with rotation), or ``{}`` for another rule or an explicit scale."""
+    if spec.scale_rule is not ScaleRule.NO_WRAP or spec.scale is not None:
+        return {}
+    other = dataclasses.replace(spec, scale_rule=ScaleRule.PROBABILISTIC, rotation=True)
+    return {
+        "probabilistic_epsilon": other.epsilon(num_rounds),
+        "probabilistic_scale": other.mechanism.scale,
+    }
+
+
 def run_cli(params: dict[str, str]) -> dict[str, Any]:
     """``fedpriv-account skellam``: noise_multiplier | target_epsilon (σ of the SUM, as in a
     run's ``privacy.noise_multiplier``), num_params, num_clients, sample_rate, steps (per
@@ -620,6 +632,7 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     spec, calibration = noise_or_target(p, spec, num_rounds)
     ev = spec.step_event()
     return {
+        **no_wrap_cost(spec, num_rounds),
         "analysis": "skellam",
         **calibration,
         "epsilon": spec.epsilon(num_rounds),
