@@ -159,26 +159,37 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def growth_of(row: dict[str, Any]) -> str:
+    """The run's ``client.signal_growth`` (from its overrides; the default is linear)."""
+    found = [o.split("=", 1)[1] for o in row["overrides"].split() if "signal_growth=" in o]
+    return found[-1] if found else "linear"
+
+
+def bits_series(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The (variant, signal growth) pairs of a ``--bits`` sweep, in a stable order."""
+    keys = {(r["variant"], growth_of(r)) for r in rows}
+    return sorted(keys, key=lambda k: (VARIANTS.index(k[0]), k[1]))
+
+
 def format_bits_table(rows: Sequence[dict[str, Any]]) -> str:
     """Markdown table of a ``--bits`` sweep: a line per variant and width, accuracy mean ±
     SEM over seeds, ε, σ, bits each client sends per round, measured wrap rate and its bound."""
     lines = [
-        "| variant | bits | σ (sum) | ε | test accuracy (mean ± SEM) | seeds "
+        "| variant | signal growth | bits | σ (sum) | ε | test accuracy (mean ± SEM) | seeds "
         "| bits sent / client / round | wrapped coordinates (rate) | wrap bound |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
-    for v in VARIANTS:
-        widths = sorted({int(r["bits"]) for r in rows if r["variant"] == v}, reverse=True)
-        for b in widths:
-            sel = [r for r in rows if r["variant"] == v and int(r["bits"]) == b]
-            sel = [r for r in sel if r["status"] == "complete"]
+    for v, growth in bits_series(rows):
+        series = [r for r in rows if r["variant"] == v and growth_of(r) == growth]
+        for b in sorted({int(r["bits"]) for r in series}, reverse=True):
+            sel = [r for r in series if int(r["bits"]) == b and r["status"] == "complete"]
             if not sel:
                 continue
             acc, sem = mean_sem([100 * float(r["accuracy"]) for r in sel])
             wraps = sum(int(r["wrapped_coordinates"]) for r in sel)
             rate = wraps / max(1, sum(int(r["coordinates_summed"]) for r in sel))
             lines.append(
-                f"| {v} | {b} | {float(sel[0]['noise_multiplier']):.3f} "
+                f"| {v} | {growth} | {b} | {float(sel[0]['noise_multiplier']):.3f} "
                 f"| {max(float(r['epsilon']) for r in sel):.3f} | {acc:.1f} ± {sem:.1f} "
                 f"| {len(sel)} | {int(sel[0]['bits_per_round']):,} | {wraps} ({rate:.2g}) "
                 f"| {float(sel[0]['wrap_bound']):.3g} |"
@@ -194,16 +205,23 @@ def plot_bits(rows: Sequence[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.4))
-    for v in VARIANTS:
-        done = [r for r in rows if r["variant"] == v and r["status"] == "complete"]
+    for v, growth in bits_series(rows):
+        done = [r for r in rows if r["variant"] == v and growth_of(r) == growth]
+        done = [r for r in done if r["status"] == "complete"]
         widths = sorted({int(r["bits"]) for r in done})
         stats = [
             mean_sem([100 * float(r["accuracy"]) for r in done if int(r["bits"]) == b])
             for b in widths
         ]
         if widths:
+            label = f"{v}, signal_growth={growth}"
             ax.errorbar(
-                widths, [m for m, _ in stats], [e for _, e in stats], marker="o", label=v, capsize=3
+                widths,
+                [m for m, _ in stats],
+                [e for _, e in stats],
+                marker="o",
+                label=label,
+                capsize=3,
             )
     ax.set_xlabel("bits per coordinate (secure sum modulo 2^bits)")
     ax.set_ylabel("test accuracy (%)")
@@ -239,12 +257,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("outputs/secagg_local_steps"))
     ap.add_argument("--render", type=Path, help="only print the table of a saved runs.csv")
     ap.add_argument("--bits", type=int, nargs="+", help="run each variant at these client.bits")
+    ap.add_argument("--plot", type=Path, help="with --render of a --bits sweep: write the plot")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run (after --)")
     args = ap.parse_args(argv)
     if args.render:
         rows = read_rows(args.render)
         bits_sweep = any(r.get("bits") for r in rows) and len({r["bits"] for r in rows}) > 1
         print(format_bits_table(rows) if bits_sweep else format_table(rows))
+        if bits_sweep and args.plot:
+            plot_bits(rows, args.plot)
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path = args.out / "runs.csv"

@@ -46,7 +46,9 @@ class SignalGrowth(StrEnum):
     """Bound on the norm of the sum of ``V`` clipped vectors of norm ``C``, used by
     :attr:`ScaleRule.PROBABILISTIC`: ``linear`` (``V C``, any data: the stated wrap bound
     holds) or ``sqrt`` (``sqrt(V) C``, vectors in independent directions, as the reference's
-    ``sqrtn_norm_growth``: an assumption the measured wrap count checks)."""
+    ``sqrtn_norm_growth``: an assumption the measured wrap count checks). Per-sample gradients
+    summed over many local steps are far from independent: with ``sqrt``, a 1-epoch, 16-bit
+    Fashion-MNIST run wrapped 23 % of its coordinates in round 1 (docs/secagg-experiments.md)."""
 
     LINEAR = "linear"
     SQRT = "sqrt"

@@ -142,16 +142,26 @@ def _hadamard(n: int) -> NDArray[np.float64]:
     return h
 
 
+#: log2 of the Hadamard factors of :func:`_fwht` (32 × 32 products: fastest measured here).
+_FWHT_FACTOR_BITS = 5
+
+
 def _fwht(x: NDArray[np.float64]) -> NDArray[np.float64]:
     """Unnormalised Walsh–Hadamard transform along the last axis (length a power of two).
 
-    ``H_n = H_a ⊗ H_b`` (Sylvester, ``n = a b``), so each row viewed as an ``a × b`` matrix
-    ``X`` maps to ``H_a X H_b``: two BLAS products, 3-4x faster than the butterfly here.
+    ``H_n = H_f1 ⊗ H_f2 ⊗ ...`` (Sylvester): each pass multiplies the lowest group of index bits
+    by a small ``H_f`` (one BLAS product) and moves it to the front; after the last pass the
+    groups are back in order. 10x faster than the butterfly for (512, 32768) here.
     """
     n = x.shape[-1]
-    a = 1 << ((n.bit_length() - 1) // 2)
-    rows = x.reshape(-1, a, n // a)
-    return (_hadamard(a) @ rows @ _hadamard(n // a)).reshape(x.shape)
+    y = x.reshape(-1, n)
+    bits = n.bit_length() - 1
+    while bits > 0:
+        f = 1 << min(_FWHT_FACTOR_BITS, bits)
+        bits -= f.bit_length() - 1
+        z = (y.reshape(-1, f) @ _hadamard(f)).reshape(y.shape[0], n // f, f)
+        y = np.ascontiguousarray(z.transpose(0, 2, 1)).reshape(-1, n)
+    return y.reshape(x.shape)
 
 
 def _signs(n: int, seed: int) -> NDArray[np.float64]:
