@@ -155,3 +155,41 @@ def test_ftrl_accuracy_table_is_the_mean_of_its_runs() -> None:
             assert sorted({r["seed"] for r in runs if r["sampler"] == sampler}) == ["0", "1", "2"]
             assert len(acc) == 3, (sampler, target)
             assert float(cell.strip("*")) == round(sum(acc) / 3, 3), (sampler, target)
+
+
+BITS_RUNS = REPO / "docs" / "results" / "secagg_bits" / "runs.csv"
+
+
+def _growth(run: dict[str, str]) -> str:
+    found = [o.split("=", 1)[1] for o in run["overrides"].split() if "signal_growth=" in o]
+    return found[-1] if found else "linear"
+
+
+def test_bits_table_is_the_mean_of_its_runs() -> None:
+    """README's bits-against-accuracy table (`scripts/secagg_local_steps_table.py --bits`):
+    the 1-step cells are the mean ± SEM of three seeds (signal_growth=sqrt), the 1-epoch cells
+    the seed-0 run (linear) with its σ; every run complete at ε <= 1."""
+    import statistics
+
+    with BITS_RUNS.open() as f:
+        runs = list(csv.DictReader(f))
+    assert all(r["status"] == "complete" and float(r["epsilon"]) <= 1.0 for r in runs)
+    rows = re.findall(r"^\| (\d+) \| ([\d,]+) \| ([\d.]+) ± ([\d.]+) \| (.+?) \|$", README, re.M)
+    assert [r[0] for r in rows] == ["32", "20", "16", "14", "12"], "README lost the bits table"
+    for bits, sent, mean, sem, epoch in rows:
+        step = [
+            100 * float(r["accuracy"])
+            for r in runs
+            if r["variant"] == "1 step" and r["bits"] == bits and _growth(r) == "sqrt"
+        ]
+        assert len(step) == 3, bits
+        assert float(mean) == round(statistics.fmean(step), 1), bits
+        assert float(sem) == round(statistics.stdev(step) / 3**0.5, 1), bits
+        one = [r for r in runs if r["bits"] == bits and r["variant"] == "1 step"]
+        assert int(sent.replace(",", "")) == int(one[0]["bits_per_round"])
+        ran = [r for r in runs if r["variant"] == "1 epoch" and r["bits"] == bits]
+        cell = re.fullmatch(r"([\d.]+) \(σ ([\d.]+)\)", epoch)
+        assert bool(cell) == bool(ran), (bits, epoch)
+        if cell:
+            assert float(cell.group(1)) == round(100 * float(ran[0]["accuracy"]), 1)
+            assert float(cell.group(2)) == round(float(ran[0]["noise_multiplier"]), 2)
