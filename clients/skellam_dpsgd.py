@@ -36,7 +36,8 @@ from fedpriv.run.algorithm import TrainContext
 from fedpriv.run.plan import RunPlan
 from fedpriv.run.setup import build_model_for, partitions
 
-UPDATE_NAME = "skellam_residues"
+#: The update's one array: residues modulo 2**bits, or signed integers (ideal aggregator).
+UPDATE_NAME = "skellam_integers"
 #: The round's row: coordinates of the true integer sum outside the modular range.
 WRAPS_NAME = "wrapped_coordinates"
 

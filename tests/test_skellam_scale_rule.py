@@ -260,7 +260,7 @@ def test_sum_figures_count_what_the_decoding_gets_wrong() -> None:
     assert algo.sum_figures({UPDATE_NAME: total}, 1) == {"wrapped_coordinates": 2.0}
     modular = algo.mechanism.decode_sum(total % 256, seed=1)  # what SecAgg+ would decode
     assert np.array_equal(algo.mechanism.decode_sum(total, seed=1), modular)
-    residues = algo.message(total).numpy()  # SecAgg+: residues, no wrap count
+    sent = algo.message(total).numpy()  # ideal aggregator: the signed total itself
     unsigned = SkellamDPSGD(num_params=5, bits=8, privacy=algo.privacy)
     assert np.array_equal(unsigned.message(total).numpy(), total % 256)
-    assert np.array_equal(residues, total) and unsigned.sum_figures({UPDATE_NAME: total}, 1) == {}
+    assert np.array_equal(sent, total) and unsigned.sum_figures({UPDATE_NAME: total}, 1) == {}
