@@ -411,12 +411,23 @@ class SkellamMechanism:
         return skellam_tail_threshold(self.total_noise_mu, self.wrap_probability / self.padded_dim)
 
     @property
+    def signal_unit_variance(self) -> float:
+        """``(C G)²/n``: the rotated signal's variance proxy per coordinate and per unit
+        scale², with ``G`` the norm bound of ``V = N × max_summands`` vectors in units of C."""
+        vectors = self.num_clients * self.max_summands
+        norm = self.clipping_norm * self.signal_growth.norm_units(vectors)
+        return norm * norm / self.padded_dim
+
+    @property
+    def rounding_variance(self) -> float:
+        """``V/4``: the variance bound of the ``V`` rounding errors in one coordinate."""
+        return self.num_clients * self.max_summands / 4.0
+
+    @property
     def signal_variance(self) -> float:
         """Sub-Gaussian variance proxy of one coordinate of the summed, rotated, rounded
-        vectors (integer units): ``(s C G)²/n + V/4`` with ``V = N × max_summands``."""
-        vectors = self.num_clients * self.max_summands
-        norm = self.scale * self.clipping_norm * self.signal_growth.norm_units(vectors)
-        return norm * norm / self.padded_dim + vectors / 4.0
+        vectors (integer units): ``s² (C G)²/n + V/4``."""
+        return self.scale**2 * self.signal_unit_variance + self.rounding_variance
 
     @property
     def coordinate_std(self) -> float:
@@ -635,15 +646,12 @@ class SkellamMechanism:
             ) from None
         cap = math.sqrt(2.0 * MAX_POISSON_MEAN * probe.noise_divisor) / sigma_c * (1 - 1e-12)
         if probe.scale_rule is ScaleRule.PROBABILISTIC:  # v(s) = s² per_unit + V/4
-            vectors = probe.num_clients * probe.max_summands
-            growth = probe.signal_growth.norm_units(vectors)
-            c = probe.clipping_norm
-            shares = probe.steps * probe.num_clients / probe.noise_divisor
-            per_unit = (c * growth) ** 2 / probe.padded_dim + shares * sigma_c**2
-            rounding = vectors / 4.0
-            scale = min(
-                cap, probabilistic_scale(probe.bits, probe.wrap_stddevs, per_unit, rounding)
+            shares = probe.steps * probe.num_clients / probe.noise_divisor  # noise: s²σ²C² each
+            per_unit = probe.signal_unit_variance + shares * sigma_c**2
+            room = probabilistic_scale(
+                probe.bits, probe.wrap_stddevs, per_unit, probe.rounding_variance
             )
+            scale = min(cap, room)
             if scale <= 0:
                 raise ConfigError(
                     "bits", probe.bits, f"leaves no room for any scale: {probe.range_note}"
