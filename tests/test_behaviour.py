@@ -33,18 +33,35 @@ NEW_SPELLING: dict[str, str] = {}
 #: Defaults changed deliberately since 400af8e: the overrides that restore the recorded
 #: behaviour, by case. Issue 26: Skellam's scale follows the probabilistic rule with rotation
 #: (tests/test_skellam_scale_rule.py checks the new default); 400af8e had no_wrap, no rotation.
+SKELLAM_CASES = (
+    "client_level_skellam",
+    "secagg_acs_income",
+    "secagg_fmnist_local_steps",
+    "skellam_dpsgd",
+)
 OLD_DEFAULTS: dict[str, list[str]] = {
-    name: ["client.scale_rule=no_wrap", "client.rotation=false"]
-    for name in (
-        "client_level_skellam",
-        "secagg_acs_income",
-        "secagg_fmnist_local_steps",
-        "skellam_dpsgd",
-    )
+    name: ["client.scale_rule=no_wrap", "client.rotation=false"] for name in SKELLAM_CASES
 }
-#: Short runs: every row's figures equal to this relative tolerance (the same seeds, the same
-#: arithmetic: identical up to float summation order in the accountant).
+#: The accountant's figures (σ, ε, local ε) equal the recorded ones to this relative tolerance:
+#: float64 arithmetic on no data, identical up to summation order.
 RTOL = 1e-9
+#: A short run's training figures (float32) move with the CPU's vector kernels and with the
+#: numerical libraries' versions that a fresh install resolves: the same seeds and code gave a
+#: round-1 loss of 1.2955441, 1.2955376 and 1.2955193 on three machines. They are compared to
+#: these tolerances, by figure (a row's or a client metric's): ``(absolute?, tolerance,
+#: tolerance for SKELLAM_CASES)``. Skellam's randomized rounding turns a last-digit difference
+#: into other integers, so its runs drift as a whole (round-1 accuracy 0.606 and 0.588 for one
+#: case): a looser band that still fails on a broken mechanism (an accuracy of chance, a loss
+#: off by 5%). A count of clipped updates moves by one when a norm sits at the threshold.
+TRAINING_TOL: dict[str, tuple[bool, float, float]] = {
+    "accuracy": (True, 0.01, 0.04),
+    "block_accuracy": (True, 0.01, 0.04),
+    "unclipped_fraction": (True, 0.01, 0.04),
+    "loss": (False, 1e-3, 0.05),
+    "update_norm": (False, 1e-3, 0.05),
+    "clipping_norm": (False, 1e-3, 0.05),
+    "clipped": (False, 0.1, 0.2),
+}
 #: torch's CPU kernels pick their vector width by machine: a float32 loss moves in its 6th digit
 #: and, through Skellam's randomized rounding, a whole short run. 400af8e's rows were recorded on
 #: an AVX-512 machine and again on an AVX2 one; a run compares with those of its own kind.
@@ -119,13 +136,19 @@ def test_resolved_noise_and_epsilon_are_unchanged(name: str) -> None:
         assert local == pytest.approx(case["local_epsilon_full"], rel=RTOL)
 
 
-def same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any, key: str = "", name: str = "") -> bool:
+    """Whether figure ``key`` of case ``name`` equals the recorded one (:data:`RTOL`, or for a
+    training figure :data:`TRAINING_TOL`); dicts (``client_metrics``) key by key."""
+    if key in TRAINING_TOL and isinstance(a, float) and isinstance(b, float):
+        absolute, tol, skellam_tol = TRAINING_TOL[key]
+        tol = skellam_tol if name in SKELLAM_CASES else tol
+        return abs(a - b) <= tol if absolute else math.isclose(a, b, rel_tol=tol)
     if isinstance(a, float) and isinstance(b, float):
         return math.isclose(a, b, rel_tol=RTOL) or (math.isnan(a) and math.isnan(b))
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
-        return all(k in b and same(v, b[k]) for k, v in a.items())
+        return all(k in b and same(v, b[k], k, name) for k, v in a.items())
     return a == b
 
 
@@ -151,5 +174,5 @@ def test_short_run_rows_are_unchanged(name: str, tmp_path: Path, shared_ray: str
             }
         assert {"status", "epsilon"} & set(want) <= set(got)
         assert {"accuracy", "loss", "local_epsilon"} & set(want) <= set(got)
-        diff = [k for k, v in want.items() if k in got and not same(got[k], v)]
+        diff = [k for k, v in want.items() if k in got and not same(got[k], v, k, name)]
         assert diff == [], (name, want["server_round"], {k: (got[k], want[k]) for k in diff})
