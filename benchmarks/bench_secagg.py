@@ -4,9 +4,12 @@ Ten probe clients (``clients.secagg_probe.make_probe_client_app``) each reply wi
 integer update shaped like the tanh CNN (26,010 parameters); the server alternates ideal and
 SecAgg+ rounds on the same inputs and reports the median wall time of each. ``work_seconds``
 adds a sleep in every client's handler standing in for local training (the same in both
-modes), so the ratio for a round of a given length can be read off.
+modes), so the ratio for a round of a given length can be read off. ``dropout`` makes that
+fraction of the clients (a fresh random set each round, the same for both aggregators) raise
+in their training handler, after the key stages: SecAgg+ must then reconstruct their masks.
+Every round checks that the SecAgg+ sum equals the ideal one bit for bit.
 
-Run: ``.venv/bin/python benchmarks/bench_secagg.py [--work-seconds 0.5]``.
+Run: ``.venv/bin/python benchmarks/bench_secagg.py [--work-seconds 0.5] [--dropout 0.1]``.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import statistics
 import time
 from typing import Any
 
+import numpy as np
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from clients.secagg_probe import make_probe_client_app
-from fedpriv.run.aggregation import Aggregator, IdealAggregator
+from fedpriv.run.aggregation import AggregateResult, Aggregator, IdealAggregator
 from fedpriv.run.job import wait_for_nodes
 from strategies.secaggplus import SecAggPlusAggregator
 
@@ -35,8 +39,14 @@ def cnn_shapes() -> dict[str, list[int]]:
 
 
 def _messages(
-    nodes: list[int], server_round: int, shapes: dict[str, list[int]], work_seconds: float
+    nodes: list[int],
+    server_round: int,
+    shapes: dict[str, list[int]],
+    work_seconds: float,
+    dropout: float = 0.0,
 ) -> list[Message]:
+    rng = np.random.default_rng([1, server_round])
+    failing = rng.choice(len(nodes), size=round(dropout * len(nodes)), replace=False)
     cfg = ConfigRecord(
         {
             "seed": 0,
@@ -44,6 +54,7 @@ def _messages(
             "bits": 32,
             "shapes": json.dumps(shapes),
             "work_seconds": float(work_seconds),
+            "fail_partitions": [int(p) for p in sorted(failing)],
         }
     )
     return [
@@ -57,10 +68,19 @@ def _messages(
     ]
 
 
-def _timed(agg: Aggregator, grid: Grid, msgs: list[Message], server_round: int) -> float:
+def _timed(
+    agg: Aggregator, grid: Grid, msgs: list[Message], server_round: int
+) -> tuple[float, AggregateResult]:
     t0 = time.perf_counter()
-    agg.sum_updates(grid, msgs, server_round=server_round, timeout=120.0)
-    return time.perf_counter() - t0
+    result = agg.sum_updates(grid, msgs, server_round=server_round, timeout=120.0)
+    return time.perf_counter() - t0, result
+
+
+def _same_sum(a: AggregateResult, b: AggregateResult) -> bool:
+    """Whether two aggregators revealed the same clients' exact sum."""
+    return a.total.keys() == b.total.keys() and all(
+        np.array_equal(a.total[k], b.total[k]) for k in a.total
+    )
 
 
 def bench_secagg(
@@ -69,8 +89,9 @@ def bench_secagg(
     work_seconds: float = 0.0,
     num_cpus: int = 2,
     pull_interval: float | None = None,
-    num_shares: int | float = 1.0,
+    num_shares: int | float | str = 1.0,
     reconstruction_threshold: int | float = 0.5,
+    dropout: float = 0.0,
 ) -> dict[str, Any]:
     """Median round seconds of ideal and SecAgg+ aggregation (after one warm-up round each).
 
@@ -81,18 +102,28 @@ def bench_secagg(
     Returns
     -------
     dict
-        ``{"num_clients", "num_params", "work_seconds", "ideal_s", "secaggplus_s", "ratio"}``.
+        ``{"num_clients", "num_params", "work_seconds", "dropout", "num_shares", "shares",
+        "reconstruction_threshold", "ideal_s", "secaggplus_s", "ratio", "dropped",
+        "same_sum"}``: ``shares`` is the count ``num_shares`` resolved to, ``same_sum``
+        whether every round's SecAgg+ sum equalled the ideal one bit for bit, ``dropped``
+        the clients SecAgg+ left out of the last round.
+
+    Raises
+    ------
+    RoundFailed
+        If a round fails (e.g. a client keeps fewer live neighbours than the threshold).
     """
     from flwr.simulation import run_simulation
 
     shapes = cnn_shapes()
     times: dict[str, list[float]] = {"ideal": [], "secaggplus": []}
-    aggs: dict[str, Aggregator] = {
-        "ideal": IdealAggregator(),
-        "secaggplus": SecAggPlusAggregator(
-            num_shares=num_shares, reconstruction_threshold=reconstruction_threshold
-        ),
-    }
+    secagg = SecAggPlusAggregator(
+        num_shares=num_shares,
+        reconstruction_threshold=reconstruction_threshold,
+        max_dropout=max(dropout, 0.1),
+    )
+    aggs: dict[str, Aggregator] = {"ideal": IdealAggregator(min_replies=1), "secaggplus": secagg}
+    same: list[bool] = []
     errors: list[BaseException] = []
     app = ServerApp()
 
@@ -103,12 +134,14 @@ def bench_secagg(
             if pull_interval is not None and hasattr(grid, "pull_interval"):
                 grid.pull_interval = pull_interval
             for r in range(rounds + 1):
+                sums = []
                 for name, agg in aggs.items():
-                    seconds = _timed(
-                        agg, grid, _messages(nodes, r + 1, shapes, work_seconds), r + 1
-                    )
+                    msgs = _messages(nodes, r + 1, shapes, work_seconds, dropout)
+                    seconds, result = _timed(agg, grid, msgs, r + 1)
+                    sums.append(result)
                     if r > 0:
                         times[name].append(seconds)
+                same.append(_same_sum(*sums))
         except BaseException as exc:  # reported after the engine stops
             errors.append(exc)
 
@@ -128,11 +161,16 @@ def bench_secagg(
         "num_clients": num_clients,
         "num_params": sum(math.prod(s) for s in shapes.values()),
         "work_seconds": work_seconds,
+        "dropout": dropout,
         "pull_interval": pull_interval,
         "num_shares": num_shares,
+        "shares": secagg.shares_for(num_clients)[0],
+        "reconstruction_threshold": reconstruction_threshold,
         "ideal_s": ideal,
         "secaggplus_s": sec,
         "ratio": sec / ideal,
+        "dropped": secagg.last_num_dropped,
+        "same_sum": all(same),
     }
 
 
@@ -144,22 +182,34 @@ def main() -> None:
     parser.add_argument("--work-seconds", type=float, nargs="+", default=[0.0])
     parser.add_argument("--pull-interval", type=float, default=None)
     parser.add_argument(
-        "--num-shares", type=float, default=1.0, help="fraction of the clients (<= 1) or a count"
+        "--num-shares",
+        default="auto",
+        help="auto (SecAggPlusAggregator's rule), a fraction of the clients (<= 1) or a count",
     )
+    parser.add_argument("--reconstruction-threshold", type=float, default=0.5)
+    parser.add_argument("--dropout", type=float, nargs="+", default=[0.0])
     args = parser.parse_args()
-    shares: int | float = args.num_shares if args.num_shares <= 1 else int(args.num_shares)
+    shares = _shares(args.num_shares)
     for work in args.work_seconds:
-        print(
-            json.dumps(
-                bench_secagg(
-                    args.num_clients,
-                    args.rounds,
-                    work,
-                    pull_interval=args.pull_interval,
-                    num_shares=shares,
-                )
+        for dropout in args.dropout:
+            row = bench_secagg(
+                args.num_clients,
+                args.rounds,
+                work,
+                pull_interval=args.pull_interval,
+                num_shares=shares,
+                reconstruction_threshold=args.reconstruction_threshold,
+                dropout=dropout,
             )
-        )
+            print(json.dumps(row), flush=True)
+
+
+def _shares(text: str) -> int | float | str:
+    """``--num-shares``: ``"auto"``, a fraction (<= 1) or a count."""
+    if text == "auto":
+        return text
+    value = float(text)
+    return value if value <= 1 else int(value)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import json
 import math
-import traceback
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common.serde import recorddict_to_proto
-from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp import Grid
 
-from clients.secagg_probe import make_probe_client_app, probe_update
+from clients.secagg_probe import probe_update
 from fedpriv.common.wire import CLIENTS_KEY, CONFIG_KEY, METRICS_KEY, UPDATE_KEY
 from fedpriv.run.aggregation import (
     CLIENT_ERROR,
@@ -29,10 +28,10 @@ from fedpriv.run.aggregation import (
     RoundFailed,
 )
 from fedpriv.run.engine import named_clients, node_messages, worker_messages
-from fedpriv.run.job import wait_for_nodes
 from fedpriv.run.secagg_codec import flatten_update
 from strategies.secaggplus import SecAggPlusAggregator
 from tests.contracts import AggregatorContract, parse_reply, serialize_reply
+from tests.probe_simulation import run_probe_simulation
 
 N, BITS, SEED, ROUND = 3, 32, 77, 1
 SHAPES = {"w": [4, 3], "b": [5]}
@@ -62,38 +61,19 @@ AGGREGATORS = {
 
 
 @pytest.fixture(scope="module")
-def one_round() -> dict[str, Any]:
+def one_round() -> dict[Any, Any]:
     """``{aggregator name: AggregateResult or RoundFailed}`` of one round of one simulation."""
-    from flwr.simulation import run_simulation
 
-    out: dict[str, Any] = {}
-    app = ServerApp()
+    def body(grid: Grid, nodes: list[int], out: dict[Any, Any]) -> None:
+        for name, make in AGGREGATORS.items():
+            try:
+                out[name] = make().sum_updates(
+                    grid, _messages(nodes), server_round=ROUND, timeout=30.0
+                )
+            except RoundFailed as exc:
+                out[name] = exc
 
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        try:
-            nodes = wait_for_nodes(grid, N, 60.0)
-            for name, make in AGGREGATORS.items():
-                try:
-                    out[name] = make().sum_updates(
-                        grid, _messages(nodes), server_round=ROUND, timeout=30.0
-                    )
-                except RoundFailed as exc:
-                    out[name] = exc
-        except BaseException:
-            out["error"] = traceback.format_exc()
-
-    run_simulation(
-        server_app=app,
-        client_app=make_probe_client_app(),
-        num_supernodes=N,
-        backend_config={
-            "init_args": {"num_cpus": 2, "include_dashboard": False},
-            "client_resources": {"num_cpus": 1},
-        },
-    )
-    assert "error" not in out, out.get("error")
-    return out
+    return run_probe_simulation(N, body)
 
 
 class _FakeGrid:

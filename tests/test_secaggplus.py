@@ -10,8 +10,9 @@ timeout; two dropouts (beyond tolerance: RoundFailed); all clients again.
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
-import traceback
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,6 @@ import pytest
 from flwr.app import (
     ArrayRecord,
     ConfigRecord,
-    Context,
     Message,
     MessageType,
     MetricRecord,
@@ -31,14 +31,13 @@ from flwr.common.secure_aggregation.ndarrays_arithmetic import (
     parameters_subtraction,
 )
 from flwr.common.secure_aggregation.quantization import dequantize, quantize
-from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp import Grid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clients.secagg_probe import make_probe_client_app, probe_update
+from clients.secagg_probe import probe_update
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.aggregation import IdealAggregator, RoundFailed
-from fedpriv.run.job import wait_for_nodes
 from fedpriv.run.secagg_codec import (
     flatten_update,
     join_limb_means,
@@ -47,7 +46,14 @@ from fedpriv.run.secagg_codec import (
     split_limbs,
     unpack_content,
 )
-from strategies.secaggplus import SecAggPlusAggregator, resolve_shares
+from strategies import secaggplus
+from strategies.secaggplus import (
+    AUTO_BOUND,
+    SecAggPlusAggregator,
+    auto_num_shares,
+    resolve_shares,
+)
+from tests.probe_simulation import run_probe_simulation
 
 N, BITS, SEED = 4, 32, 2024
 SHAPES = {"conv.weight": [2, 3, 4], "fc.bias": [5], "scalar": []}
@@ -126,6 +132,68 @@ class TestCodec:
         assert resolve_shares(0.5, 0.5, 10) == (5, 2)  # 5 shares (odd), round(2.5)=2
         assert resolve_shares(0.4, 0.5, 10) == (5, 2)  # 4 is even -> 5
         assert resolve_shares(5, 3, 10) == (5, 3)
+        assert resolve_shares("auto", 0.5, 4) == (4, 2)  # few clients: every client
+
+
+def binomial_cdf(x: int, k: int, p: float) -> float:
+    """P[Bin(k, p) <= x], summed term by term (independent of scipy)."""
+    return sum(math.comb(k, i) * p**i * (1 - p) ** (k - i) for i in range(0, min(x, k) + 1))
+
+
+class TestAutoShares:
+    """``num_shares="auto"``: the fewest shares whose union bounds over the round's clients (a
+    secret lost to dropouts, a secret exposed to colluders) both stay below AUTO_BOUND."""
+
+    @staticmethod
+    def ok(n: int, k: int, rho: float, dropout: float, corrupt: float) -> bool:
+        t = max(round(rho * k), 2)
+        lost = n * binomial_cdf(t - 1, k - 1, 1 - dropout)  # a dropped client's k - 1 holders
+        exposed = n * (1 - binomial_cdf(t - 1, k - 1, corrupt))  # an honest client's
+        return lost <= AUTO_BOUND and exposed <= AUTO_BOUND
+
+    @pytest.mark.parametrize(
+        ("n", "rho", "dropout", "corrupt", "want"),
+        [(100, 0.5, 0.1, 0.1, 35), (1000, 0.5, 0.1, 0.1, 39), (200, 0.34, 0.3, 0.1, 79)],
+    )
+    def test_fewest_shares_that_satisfy_both_bounds(
+        self, n: int, rho: float, dropout: float, corrupt: float, want: int
+    ) -> None:
+        k = auto_num_shares(n, rho, dropout, corrupt)
+        assert k == want
+        assert self.ok(n, k, rho, dropout, corrupt)
+        assert not any(self.ok(n, j, rho, dropout, corrupt) for j in range(3, k, 2))
+
+    def test_every_client_when_no_neighbourhood_suffices(self) -> None:
+        assert auto_num_shares(100, 0.5, 0.3, 0.1) == 100  # 30% dropout at threshold k/2
+        assert auto_num_shares(10, 0.5, 0.1, 0.1) == 10
+
+    def test_aggregator_resolves_auto_for_the_round(self) -> None:
+        agg = SecAggPlusAggregator(max_dropout=0.1, max_corrupt=0.1)
+        assert agg.num_shares == "auto"
+        assert agg.shares_for(100) == (35, 18)
+
+
+class TestThresholdReconstruction:
+    """The unmask stage reconstructs each secret from exactly ``threshold`` shares."""
+
+    def test_first_threshold_shares_give_the_secret(self) -> None:
+        from flwr.common.secure_aggregation.crypto.shamir import create_shares
+
+        secret = os.urandom(32)
+        shares = create_shares(secret, 3, 7)
+        junk = [s[:4] + os.urandom(len(s) - 4) for s in shares[3:]]  # indices kept, values not
+        token = secaggplus._THRESHOLD.set(3)
+        try:
+            assert secaggplus._combine_threshold_shares(shares[:3] + junk) == secret
+            assert secaggplus._combine_threshold_shares(shares[4:] + shares[:1]) == secret
+        finally:
+            secaggplus._THRESHOLD.reset(token)
+        # outside an unmask stage every share is used, as Flower does: the junk shows
+        try:
+            outside: bytes | None = secaggplus._combine_threshold_shares(shares[:3] + junk)
+        except ValueError:  # "Failed to combine shares" (the padding does not check out)
+            outside = None
+        assert outside != secret
 
 
 class TestBadInput:
@@ -140,6 +208,9 @@ class TestBadInput:
             ({"bits": 0}, "bits"),
             ({"bits": 63}, "bits"),
             ({"stage_timeout": 0.0}, "stage_timeout"),
+            ({"num_shares": "many"}, "num_shares"),
+            ({"max_dropout": 1.0}, "max_dropout"),
+            ({"max_corrupt": -0.1}, "max_corrupt"),
         ],
     )
     def test_constructor(self, kwargs: dict[str, Any], field: str) -> None:
@@ -202,50 +273,28 @@ def _run(
 
 
 @pytest.fixture(scope="module")
-def simulation() -> dict[str, Any]:
-    from flwr.simulation import run_simulation
+def simulation() -> dict[Any, Any]:
+    def rounds(grid: Grid, nodes: list[int], out: dict[Any, Any]) -> None:
+        out["node_ids"] = nodes
+        sec = SecAggPlusAggregator(
+            num_shares=1.0, reconstruction_threshold=3, bits=BITS, stage_timeout=30.0
+        )
+        for server_round, fail, late, ok in PLAN:
+            out[("secagg", server_round)] = _run(sec, grid, nodes, server_round, fail, late)
+            out[("dropped", server_round)] = sec.last_num_dropped
+            ideal = IdealAggregator(min_replies=N - len(fail) - len(late) if ok else None)
+            # reference: the late clients raise instead (a sleeping Ray actor would delay
+            # the rest)
+            out[("ideal", server_round)] = _run(ideal, grid, nodes, server_round, fail + late, [])
+            if late:  # let the straggler finish: in simulation its stale context write-back
+                time.sleep(SLEEP_S)  # would otherwise clobber the next round's SecAgg+ state
 
-    out: dict[str, Any] = {}
-    app = ServerApp()
-
-    @app.main()
-    def main(grid: Grid, context: Context) -> None:
-        try:
-            nodes = wait_for_nodes(grid, N, 60.0)
-            out["node_ids"] = nodes
-            sec = SecAggPlusAggregator(
-                num_shares=1.0, reconstruction_threshold=3, bits=BITS, stage_timeout=30.0
-            )
-            for server_round, fail, late, ok in PLAN:
-                out[("secagg", server_round)] = _run(sec, grid, nodes, server_round, fail, late)
-                out[("dropped", server_round)] = sec.last_num_dropped
-                ideal = IdealAggregator(min_replies=N - len(fail) - len(late) if ok else None)
-                # reference: the late clients raise instead (a sleeping Ray actor would delay
-                # the rest)
-                out[("ideal", server_round)] = _run(
-                    ideal, grid, nodes, server_round, fail + late, []
-                )
-                if late:  # let the straggler finish: in simulation its stale context write-back
-                    time.sleep(SLEEP_S)  # would otherwise clobber the next round's SecAgg+ state
-        except BaseException:
-            out["error"] = traceback.format_exc()
-
-    run_simulation(
-        server_app=app,
-        client_app=make_probe_client_app(),
-        num_supernodes=N,
-        backend_config={
-            "init_args": {"num_cpus": 2, "include_dashboard": False},
-            "client_resources": {"num_cpus": 1},
-        },
-    )
-    assert "error" not in out, out.get("error")
-    return out
+    return run_probe_simulation(N, rounds)
 
 
-def expected_sum(server_round: int, fail: list[int]) -> dict[str, np.ndarray]:
+def expected_sum(server_round: int, fail: list[int], n: int = N) -> dict[str, np.ndarray]:
     """Independent expected total: sum of the probe updates of the surviving partitions."""
-    ups = [probe_update(SEED, p, server_round, SHAPES, BITS) for p in range(N) if p not in fail]
+    ups = [probe_update(SEED, p, server_round, SHAPES, BITS) for p in range(n) if p not in fail]
     return {k: np.sum([u[k] for u in ups], axis=0) for k in SHAPES}
 
 
@@ -280,3 +329,36 @@ class TestEndToEnd:
             assert sec.total[key].dtype == np.int64 and sec.total[key].shape == tuple(SHAPES[key])
             np.testing.assert_array_equal(sec.total[key], arr)
             np.testing.assert_array_equal(sec.total[key], ideal.total[key])
+
+
+# ---- a sparse neighbourhood: 5 shares among 12 clients ----------------------------------------
+N_SPARSE = 12
+#: (server_round, partitions that raise): with 5 shares and threshold 3 any 2 dropouts leave
+#: every secret 3 live holders, wherever Flower's random ring puts them.
+PLAN_SPARSE = [(1, []), (2, [3, 7]), (3, [0, 11])]
+
+
+@pytest.fixture(scope="module")
+def sparse_simulation() -> dict[Any, Any]:
+    def rounds(grid: Grid, nodes: list[int], out: dict[Any, Any]) -> None:
+        sec = SecAggPlusAggregator(
+            num_shares=5, reconstruction_threshold=3, bits=BITS, stage_timeout=30.0
+        )
+        for server_round, fail in PLAN_SPARSE:
+            out[server_round] = _run(sec, grid, nodes, server_round, fail, [])
+
+    return run_probe_simulation(N_SPARSE, rounds)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("server_round", "fail"), PLAN_SPARSE)
+def test_sparse_neighbourhood_sum_is_exact(
+    sparse_simulation: dict[Any, Any], server_round: int, fail: list[int]
+) -> None:
+    """Each secret is reconstructed from exactly 3 of its holders' shares (the unmask stage's
+    threshold): the sum over the survivors is still exact."""
+    sec = sparse_simulation[server_round]
+    assert not isinstance(sec, RoundFailed), sec
+    assert sec.num_clients == N_SPARSE - len(fail)
+    for key, arr in expected_sum(server_round, fail, N_SPARSE).items():
+        np.testing.assert_array_equal(sec.total[key], arr)
