@@ -79,6 +79,9 @@ class LocalDPSGD(ClientAlgorithm):
     """
 
     spec_type: ClassVar[type[PrivacySpec]] = DPSGDSpec
+    #: With ``privacy.secure_mode=true``: Skellam noise on integers (a fine grid at 32 bits),
+    #: whose sum over the clients is again Skellam; its message is the integer sum of the steps.
+    lattice_twin: ClassVar[str | None] = "clients.skellam_dpsgd.SkellamDPSGD"
 
     steps: int = 10
     lr: float = 2.0

@@ -143,9 +143,9 @@ def test_secure_client_level_refuses_what_no_analysis_covers(
 
 
 def test_secure_mode_warns_for_float_noise_clients() -> None:
-    _, algorithm = prepare(_cfg(["model=logistic", "privacy.secure_mode=true"]))
+    _, algorithm = prepare(_cfg(["model=logistic", "privacy.secure_mode=true", "client=checkin"]))
     line = secure_mode_warning(algorithm)
-    assert line.startswith("fedpriv: warning: privacy.secure_mode=true: LocalDPSGD draws float")
+    assert line.startswith("fedpriv: warning: privacy.secure_mode=true: CheckinClient draws float")
     _, algorithm = prepare(_cfg(SECURE))
     assert secure_mode_warning(algorithm) == ""
     # σ = 0 draws no noise: nothing to harden

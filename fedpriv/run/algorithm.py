@@ -87,6 +87,10 @@ class ClientAlgorithm(ABC):
     #: True if the noise is hardened against floating-point attacks (Mironov 2012), e.g.
     #: integer Skellam noise; float Gaussian noise is not.
     hardened_noise: ClassVar[bool] = False
+    #: The ``_target_`` of the algorithm that runs in its place with ``privacy.secure_mode=true``
+    #: when its own noise is float (not :attr:`hardened_noise`): the same training on a lattice
+    #: with integer noise, accounted by its own spec (:func:`fedpriv.run.prepare.lattice_twin`).
+    lattice_twin: ClassVar[str | None] = None
     #: The privacy unit.
     privacy_unit: ClassVar[PrivacyUnit] = PrivacyUnit.RECORD
     #: True for random check-in clients: they answer query messages (``strategy=checkin``).

@@ -9,6 +9,8 @@ accountant can account the events, the cohort and aggregator suit the algorithm,
 
 from __future__ import annotations
 
+import sys
+from dataclasses import fields
 from typing import Any
 
 from hydra.utils import instantiate
@@ -36,6 +38,7 @@ from fedpriv.run.plan import (
 )
 from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.setup import (
+    algorithm_class,
     build_algorithm,
     build_model_for,
     partitions,
@@ -60,6 +63,9 @@ def prepare(cfg: DictConfig) -> tuple[RunPlan, ClientAlgorithm]:
     node = to_container(cfg)
     check_migrated(node)
     check_all_finite(node)
+    node, note = lattice_twin(node)
+    if note:
+        print(note, file=sys.stderr)
     plan = plan_of(node, build_spec(node["privacy"]))
     run_dataset(plan)
     partitions(plan)
@@ -73,6 +79,37 @@ def prepare(cfg: DictConfig) -> tuple[RunPlan, ClientAlgorithm]:
     check_privacy(plan)
     check_engine(plan, algorithm)
     return plan, algorithm
+
+
+def lattice_twin(node: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``privacy.secure_mode=true`` with a float-noise client that names a
+    :attr:`~fedpriv.run.algorithm.ClientAlgorithm.lattice_twin`: the config node that runs the
+    twin instead, and the line that says so (``node, ""`` when nothing changes).
+
+    The twin keeps the client's keys (the twin's class validates them) and builds its own
+    family's spec from the same privacy keys; its analysis picks the accountant (Skellam: RDP).
+    A float Gaussian release leaks its input through the low-order bits of the floats (Mironov
+    2012, "On Significance of the Least Significant Bits for Differential Privacy"); a sum of
+    integers does not: neighbouring inputs give the same support.
+    """
+    privacy = node["privacy"]
+    cls = algorithm_class(node["client"])
+    if not privacy.get("secure_mode") or cls.hardened_noise or cls.lattice_twin is None:
+        return node, ""
+    if build_spec(privacy).non_private:  # no noise: nothing to harden
+        return node, ""
+    twin = target_class({"_target_": cls.lattice_twin}, "client", ClientAlgorithm)
+    spec = twin.spec_type
+    twin_privacy = {k: v for k, v in privacy.items() if k != "accountant"}
+    twin_privacy["_target_"] = f"{spec.__module__}.{spec.__qualname__}"
+    client = {**node["client"], "_target_": cls.lattice_twin}
+    accountant = next(f.default for f in fields(spec) if f.name == "accountant")
+    note = (
+        f"fedpriv: privacy.secure_mode=true: {cls.__name__} draws float noise, so the run uses "
+        f"{twin.__name__}: integer noise (privacy={spec.family}, accountant "
+        f"{getattr(accountant, 'value', accountant)}), the same local steps"
+    )
+    return {**node, "client": client, "privacy": twin_privacy}, note
 
 
 def build_spec(node: Any) -> PrivacySpec:
