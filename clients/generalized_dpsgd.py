@@ -44,11 +44,13 @@ from torch import nn
 from clients.local_dpsgd import summed_cross_entropy
 from fedpriv.accounting.batch_clipping import Analysis, BatchClippingSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.vocabulary import Accountant
 from fedpriv.common.errors import ConfigError, check, unknown_key
 from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.clipping import clip_tensors
 from fedpriv.mechanisms.ghost import batch_clipped_grad, refuse_cross_sample
+from fedpriv.mechanisms.lattice_gaussian import add_lattice_gaussian, lattice_step
 from fedpriv.mechanisms.noise import add_gaussian_noise
 from fedpriv.mechanisms.persample import clipped_grad_sum, clipped_group_grad_sum
 from fedpriv.mechanisms.samplers import (
@@ -259,7 +261,20 @@ class GeneralizedDPSGD(ClientAlgorithm):
             analysis=self.analysis,
             num_samples=None if sampler is SamplerKind.POISSON else self.num_samples,
         )
-        set_(self, "privacy", spec)
+        lattice = (
+            spec.secure_mode
+            and spec.is_poisson
+            and spec.accountant is Accountant.RDP
+            and not spec.non_private
+        )
+        set_(self, "privacy", spec.bound(lattice_noise=lattice))
+
+    @property
+    def hardened_noise(self) -> bool:  # type: ignore[override]
+        """``privacy.secure_mode`` with Poisson sampling and RDP: each local round's noisy sum
+        is a lattice point with discrete Gaussian noise (safe against floating-point
+        attacks); every other setting draws float Gaussian noise."""
+        return self.privacy.lattice_noise
 
     def _check_training(self) -> None:
         """The local optimizer, step sizes and per-round clipping norms."""
@@ -444,6 +459,20 @@ class GeneralizedDPSGD(ClientAlgorithm):
                 p.copy_(w[k])
         return total
 
+    def noisy(
+        self, u: dict[str, torch.Tensor], std: float, clip_c: float, ctx: TrainContext
+    ) -> dict[str, torch.Tensor]:
+        """``U`` plus its noise: float Gaussian from ``ctx.generator``, or with
+        :attr:`hardened_noise` ``γ (round(U/γ) + K)``, ``K`` discrete Gaussian of std
+        ``std/γ`` drawn from ``ctx.rng`` (OS entropy in secure mode), ``γ`` the lattice step
+        for sensitivity ``C`` (:func:`fedpriv.mechanisms.lattice_gaussian.lattice_step`)."""
+        if not self.hardened_noise or std == 0:
+            return add_gaussian_noise(u, std, ctx.generator)
+        dim = sum(int(v.numel()) for v in u.values())
+        arrays = {k: v.detach().double().cpu().numpy() for k, v in u.items()}
+        lattice = add_lattice_gaussian(arrays, std, lattice_step(clip_c, dim), ctx.rng)
+        return {k: torch.from_numpy(lattice[k]).to(u[k].device, u[k].dtype) for k in u}
+
     def train(
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[Update, dict[str, float]]:
@@ -481,7 +510,7 @@ class GeneralizedDPSGD(ClientAlgorithm):
             examples += int(idx.numel())
             x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
             u = self.clipped_sum(model, x, y, eta, clip_c)
-            noisy = add_gaussian_noise(u, std, ctx.generator)
+            noisy = self.noisy(u, std, clip_c, ctx)
             draws += 1
             with torch.no_grad():
                 for k, v in noisy.items():

@@ -133,6 +133,8 @@ class SkellamDPSGD(SkellamMessages, LocalDPSGD):
     integer_updates: ClassVar[bool] = True
     #: Integer Skellam noise: no floating-point attack surface.
     hardened_noise: ClassVar[bool] = True
+    #: It is the lattice twin of LocalDPSGD; it needs none.
+    lattice_twin: ClassVar[str | None] = None
     bound_fields: ClassVar[tuple[str, ...]] = ("num_params", "local_samples", "signed_updates")
 
     bits: int = 32

@@ -89,6 +89,17 @@ class TestIndividualClippingPoisson(ClientAlgorithmContract):
     calibration_overrides = ["privacy.sample_rate=1.0"]
 
 
+class TestIndividualClippingPoissonSecure(TestIndividualClippingPoisson):
+    """The same in ``privacy.secure_mode`` with RDP: each local round's noisy sum is a lattice
+    point with discrete Gaussian noise (OS entropy), accounted by its own RDP event."""
+
+    overrides = [
+        *TestIndividualClippingPoisson.overrides,
+        "privacy.secure_mode=true",
+        "privacy.accountant=rdp",
+    ]
+
+
 class TestCheckinFixed(ClientAlgorithmContract):
     """Random check-ins, fixed window (conf/client/checkin.yaml, privacy=checkin)."""
 

@@ -395,8 +395,9 @@ def test_skellam_declares_hardened_noise_and_float_clients_do_not() -> None:
     from clients.skellam_dpsgd import SkellamDPSGD
 
     assert SkellamDPSGD.hardened_noise is True
-    assert LocalDPSGD.hardened_noise is False
-    assert GeneralizedDPSGD.hardened_noise is False and CheckinClient.hardened_noise is False
+    assert LocalDPSGD.hardened_noise is False and CheckinClient.hardened_noise is False
+    # batch clipping: float noise unless secure mode with Poisson batches and RDP (lattice)
+    assert GeneralizedDPSGD().hardened_noise is False
 
 
 def test_normalizer_default_raises_naming_the_class() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from clients.skellam_dpsgd import SkellamDPSGD
 from fedpriv.accounting.dpsgd import DPSGDSpec
@@ -127,3 +128,58 @@ def test_secure_mode_run_sends_integers_and_completes(tmp_path: Path) -> None:
     assert res["privacy"]["noise_source"] == "secure"
     assert res["privacy"]["float_noise_hardened"] is True
     assert res["rounds"][-1]["epsilon"] > 0
+
+
+# ---- individual clipping with Poisson batches: a lattice discrete Gaussian per local round ----
+POISSON = ["client=individual_clipping", "client.sampler=poisson", "model=logistic"]
+POISSON_SECURE = [*POISSON, "num_clients=2", "privacy.secure_mode=true", "privacy.accountant=rdp"]
+
+
+def test_poisson_individual_clipping_draws_lattice_noise() -> None:
+    from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
+    from fedpriv.mechanisms.lattice_gaussian import LATTICE_BITS, lattice_step
+    from fedpriv.run.algorithm import TrainContext
+
+    plan, alg = prepare(compose_config(POISSON_SECURE))
+    assert alg.hardened_noise and secure_mode_warning(alg) == ""
+    z = plan.privacy.noise_multiplier
+    assert plan.privacy.event() == DiscreteGaussianEvent(z / (1 + 2.0**-LATTICE_BITS), 0.1)
+    u = {"w": torch.tensor([[0.3, -0.2], [0.05, 0.0]]), "b": torch.tensor([1e-7])}
+    ctx = TrainContext(1, np.random.default_rng(3), torch.Generator(), torch.device("cpu"))
+    out = alg.noisy(u, 1.2, 1.0, ctx)  # type: ignore[attr-defined]
+    step = lattice_step(1.0, 5)
+    for k, v in out.items():
+        assert v.dtype == u[k].dtype and v.shape == u[k].shape
+        units = v.double().numpy() / step
+        np.testing.assert_array_equal(units, np.rint(units))  # lattice points, exactly
+    _, floats = prepare(compose_config([*POISSON, "num_clients=2"]))
+    units = floats.noisy(u, 1.2, 1.0, ctx)["w"].double().numpy() / step  # type: ignore[attr-defined]
+    assert not np.array_equal(units, np.rint(units))
+
+
+def test_lattice_epsilon_is_never_below_the_gaussian_one() -> None:
+    """The discrete Gaussian's RDP curve is the continuous one at z/(1+2^-20) (CKS20 Thm 15),
+    Poisson-subsampled by Steinke's general bound: at or above dp-accounting's Gaussian ε."""
+    import dp_accounting
+
+    plan, _ = prepare(compose_config(POISSON_SECURE))
+    spec = plan.privacy
+    steps = plan.num_rounds * spec.rounds_per_server_round
+    acc = dp_accounting.rdp.RdpAccountant()
+    gauss = dp_accounting.GaussianDpEvent(spec.sigma / (1 + 2.0**-20))
+    acc.compose(dp_accounting.PoissonSampledDpEvent(spec.sample_rate, gauss), steps)
+    reference = acc.get_epsilon(spec.target_delta)
+    eps = spec.epsilon(plan.num_rounds)
+    assert reference <= eps <= reference * 1.15, (eps, reference)
+
+
+def test_secure_mode_elsewhere_keeps_float_noise_and_warns() -> None:
+    for extra in (["privacy.accountant=pld"], ["client.sampler=shuffle"]):
+        cfg = [*POISSON, "num_clients=2", "privacy.secure_mode=true", *extra]
+        _, alg = prepare(compose_config(cfg))
+        assert not alg.hardened_noise
+        assert "client.sampler=poisson and privacy.accountant=rdp" in secure_mode_warning(alg)
+    from fedpriv.accounting.batch_clipping import BatchClippingSpec
+
+    with pytest.raises(ConfigError, match="privacy.lattice_noise=True needs client.sampler"):
+        BatchClippingSpec(lattice_noise=True, accountant=Accountant.RDP)

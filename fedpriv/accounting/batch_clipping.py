@@ -46,6 +46,7 @@ import scipy.special
 from fedpriv.accounting import gdp
 from fedpriv.accounting.batch_clipping_lower import batch_clipping_lower_bound
 from fedpriv.accounting.calibrate import bisect_noise
+from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.params import Params
@@ -53,6 +54,7 @@ from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, calibrated_v
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.validate import check_finite, parse_enum
+from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
 from fedpriv.mechanisms.samplers import SamplerKind
 
 __all__ = [
@@ -708,6 +710,10 @@ class BatchClippingSpec(PrivacySpec):
         Unused (``None``) with Poisson sampling, whose analysis needs no data size.
     analysis : Analysis
         ``auto``, or the one analysis that fits the sampler (bound, ``client.analysis``).
+    lattice_noise : bool
+        The noise is a discrete Gaussian on the lattice ``γℤ^d``
+        (:mod:`fedpriv.mechanisms.lattice_gaussian`; bound by the client in
+        ``privacy.secure_mode`` with Poisson sampling and ``privacy.accountant=rdp``).
     (and the fields of :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`; the neighbouring
     relation follows the sampler: replace-one for fixed-size batches, add/remove for Poisson)
 
@@ -732,6 +738,7 @@ class BatchClippingSpec(PrivacySpec):
         "local_rounds",
         "num_samples",
         "analysis",
+        "lattice_noise",
     )
 
     noise_multiplier: float | None = 1.2
@@ -745,6 +752,7 @@ class BatchClippingSpec(PrivacySpec):
     local_rounds: int | None = None
     num_samples: int | None = None
     analysis: Analysis = Analysis.AUTO
+    lattice_noise: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -768,6 +776,13 @@ class BatchClippingSpec(PrivacySpec):
         if self.num_samples is not None:
             set_(self, "num_samples", _int_at_least("client.num_samples", self.num_samples))
             self._check_batch_fits()
+        check(
+            not self.lattice_noise or (self.is_poisson and self.accountant is Accountant.RDP),
+            "privacy.lattice_noise",
+            self.lattice_noise,
+            "needs client.sampler=poisson and privacy.accountant=rdp (the discrete Gaussian "
+            "is accounted by its RDP curve; the f-DP mixture assumes continuous noise)",
+        )
 
     def _check_rounds(self) -> None:
         check(
@@ -944,7 +959,12 @@ class BatchClippingSpec(PrivacySpec):
 
     # ------------------------------------------------------------------ events and ε
     def event(self, group_privacy: int = 1) -> Any:
-        """One local round's privacy event (``group_privacy`` records, fixed-size batches)."""
+        """One local round's privacy event (``group_privacy`` records, fixed-size batches);
+        with :attr:`lattice_noise` the Poisson-subsampled discrete Gaussian, its sensitivity
+        grown by the rounding to the lattice (CKS20, arXiv:2004.00010, Thm 15)."""
+        if self.lattice_noise:
+            z = lattice_noise_multiplier(self.sigma)
+            return DiscreteGaussianEvent(z, self.sample_rate)
         if self.is_poisson:
             return poisson_gaussian_event(self.sigma, self.sample_rate)
         return BatchClippingEvent(

@@ -94,7 +94,7 @@ def lattice_twin(node: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """
     privacy = node["privacy"]
     cls = algorithm_class(node["client"])
-    if not privacy.get("secure_mode") or cls.hardened_noise or cls.lattice_twin is None:
+    if not privacy.get("secure_mode") or cls.lattice_twin is None:
         return node, ""
     if build_spec(privacy).non_private:  # no noise: nothing to harden
         return node, ""
