@@ -277,3 +277,34 @@ def test_ray_address_forms() -> None:
 def test_empty_resume_is_refused(tmp_path: Path) -> None:
     proc = run_fedpriv(["resume=", f"hydra.run.dir={tmp_path / 'run'}"])
     assert proc.returncode == 2 and "resume='' must name a run directory" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sig", "delay"), [(signal.SIGTERM, 0.0), (signal.SIGTERM, 1.0), (signal.SIGINT, 0.5)]
+)
+def test_signal_during_start_up_is_one_line_and_not_resumable(
+    tmp_path: Path, sig: signal.Signals, delay: float
+) -> None:
+    """Issue 27, item 4: a line says Ray is starting; a signal then (at once, or ``delay`` s
+    later, inside ``ray.init`` with its own SIGTERM handler) exits 128 + its number with one
+    line, and ``resume=`` on the directory says the run stopped before its first
+    checkpoint."""
+    proc = _cli([*TINY, "num_rounds=1"], tmp_path, start_new_session=True)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # blocks until the first line: the start of Ray
+    assert line.startswith("fedpriv: starting Ray (a local instance)"), line
+    time.sleep(delay)
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err[-2000:]
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"fedpriv: stopped by {sig.name} during start-up, before the first round"
+    ), err[-2000:]
+    assert not (tmp_path / "results.json").exists()
+    assert _all_gone(tree) == []
+    again = run_fedpriv([f"resume={tmp_path}"])
+    assert again.returncode == 2
+    assert "stopped during start-up, before its first checkpoint" in again.stderr

@@ -29,7 +29,7 @@ from fedpriv.run.migration import check_argv, renamed_key
 
 
 def _main(cfg: DictConfig) -> float | None:
-    from fedpriv.run.runner import RunAborted, run_experiment
+    from fedpriv.run.runner import RunAborted, StartupInterrupted, run_experiment
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     if (out_dir / "results.json").exists() and not cfg.get("resume"):
@@ -49,6 +49,14 @@ def _main(cfg: DictConfig) -> float | None:
     except ConfigError as exc:
         print(f"fedpriv: error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except StartupInterrupted as exc:  # before the first round: nothing trained or released
+        print(
+            f"fedpriv: stopped by {exc} during start-up, before the first round (nothing was "
+            f"released); start the run again, {out_dir} holds no checkpoint",
+            file=sys.stderr,
+        )
+        sys.stderr.flush()
+        os._exit(128 + exc.signum)
     except RunAborted as exc:  # saved as "failed"; Flower's threads are not waited for
         print(f"fedpriv: run failed: {exc}; results.json says failed", file=sys.stderr)
         sys.stderr.flush()

@@ -59,6 +59,8 @@ def start_ray(init_args: dict[str, Any], client_resources: dict[str, Any], timeo
     address = init_args.get("address") or os.environ.get("RAY_ADDRESS") or "local"
     if address not in ("local", "auto"):
         probe_address(str(address), timeout)
+    where = "a local instance" if address == "local" else f"the cluster at {address}"
+    print(f"fedpriv: starting Ray ({where}) ...", file=sys.stderr, flush=True)
     _init_with_deadline(ray, init_args, timeout if address != "local" else None)
     try:
         check_fits(ray.cluster_resources(), client_resources)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fedpriv.common.errors import ConfigError, check
-from fedpriv.run.checkpoint import load, run_status
+from fedpriv.run.checkpoint import LOCK_NAME, load, run_status
 from fedpriv.run.strategy import Strategy
 
 #: Overrides ``resume`` accepts: they do not change what the rounds compute. ``num_rounds``
@@ -77,6 +77,13 @@ def check_resumable(run_dir: Path, overrides: list[str]) -> None:
     """
     run_dir = Path(run_dir)
     check(run_dir.is_dir(), "resume", str(run_dir), "is not a directory")
+    check(
+        (run_dir / "config_resolved.yaml").is_file() or not (run_dir / LOCK_NAME).is_file(),
+        "resume",
+        str(run_dir),
+        "stopped during start-up, before its first checkpoint: nothing to continue; start "
+        "the run again",
+    )
     check(
         (run_dir / "config_resolved.yaml").is_file(),
         "resume",

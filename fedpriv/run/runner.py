@@ -66,15 +66,16 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     plan, algorithm = prepare(cfg)
     strategy, aggregator = build_server(plan, algorithm)
     analysis = check_privacy(plan)
-    run = open_run(plan, strategy, Path(out_dir))
-    shared = share_run_dataset(plan)  # one mapped copy of a large training set
-    recorder = make_recorder(plan, algorithm, analysis, run)
-    layout = run_layout(plan)
-    job = make_job(plan, algorithm, aggregator, strategy, recorder, layout, run)
-    job.note(header_line(plan, noise_facts(algorithm), analysis, run.out_dir, layout))
-    if job.audit is not None:
-        job.note(job.audit.header())
-    start(job, run, strategy)
+    with _startup_signals():
+        run = open_run(plan, strategy, Path(out_dir))
+        shared = share_run_dataset(plan)  # one mapped copy of a large training set
+        recorder = make_recorder(plan, algorithm, analysis, run)
+        layout = run_layout(plan)
+        job = make_job(plan, algorithm, aggregator, strategy, recorder, layout, run)
+        job.note(header_line(plan, noise_facts(algorithm), analysis, run.out_dir, layout))
+        if job.audit is not None:
+            job.note(job.audit.header())
+        start(job, run, strategy)
     status, message = "failed", ""
     t0 = time.monotonic()
     try:
@@ -321,6 +322,46 @@ def _graceful_stop(job: ServerJob) -> Iterator[None]:
 
 class RunAborted(KeyboardInterrupt):
     """A second SIGINT/SIGTERM: the run stops at once, saved with status ``failed``."""
+
+
+class StartupInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM before the first round: nothing was trained or released.
+
+    Attributes
+    ----------
+    signum : int
+        The signal's number (the process exits 128 + it).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+@contextlib.contextmanager
+def _startup_signals() -> Iterator[None]:
+    """While Ray starts and the run is set up, SIGINT and SIGTERM raise
+    :class:`StartupInterrupted` (the caller exits 128 + the signal with one line).
+
+    ``ray.init`` replaces the SIGTERM handler with ``sys.exit(SIGTERM)``; that exit, raised
+    during start-up, is the same interruption."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise StartupInterrupted(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code == signal.SIGTERM:
+            raise StartupInterrupted(signal.SIGTERM) from None
+        raise
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _stop_ray() -> None:
