@@ -220,6 +220,14 @@ def check_privacy(plan: RunPlan) -> str:
     return analysis
 
 
+def central_analysis(plan: RunPlan) -> str:
+    """What answers for the central ε of ``plan`` (``"pld"``, ``"rdp (default)"``, ...), as
+    :func:`check_privacy` returns it, without computing an ε (:func:`prepare` checked it)."""
+    privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
+    privacy.record_round()
+    return privacy.central.analysis()
+
+
 def check_engine(plan: RunPlan, algorithm: ClientAlgorithm) -> None:
     """The model suits ``vmap_clients``, the cohort the algorithm, the aggregator its updates.
 

@@ -35,7 +35,7 @@ from fedpriv.run.header import NON_PRIVATE_WARNING, header_line, noise_facts, se
 from fedpriv.run.job import ServerJob
 from fedpriv.run.layout import Layout
 from fedpriv.run.plan import RunPlan
-from fedpriv.run.prepare import build_server, check_privacy, prepare, run_layout
+from fedpriv.run.prepare import build_server, central_analysis, prepare, run_layout
 from fedpriv.run.ray_session import release_stuck_clients, start_ray
 from fedpriv.run.resume import not_resumable
 from fedpriv.run.round_log import RoundLog
@@ -65,7 +65,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     """
     plan, algorithm = prepare(cfg)
     strategy, aggregator = build_server(plan, algorithm)
-    analysis = check_privacy(plan)
+    analysis = central_analysis(plan)  # prepare() checked the accountant and the budget
     with _startup_signals():
         run = open_run(plan, strategy, Path(out_dir))
         shared = share_run_dataset(plan)  # one mapped copy of a large training set
