@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -297,13 +297,25 @@ def ray_init_args(given: dict[str, Any] | None) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
+def _on_stop_signals(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """Inside the block SIGINT and SIGTERM call ``handler`` (the previous handlers come back
+    after it). Off the main thread, where Python installs no handler, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+@contextlib.contextmanager
 def _graceful_stop(job: ServerJob) -> Iterator[None]:
     """First SIGINT/SIGTERM: finish the round in progress, save everything, stop (status
     ``stopped``, exit code 128 + the signal's number). A second one aborts at once
     (:class:`RunAborted`; the run is saved as ``failed``)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def handler(signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
@@ -312,12 +324,8 @@ def _graceful_stop(job: ServerJob) -> Iterator[None]:
         job.interrupted, job.stop_signal = name, int(signum)
         job.note(f"{name}: stopping after this round (send it again to abort now)")
 
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with _on_stop_signals(handler):
         yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 class RunAborted(KeyboardInterrupt):
@@ -345,23 +353,17 @@ def _startup_signals() -> Iterator[None]:
 
     ``ray.init`` replaces the SIGTERM handler with ``sys.exit(SIGTERM)``; that exit, raised
     during start-up, is the same interruption."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def handler(signum: int, frame: Any) -> None:
         raise StartupInterrupted(signum)
 
-    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        with _on_stop_signals(handler):
+            yield
     except SystemExit as exc:
         if exc.code == signal.SIGTERM:
             raise StartupInterrupted(signal.SIGTERM) from None
         raise
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 def _stop_ray() -> None:
