@@ -27,7 +27,13 @@ from fedpriv.run.aggregation import (
     IdealAggregator,
     RoundFailed,
 )
-from fedpriv.run.engine import named_clients, node_messages, worker_messages
+from fedpriv.run.engine import (
+    WorkerReply,
+    asks_sum,
+    named_clients,
+    node_messages,
+    worker_messages,
+)
 from fedpriv.run.secagg_codec import flatten_update
 from strategies.secaggplus import SecAggPlusAggregator
 from tests.contracts import AggregatorContract, parse_reply, serialize_reply
@@ -149,23 +155,33 @@ class TestIdealAggregator(_Contract):
             IdealAggregator(min_replies=3).sum_updates(grid, msgs, server_round=1, timeout=1.0)
 
     @pytest.mark.usefixtures("task_identity")
+    @pytest.mark.parametrize("summed", [False, True])
     @pytest.mark.parametrize("bad", [math.nan, math.inf])
-    def test_worker_rows_are_clients(self, bad: float) -> None:
-        """A worker's stacked reply counts row by row: a non-finite row is one dropped client,
-        a failed client is one missing reply, and the sum is in client-id order, so it equals
-        the sum of the same updates sent one node per client, bit for bit."""
+    def test_worker_rows_are_clients(self, bad: float, summed: bool) -> None:
+        """A worker's reply counts client by client, stacked or summed on the worker (issue 27
+        item 3): a non-finite row is one dropped client, a failed client is one missing reply,
+        and each reply sums its clients in id order, so here (one finite client in the second
+        reply) the sum equals that of the same updates sent one node per client, bit for
+        bit."""
         rng = np.random.default_rng(5)
         ups = {c: {"w": rng.normal(size=(2, 3)).astype(np.float32)} for c in range(6)}
         ups[4]["w"][1, 2] = bad
         workers = [[0, 1, 2], [3, 4, 5]]
-        msgs = worker_messages([7, 8], [c for w in workers for c in w], {"w": np.zeros((2, 3))}, 1)
+        msgs = worker_messages(
+            [7, 8], [c for w in workers for c in w], {"w": np.zeros((2, 3))}, 1, summed=summed
+        )
         assert [named_clients(m) for m in msgs] == workers
-        stacked = [_stacked_reply({c: ups[c] for c in w if c != 5}, {5: "boom"}) for w in workers]
+        assert [asks_sum(m) for m in msgs] == [summed, summed]
+        reply = _summed_reply if summed else _stacked_reply
+        stacked = [
+            reply(m, {c: ups[c] for c in w if c != 5}, {5: "boom"}) for m, w in zip(msgs, workers)
+        ]
         res = IdealAggregator(min_replies=4).sum_updates(
             _FakeGrid(stacked), msgs, server_round=1, timeout=1.0
         )
         assert res.num_clients == 4 and res.dropped == {NON_FINITE: 1, CLIENT_ERROR: 2}
         assert res.errors == ["boom", "boom"]  # client 5 of each worker raised
+        assert res.metrics == {"noise_draws": 4.0}  # the finite clients' metrics only
         single = [_float_reply(ups[c]) for c in (0, 1, 2, 3)]
         one = IdealAggregator().sum_updates(
             _FakeGrid(single),
@@ -177,8 +193,33 @@ class TestIdealAggregator(_Contract):
         with pytest.raises(RoundFailed, match="5/6 clients replied"):
             IdealAggregator().sum_updates(_FakeGrid(stacked), msgs, server_round=1, timeout=1.0)
 
+    @pytest.mark.usefixtures("task_identity")
+    def test_summed_reply_weighs_one_update(self) -> None:
+        """Issue 27 item 3: a summed worker reply carries one float64 row whatever the number
+        of clients; the stacked reply of the same clients grows with them."""
+        rng = np.random.default_rng(2)
+        ups = {c: {"w": rng.normal(size=(50, 50)).astype(np.float32)} for c in range(40)}
+        msg = worker_messages([7], list(ups), {"w": np.zeros((50, 50))}, 1, summed=True)[0]
+        size = {
+            summed: len(recorddict_to_proto(make(msg, ups, {}).content).SerializeToString())
+            for summed, make in ((False, _stacked_reply), (True, _summed_reply))
+        }
+        assert 50 * 50 * 8 < size[True] < 50 * 50 * 8 + 2000  # one float64 row, plus ids
+        assert size[False] > 40 * 50 * 50 * 4
 
-def _stacked_reply(ups: dict[int, dict[str, np.ndarray]], failed: dict[int, str]) -> Any:
+
+def _summed_reply(msg: Any, ups: dict[int, dict[str, np.ndarray]], failed: dict[int, str]) -> Any:
+    """A worker's summed reply to ``msg`` (rows of ``ups`` in id order), through the serde."""
+    out = WorkerReply(summed=True)
+    for c in sorted(ups):
+        out.add([c], {k: v[None] for k, v in ups[c].items()}, [{"noise_draws": 1.0}])
+    content = out.reply(msg, failed).content
+    reply = parse_reply(recorddict_to_proto(content).SerializeToString())
+    reply.has_error = lambda: False
+    return reply
+
+
+def _stacked_reply(msg: Any, ups: dict[int, dict[str, np.ndarray]], failed: dict[int, str]) -> Any:
     """A worker's successful reply (rows of ``ups`` in id order), through the real serde."""
     from flwr.app import Array, MetricRecord
 

@@ -6,10 +6,13 @@ For every client algorithm of the FedAvg strategies, the same seed gives
 - with ``vmap_clients=true`` (a worker's clients trained together, LocalDPSGD), the same
   updates up to float rounding: |difference| <= 1e-5 x the largest |coordinate| of that
   client's update;
+- a worker asked for the sum (issue 27 item 3) replies the float64 (int64) sum, in id order,
+  of exactly the rows it would stack, bit for bit, and the sums of their metrics;
 - end to end through Flower, ``num_workers=2`` and one client per worker node
   (``num_workers=num_clients``), both with ``vmap_clients=false``: identical ε every round and
-  an identical final model (the aggregator sums in client-id order, so the float summation
-  order is the same too: tolerance 0); with ``vmap_clients=true``: the same ε and the final
+  an identical final model (tolerance 0: each worker sums its share in client-id order and
+  the server adds the shares, so only the grouping of float64 additions differs, which these
+  runs' float32 model does not see); with ``vmap_clients=true``: the same ε and the final
   model within 1e-5 x its largest |coordinate|.
 """
 
@@ -26,7 +29,7 @@ from hydra import compose, initialize_config_dir
 
 from fedpriv.run import client_app
 from fedpriv.run.config import conf_dir, register_schema
-from fedpriv.run.engine import client_rows, node_messages, worker_messages
+from fedpriv.run.engine import client_rows, node_messages, reply_part, worker_messages
 from fedpriv.run.plan import RunPlan
 from fedpriv.run.prepare import prepare
 from fedpriv.run.runner import run_experiment
@@ -108,6 +111,36 @@ def test_worker_and_node_give_bit_identical_updates(name: str) -> None:
                 assert arr.dtype == batched[pid][key].dtype
                 assert arr.tobytes() == batched[pid][key].tobytes(), (name, pid, key)
         assert any(np.any(batched[0][k] != batched[1][k]) for k in batched[0])  # own randomness
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize(
+    ("name", "vmap"), [("dpsgd", "false"), ("dpsgd", "true"), ("skellam_dpsgd", "false")]
+)
+def test_summed_reply_is_the_sum_of_the_stacked_rows(name: str, vmap: str) -> None:
+    run_cfg = _run_cfg(name, [f"vmap_clients={vmap}"])
+    payload, state = run_cfg.to_payload(), _state(run_cfg)
+    pairs = zip(
+        worker_messages([1, 2], list(range(N)), state, 2),
+        worker_messages([1, 2], list(range(N)), state, 2, summed=True),
+        strict=True,
+    )
+    for rows_msg, sum_msg in pairs:
+        rows = _wire_rows(client_app.worker_train_handler(payload, rows_msg))
+        reply = client_app.worker_train_handler(payload, sum_msg)
+        part = reply_part(parse_reply(recorddict_to_proto(reply.content).SerializeToString()))
+        assert part.ids == rows.ids and not part.non_finite and not part.errors
+        assert part.total.keys() == rows.arrays.keys()
+        for key, arr in rows.arrays.items():
+            integer = np.issubdtype(arr.dtype, np.integer)
+            acc = np.zeros(arr.shape[1:], dtype=np.int64 if integer else np.float64)
+            for row in arr:
+                acc += row
+            assert part.total[key].dtype == acc.dtype
+            assert part.total[key].tobytes() == acc.tobytes(), (name, key)
+        assert part.metrics.keys() == rows.metrics.keys()
+        for key, vals in rows.metrics.items():
+            assert part.metrics[key] == pytest.approx(float(np.sum(vals)), rel=1e-12)
 
 
 @pytest.mark.usefixtures("task_identity")

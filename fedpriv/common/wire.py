@@ -15,6 +15,12 @@ CONFIG_KEY = "config"
 #: Config field of a worker's train message and reply: the virtual client ids it trains
 #: (message) or that succeeded, in the order of the stacked update rows (reply).
 CLIENTS_KEY = "clients"
+#: Config flag of a worker's train message and reply: the worker sums its clients' finite
+#: update rows and replies with that one row (message: asked; reply: done).
+SUMMED_KEY = "summed"
+#: Config field of a summed worker reply: the clients whose update held NaN or +-inf (left
+#: out of the sum, each a dropped client).
+NON_FINITE_KEY = "non_finite"
 #: Config entry of a train message: the round's public parameters for the clients (JSON).
 ROUND_CONFIG_KEY = "round_config"
 #: ArrayRecord of a train reply: the client's (noisy) update, what the aggregator sums.

@@ -32,8 +32,10 @@ from fedpriv.mechanisms.persample import LossFn, trainable
 #: with others (convolutions, pooling, normalization) keep the sequential per-client path.
 DENSE_MODULES = (nn.Linear, nn.Flatten, nn.ReLU, nn.Tanh, nn.Sigmoid, nn.Identity, nn.GELU)
 
-#: Floats of per-sample gradients materialized at once (clients x batch x parameters).
-CHUNK_FLOATS = 1 << 22  # 16 MB: faster than larger chunks (cache-resident), measured
+#: Floats of per-sample gradients materialized at once (clients x batch x parameters): 4 MB.
+#: Measured per worker round of the logistic model: 5,000 clients of 1 example 0.45-0.56 s and
+#: a peak heap 110 MB lower than at 16 MB (0.54-0.69 s); 500 clients of 6 examples 4% slower.
+CHUNK_FLOATS = 1 << 20
 
 
 def dense_model(model: nn.Module) -> bool:

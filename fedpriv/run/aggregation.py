@@ -27,7 +27,7 @@ from hydra.utils import get_class
 
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
-from fedpriv.run.engine import ClientRows, client_rows, clients_in
+from fedpriv.run.engine import PartialSum, clients_in, reply_part
 
 
 class RoundFailure(StrEnum):
@@ -93,11 +93,14 @@ class Aggregator(ABC):
     - ``requires_integer_updates``: the clients must send integer residues in
       ``[0, 2**bits)`` (the instance then has a ``bits`` attribute), e.g. SecAgg+;
     - ``uses_secagg_mods``: the clients' ``ClientApp`` must register
-      :data:`fedpriv.run.secagg_codec.SECAGG_MODS`.
+      :data:`fedpriv.run.secagg_codec.SECAGG_MODS`;
+    - ``sums_on_workers``: it needs only each worker's sum of its clients' finite rows, so
+      worker messages ask for it (:func:`fedpriv.run.engine.worker_messages`, ``summed``).
     """
 
     requires_integer_updates: ClassVar[bool] = False
     uses_secagg_mods: ClassVar[bool] = False
+    sums_on_workers: ClassVar[bool] = False
     #: The modular width of the integer sum (aggregators that require integer updates).
     bits: int | None = None
 
@@ -162,6 +165,7 @@ class IdealAggregator(Aggregator):
     """
 
     min_replies: int | None = None
+    sums_on_workers: ClassVar[bool] = True
 
     def sum_updates(
         self, grid: Grid, messages: Sequence[Message], *, server_round: int, timeout: float
@@ -169,10 +173,10 @@ class IdealAggregator(Aggregator):
         replies = list(grid.send_and_receive(list(messages), timeout=timeout))
         expected = clients_in(messages)
         good = [r for r in replies if not r.has_error() and UPDATE_KEY in r.content.array_records]
-        rows = [client_rows(r) for r in good]
+        parts = [reply_part(r) for r in good]
         errors = [error_reason(r) for r in replies if r.has_error()]
-        errors += [e for part in rows for e in part.errors.values()]
-        replied = sum(len(part.ids) for part in rows)
+        errors += [e for part in parts for e in part.errors.values()]
+        replied = sum(len(part.ids) for part in parts)
         need = expected if self.min_replies is None else self.min_replies
         if replied < need:
             why = (
@@ -185,7 +189,7 @@ class IdealAggregator(Aggregator):
                 num_ok=replied,
                 errors=errors,
             )
-        result = sum_rows(rows)
+        result = sum_parts(parts)
         result.errors = errors
         if errors:
             result.dropped[CLIENT_ERROR] = len(errors)
@@ -205,31 +209,27 @@ class IdealAggregator(Aggregator):
         return result
 
 
-def sum_rows(parts: Sequence[ClientRows]) -> AggregateResult:
-    """Sum the finite client rows of unpacked replies, one client at a time in client-id order.
+def sum_parts(parts: Sequence[PartialSum]) -> AggregateResult:
+    """Add the replies' parts (:func:`fedpriv.run.engine.reply_part`) in the order of their
+    first client id (reply order for node-per-client parts).
 
-    The order (ids, then reply order for node-per-client rows) makes the sum independent of
-    how clients were spread over workers. Rows holding NaN or ±inf are left out and counted
-    in ``dropped[NON_FINITE]``.
+    Each part sums its own clients in id order, so the result depends on how the cohort was
+    split over workers only through float64 rounding (the grouping of the additions); the same
+    split gives the same bits. Rows holding NaN or +-inf are left out and counted in
+    ``dropped[NON_FINITE]``.
     """
-    order = sorted(
-        (cid, p, i)
-        for p, part in enumerate(parts)
-        for i, (cid, ok) in enumerate(zip(part.ids, part.finite()))
-        if ok
-    )
+    order = sorted(range(len(parts)), key=lambda p: (min(parts[p].ids, default=1 << 62), p))
     total: dict[str, np.ndarray] = {}
     metrics: dict[str, float] = {}
-    for _, p, i in order:
-        for key, arr in parts[p].arrays.items():
-            acc = np.int64 if np.issubdtype(arr.dtype, np.integer) else np.float64
-            if key not in total:
-                total[key] = np.zeros(arr.shape[1:], dtype=acc)
-            total[key] += arr[i]
-        for key, vals in parts[p].metrics.items():
-            metrics[key] = metrics.get(key, 0.0) + float(vals[i])
-    result = AggregateResult(total=total, num_clients=len(order), metrics=metrics)
-    non_finite = sum(len(part.ids) for part in parts) - len(order)
+    for p in order:
+        for key, arr in parts[p].total.items():
+            total[key] = total[key] + arr if key in total else arr.copy()
+        for key, val in parts[p].metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + val
+    result = AggregateResult(
+        total=total, num_clients=sum(p.num_clients for p in parts), metrics=metrics
+    )
+    non_finite = sum(len(p.non_finite) for p in parts)
     if non_finite:
         result.dropped[NON_FINITE] = non_finite
     return result

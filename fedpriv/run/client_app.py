@@ -22,6 +22,7 @@ import torch
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedpriv.common.heap import trim_heap
 from fedpriv.common.notices import quiet_known_notices
 from fedpriv.common.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
 from fedpriv.data.client_data import ClientData
@@ -31,7 +32,7 @@ from fedpriv.mechanisms.vmap_clients import chunk_size, dense_chain
 from fedpriv.run.aggregation import aggregator_class
 from fedpriv.run.algorithm import ClientAlgorithm, MessageKind, TrainContext
 from fedpriv.run.audit import with_canaries
-from fedpriv.run.engine import named_clients, round_config_of, row_blocks, stacked_reply
+from fedpriv.run.engine import WorkerReply, asks_sum, named_clients, round_config_of
 from fedpriv.run.plan import RunPlan
 from fedpriv.run.secagg_codec import SECAGG_MODS
 from fedpriv.run.setup import (
@@ -157,12 +158,14 @@ def train_handler(plan_json: str, msg: Message, context: Context) -> Message:
 
 
 def worker_train_handler(plan_json: str, msg: Message) -> Message:
-    """A worker node's round: train every client the message names, reply with stacked rows.
+    """A worker node's round: train every client the message names, reply with stacked rows
+    or, when the message asks (:func:`fedpriv.run.engine.asks_sum`), their sum.
 
     The model is built once per process and the global state decoded once per message; each
     client starts from it (``load_state_dict``) with its own data and generator, exactly as
     :func:`train_handler`. A client that raises is listed in the reply's ``failed`` with its
-    error line; the others still reply.
+    error line; the others still reply. Each client's update goes into the reply as it
+    finishes, so a summed reply holds one update in memory, not the share's.
     """
     torch.set_num_threads(1)
     server_round = int(str(msg.content.config_records[CONFIG_KEY]["server_round"]))
@@ -172,10 +175,10 @@ def worker_train_handler(plan_json: str, msg: Message) -> Message:
     start = msg.content.array_records[MODEL_KEY].to_torch_state_dict()
     pids = named_clients(msg) or []
     rc = round_config_of(msg)
-    blocks: list[Block] = []
+    out = WorkerReply(asks_sum(msg))
+    done: set[int] = set()
     if use_vmap(plan, algorithm, model, len(pids)):
-        blocks = train_together(plan_json, algorithm, model, start, pids, server_round, rc)
-    done = {pid for block in blocks for pid in block[0]}
+        done = train_together(plan_json, algorithm, model, start, pids, server_round, rc, out)
     failed: dict[int, str] = {}
     for pid in pids:
         if pid in done:
@@ -188,9 +191,11 @@ def worker_train_handler(plan_json: str, msg: Message) -> Message:
         except Exception as exc:  # one client's failure is its own, not the worker's
             failed[pid] = client_error(pid, exc)
             continue
-        blocks += row_blocks([pid], [update], [m])
+        out.add([pid], {k: np.asarray(v)[None] for k, v in update.items()}, [m])
     release_pages(_store(plan_json)[0].x_train)  # rows copied out: unmap the shared set
-    return stacked_reply(msg, blocks, failed)
+    reply = out.reply(msg, failed)
+    trim_heap()  # the round's freed blocks back to the system (fedpriv.common.heap)
+    return reply
 
 
 def client_error(pid: int, exc: BaseException) -> str:
@@ -201,10 +206,6 @@ def client_error(pid: int, exc: BaseException) -> str:
     return line + "\n" + traceback.format_exc()[-4000:]
 
 
-#: Clients trained together: their ids, their updates stacked ``(k, ...)``, their metrics.
-Block = tuple[list[int], dict[str, np.ndarray], list[dict[str, float]]]
-
-
 def train_together(
     plan_json: str,
     algorithm: ClientAlgorithm,
@@ -212,16 +213,18 @@ def train_together(
     start: dict[str, torch.Tensor],
     pids: list[int],
     server_round: int,
-    round_config: dict[str, float] | None = None,
-) -> list[Block]:
-    """``algorithm.train_cohort`` over ``pids`` in memory-bounded chunks; a chunk that raises
-    is left out (its clients then train one by one, from fresh generators)."""
+    round_config: dict[str, float] | None,
+    out: WorkerReply,
+) -> set[int]:
+    """``algorithm.train_cohort`` over ``pids`` in memory-bounded chunks, each chunk's rows
+    added to ``out``; returns the clients done. A chunk that raises is left out (its clients
+    then train one by one, from fresh generators)."""
     model.load_state_dict(start)
     device = next(model.parameters()).device
     plan = worker_plan(plan_json)
     datas = [client_data(plan_json, pid) for pid in pids]
     size = chunk_size(model, max(len(d) for d in datas))
-    blocks: list[Block] = []
+    done: set[int] = set()
     for lo in range(0, len(pids), size):
         part = datas[lo : lo + size]
         ctxs = [
@@ -232,8 +235,10 @@ def train_together(
         except Exception as exc:  # the per-client path then reports each client's own error
             warnings.warn(f"vmap_clients: chunk trained one by one ({exc})", stacklevel=1)
             continue
-        blocks.append(([int(d.partition_id) for d in part], as_numpy(updates), metrics))
-    return blocks
+        ids = [int(d.partition_id) for d in part]
+        out.add(ids, as_numpy(updates), metrics)
+        done.update(ids)
+    return done
 
 
 def make_client_app(plan: RunPlan) -> ClientApp:

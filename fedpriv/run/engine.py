@@ -10,6 +10,12 @@ in the order of ``clients`` in the reply's config record; clients that raised ar
 ``failed`` with their error line. The aggregator unpacks the rows (:func:`client_rows`) and
 treats each as one client's reply; the strategy never sees one.
 
+A message may instead ask the worker for the SUM (``summed``, what the ideal aggregator asks):
+the worker then keeps a running float64 (int64 for integer updates) sum of its clients' finite
+rows in training order and replies with that one row, the clients it holds, and the clients
+whose rows held NaN or +-inf (left out, each a dropped client). A reply then weighs one update,
+not ``len(clients)`` (157 MB at 5,000 clients of the 7,850-parameter logistic model).
+
 Flower's SecAgg+ keeps one node per client (its masks are per node): with an aggregator that
 declares ``uses_secagg_mods`` every message names no clients and node ``i`` is client ``i``.
 """
@@ -37,7 +43,9 @@ from fedpriv.common.wire import (
     CONFIG_KEY,
     METRICS_KEY,
     MODEL_KEY,
+    NON_FINITE_KEY,
     ROUND_CONFIG_KEY,
+    SUMMED_KEY,
     UPDATE_KEY,
 )
 
@@ -62,11 +70,15 @@ def worker_messages(
     state: dict[str, np.ndarray],
     server_round: int,
     round_config: Mapping[str, float] | None = None,
+    summed: bool = False,
 ) -> list[Message]:
     """One TRAIN message per worker (the first ``len(shares)`` of ``node_ids``): model + clients
-    (+ the round's public parameters, ``round_config``)."""
+    (+ the round's public parameters, ``round_config``; ``summed``: reply with the sum of the
+    finite rows, not the rows)."""
     arrays = ArrayRecord(numpy_state(state))
     base = _round_entries(server_round, round_config)
+    if summed:
+        base[SUMMED_KEY] = True
     return [
         _train_message(nid, arrays, {**base, CLIENTS_KEY: share})
         for nid, share in zip(node_ids, split_cohort(cohort, len(node_ids)))
@@ -118,6 +130,12 @@ def named_clients(msg: Message) -> list[int] | None:
     return [int(c) for c in config[CLIENTS_KEY]]  # type: ignore[union-attr]
 
 
+def asks_sum(msg: Message) -> bool:
+    """Whether a worker's train message asks for the sum of its clients' rows."""
+    config = msg.content.config_records.get(CONFIG_KEY)
+    return bool(config is not None and config.get(SUMMED_KEY, False))
+
+
 def clients_in(messages: Sequence[Message]) -> int:
     """How many clients a round's messages ask to train (1 per node-per-client message)."""
     return sum(len(c) if (c := named_clients(m)) is not None else 1 for m in messages)
@@ -166,6 +184,127 @@ def stacked_reply(
     return Message(content=content, reply_to=msg)
 
 
+class WorkerReply:
+    """A worker's reply, built block by block as its clients finish (in training order).
+
+    Parameters
+    ----------
+    summed : bool
+        Keep only the running sum of the finite rows (float64, or int64 for integer updates)
+        and the sums of their metrics: the memory of one update, whatever the share's size.
+        Else keep every row for a stacked reply (:func:`stacked_reply`).
+    """
+
+    def __init__(self, summed: bool) -> None:
+        self.summed = summed
+        self.blocks: list[tuple[list[int], dict[str, np.ndarray], list[dict[str, float]]]] = []
+        self.partial = PartialSum([], {}, {}, [], {})
+
+    def add(
+        self, ids: Sequence[int], rows: dict[str, np.ndarray], metrics: Sequence[dict[str, float]]
+    ) -> None:
+        """Clients ``ids`` done: their update rows ``{name: (len(ids), *shape)}`` and metrics."""
+        if not self.summed:
+            self.blocks.append(([int(c) for c in ids], rows, list(metrics)))
+            return
+        ok = finite_rows(rows, len(ids))
+        for i, cid in enumerate(ids):
+            self.partial.add_row(int(cid), {k: v[i] for k, v in rows.items()}, metrics[i], ok[i])
+
+    def reply(self, msg: Message, failed: dict[int, str]) -> Message:
+        """The reply to ``msg``: stacked rows or the sum (``failed``: id -> error line)."""
+        if not self.summed:
+            return stacked_reply(msg, self.blocks, failed)
+        part = self.partial
+        config: dict[str, Any] = {
+            CLIENTS_KEY: part.ids,
+            NON_FINITE_KEY: part.non_finite,
+            SUMMED_KEY: True,
+            "failed": list(failed),
+            "errors": list(failed.values()),
+        }
+        content = RecordDict(
+            {
+                UPDATE_KEY: ArrayRecord({k: Array(v) for k, v in part.total.items()}),
+                METRICS_KEY: MetricRecord(dict(part.metrics)),
+                CONFIG_KEY: ConfigRecord(config),
+            }
+        )
+        return Message(content=content, reply_to=msg)
+
+
+def finite_rows(arrays: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """Boolean mask, shape ``(n,)``: rows (leading axis) whose every value is finite."""
+    ok = np.ones(n, dtype=bool)
+    for arr in arrays.values():
+        if not np.issubdtype(arr.dtype, np.integer):
+            ok &= np.isfinite(arr.reshape(n, -1)).all(axis=1)
+    return ok
+
+
+@dataclass
+class PartialSum:
+    """Part of a round's sum: what one reply contributes.
+
+    ``ids``: the clients that replied, in the order summed; ``total[name]``: the sum of their
+    finite update rows (float64 or int64, the parameter's shape; absent while none is
+    finite); ``metrics``: the sums of those clients' metrics; ``non_finite``: the clients left
+    out for NaN or +-inf; ``errors``: failed client id -> error line.
+    """
+
+    ids: list[int]
+    total: dict[str, np.ndarray]
+    metrics: dict[str, float]
+    non_finite: list[int]
+    errors: dict[int, str]
+
+    @property
+    def num_clients(self) -> int:
+        """How many clients' updates are in :attr:`total`."""
+        return len(self.ids) - len(self.non_finite)
+
+    def add_row(
+        self, cid: int, row: Mapping[str, np.ndarray], metrics: Mapping[str, float], ok: bool
+    ) -> None:
+        """Client ``cid`` replied ``row``; summed if ``ok`` (finite), else counted non-finite."""
+        self.ids.append(cid)
+        if not ok:
+            self.non_finite.append(cid)
+            return
+        for key, arr in row.items():
+            if key not in self.total:
+                acc = np.int64 if np.issubdtype(arr.dtype, np.integer) else np.float64
+                self.total[key] = np.zeros(arr.shape, dtype=acc)
+            self.total[key] += arr
+        for key, val in metrics.items():
+            self.metrics[key] = self.metrics.get(key, 0.0) + float(val)
+
+
+def reply_part(reply: Message) -> PartialSum:
+    """A successful train reply as its part of the round's sum: a worker's summed reply as
+    sent; stacked rows or a node-per-client reply summed here in row order."""
+    config = reply.content.config_records.get(CONFIG_KEY)
+    if config is None or not config.get(SUMMED_KEY, False):
+        rows = client_rows(reply)
+        part = PartialSum([], {}, {}, [], dict(rows.errors))
+        ok = rows.finite()
+        for i, cid in enumerate(rows.ids):
+            row = {k: v[i] for k, v in rows.arrays.items()}
+            part.add_row(cid, row, {k: float(v[i]) for k, v in rows.metrics.items()}, ok[i])
+        return part
+    record = reply.content.array_records.get(UPDATE_KEY, ArrayRecord({}))
+    total = dict(zip(record.keys(), record.to_numpy_ndarrays(keep_input=True), strict=True))
+    metric_rec = reply.content.metric_records.get(METRICS_KEY, MetricRecord({}))
+    metrics = {k: float(v) for k, v in metric_rec.items() if isinstance(v, (int, float))}
+    ids, bad = (
+        [int(c) for c in config.get(key, [])]  # type: ignore[union-attr]
+        for key in (CLIENTS_KEY, NON_FINITE_KEY)
+    )
+    failed = [int(c) for c in config.get("failed", [])]  # type: ignore[union-attr]
+    errors = [str(e) for e in config.get("errors", [])]  # type: ignore[union-attr]
+    return PartialSum(ids, total, metrics, bad, dict(zip(failed, errors)))
+
+
 @dataclass
 class ClientRows:
     """One reply unpacked: per-client update rows, metrics and errors.
@@ -182,11 +321,7 @@ class ClientRows:
 
     def finite(self) -> np.ndarray:
         """Boolean mask, shape ``(len(ids),)``: rows whose every value is finite."""
-        ok = np.ones(len(self.ids), dtype=bool)
-        for arr in self.arrays.values():
-            if not np.issubdtype(arr.dtype, np.integer):
-                ok &= np.isfinite(arr.reshape(len(self.ids), -1)).all(axis=1)
-        return ok
+        return finite_rows(self.arrays, len(self.ids))
 
 
 def client_rows(reply: Message) -> ClientRows:

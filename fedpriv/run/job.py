@@ -206,7 +206,8 @@ class ServerJob:
         rc = self.round_config
         if self.layout.one_node_per_client:
             return node_messages([node_ids[c] for c in clients], state, server_round, rc)
-        return worker_messages(node_ids, clients, state, server_round, rc)
+        summed = self.aggregator.sums_on_workers
+        return worker_messages(node_ids, clients, state, server_round, rc, summed=summed)
 
     def sum_updates(
         self, grid: Grid, messages: list[Message], server_round: int
