@@ -229,6 +229,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.rounds: list[dict[str, Any]] = []
         self.out_dir = Path("/nonexistent")
+        self.extra: dict[str, Any] = {}  # results.json's other blocks (``engine``)
 
     def log_round(self, row: dict[str, Any]) -> None:
         self.rounds.append(row)

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dp_accounting
+import numpy as np
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
@@ -286,3 +287,33 @@ def test_job_command_gives_each_job_its_own_sized_ray_instance() -> None:
         "ray_init_args.address=local",
         "ray_init_args.num_cpus=2",
     ]
+
+
+@pytest.mark.slow
+def test_one_run_spreads_its_workers_over_the_cluster(cluster: str, tmp_path: Path) -> None:
+    """Issue 27 item 5: ONE run with ``ray_init_args.address`` places its workers on both
+    nodes of the cluster (1 CPU each; ``results.json`` ``engine.ray_nodes``; ``num_workers``
+    null: one per client actor of the cluster, 2), and gives the ε and the final model of the
+    same run on one local node of 2 CPUs (tolerance 0: same workers, same shares, same
+    summation order)."""
+    common = ["num_clients=6", "num_rounds=2", "model=logistic", "progress=false", "plot=false"]
+    runs = {
+        "cluster": [f"ray_init_args.address={cluster}"],
+        "local": ["ray_init_args.address=local", "ray_init_args.num_cpus=2"],
+    }
+    out = {}
+    for name, extra in runs.items():
+        run_dir = tmp_path / name
+        proc = _fedpriv([*common, *extra, f"hydra.run.dir={run_dir}"])
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        with np.load(run_dir / "model.npz") as model:
+            weights = {k: model[k] for k in model.files}
+        out[name] = (json.loads((run_dir / "results.json").read_text()), weights)
+    (spread, w_spread), (alone, w_alone) = out["cluster"], out["local"]
+    assert spread["engine"]["num_workers"] == alone["engine"]["num_workers"] == 2
+    assert len(spread["engine"]["ray_nodes"]) == 2, spread["engine"]
+    assert len(alone["engine"]["ray_nodes"]) == 1, alone["engine"]
+    assert [r["epsilon"] for r in spread["rounds"]] == [r["epsilon"] for r in alone["rounds"]]
+    assert w_spread.keys() == w_alone.keys()
+    for key in w_spread:
+        np.testing.assert_array_equal(w_spread[key], w_alone[key])

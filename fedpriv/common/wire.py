@@ -21,6 +21,8 @@ SUMMED_KEY = "summed"
 #: Config field of a summed worker reply: the clients whose update held NaN or +-inf (left
 #: out of the sum, each a dropped client).
 NON_FINITE_KEY = "non_finite"
+#: Config entry of a worker's reply: the id of the Ray node it ran on ("" outside Ray).
+RAY_NODE_KEY = "ray_node"
 #: Config entry of a train message: the round's public parameters for the clients (JSON).
 ROUND_CONFIG_KEY = "round_config"
 #: ArrayRecord of a train reply: the client's (noisy) update, what the aggregator sums.

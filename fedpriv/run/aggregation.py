@@ -76,6 +76,8 @@ class AggregateResult:
         ``{"non-finite update": 1}``); the round is then accounted with the survivors' noise.
     errors : list[str]
         One line per client that raised (``"client 3: ValueError: ..."``).
+    nodes : set[str]
+        The Ray nodes the replies came from (engine diagnostics; empty where not told).
     """
 
     total: dict[str, np.ndarray]
@@ -83,6 +85,7 @@ class AggregateResult:
     metrics: dict[str, float] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    nodes: set[str] = field(default_factory=set)
 
 
 class Aggregator(ABC):
@@ -229,6 +232,7 @@ def sum_parts(parts: Sequence[PartialSum]) -> AggregateResult:
     result = AggregateResult(
         total=total, num_clients=sum(p.num_clients for p in parts), metrics=metrics
     )
+    result.nodes = {p.node for p in parts if p.node}
     non_finite = sum(len(p.non_finite) for p in parts)
     if non_finite:
         result.dropped[NON_FINITE] = non_finite

@@ -44,6 +44,7 @@ from fedpriv.common.wire import (
     METRICS_KEY,
     MODEL_KEY,
     NON_FINITE_KEY,
+    RAY_NODE_KEY,
     ROUND_CONFIG_KEY,
     SUMMED_KEY,
     UPDATE_KEY,
@@ -212,11 +213,15 @@ class WorkerReply:
             self.partial.add_row(int(cid), {k: v[i] for k, v in rows.items()}, metrics[i], ok[i])
 
     def reply(self, msg: Message, failed: dict[int, str]) -> Message:
-        """The reply to ``msg``: stacked rows or the sum (``failed``: id -> error line)."""
+        """The reply to ``msg``: stacked rows or the sum (``failed``: id -> error line), and
+        the Ray node this worker runs on."""
         if not self.summed:
-            return stacked_reply(msg, self.blocks, failed)
+            reply = stacked_reply(msg, self.blocks, failed)
+            reply.content.config_records[CONFIG_KEY][RAY_NODE_KEY] = ray_node()
+            return reply
         part = self.partial
         config: dict[str, Any] = {
+            RAY_NODE_KEY: ray_node(),
             CLIENTS_KEY: part.ids,
             NON_FINITE_KEY: part.non_finite,
             SUMMED_KEY: True,
@@ -231,6 +236,16 @@ class WorkerReply:
             }
         )
         return Message(content=content, reply_to=msg)
+
+
+def ray_node() -> str:
+    """The id of the Ray node this process runs on (hex), ``""`` outside a Ray worker."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return ""
+    return str(ray.get_runtime_context().get_node_id())
 
 
 def finite_rows(arrays: Mapping[str, np.ndarray], n: int) -> np.ndarray:
@@ -249,7 +264,8 @@ class PartialSum:
     ``ids``: the clients that replied, in the order summed; ``total[name]``: the sum of their
     finite update rows (float64 or int64, the parameter's shape; absent while none is
     finite); ``metrics``: the sums of those clients' metrics; ``non_finite``: the clients left
-    out for NaN or +-inf; ``errors``: failed client id -> error line.
+    out for NaN or +-inf; ``errors``: failed client id -> error line; ``node``: the Ray node
+    the reply came from (``""`` if not told).
     """
 
     ids: list[int]
@@ -257,6 +273,7 @@ class PartialSum:
     metrics: dict[str, float]
     non_finite: list[int]
     errors: dict[int, str]
+    node: str = ""
 
     @property
     def num_clients(self) -> int:
@@ -284,9 +301,10 @@ def reply_part(reply: Message) -> PartialSum:
     """A successful train reply as its part of the round's sum: a worker's summed reply as
     sent; stacked rows or a node-per-client reply summed here in row order."""
     config = reply.content.config_records.get(CONFIG_KEY)
+    node = str(config.get(RAY_NODE_KEY, "")) if config is not None else ""
     if config is None or not config.get(SUMMED_KEY, False):
         rows = client_rows(reply)
-        part = PartialSum([], {}, {}, [], dict(rows.errors))
+        part = PartialSum([], {}, {}, [], dict(rows.errors), node)
         ok = rows.finite()
         for i, cid in enumerate(rows.ids):
             row = {k: v[i] for k, v in rows.arrays.items()}
@@ -302,7 +320,7 @@ def reply_part(reply: Message) -> PartialSum:
     )
     failed = [int(c) for c in config.get("failed", [])]  # type: ignore[union-attr]
     errors = [str(e) for e in config.get("errors", [])]  # type: ignore[union-attr]
-    return PartialSum(ids, total, metrics, bad, dict(zip(failed, errors)))
+    return PartialSum(ids, total, metrics, bad, dict(zip(failed, errors)), node)
 
 
 @dataclass

@@ -225,7 +225,16 @@ class ServerJob:
             grid, messages, server_round=server_round, timeout=self.round_timeout
         )
         self.admit(result, server_round)
+        self.record_nodes(result.nodes)
         return result
+
+    def record_nodes(self, nodes: set[str]) -> None:
+        """``results.json`` ``engine``: the worker count and every Ray node a reply came from
+        (one run spread over a cluster shows each of its nodes)."""
+        engine = self.log.recorder.extra.setdefault(
+            "engine", {"num_workers": self.layout.num_workers, "ray_nodes": []}
+        )
+        engine["ray_nodes"] = sorted(set(engine["ray_nodes"]) | nodes)
 
     def admit(self, result: AggregateResult, server_round: int) -> None:
         """Refuse (RoundFailed) a sum the run cannot account, before anything is released.

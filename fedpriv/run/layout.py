@@ -58,6 +58,22 @@ def local_actors(plan: RunPlan) -> int | None:
     return actors
 
 
+def cluster_actors(plan: RunPlan) -> int | None:
+    """Client actors the JOINED Ray cluster can run at once (``None``: not joined yet, or a
+    local instance): ``floor(cluster CPUs / client_resources.num_cpus)``, also bounded by the
+    GPUs when asked (Flower sizes its actor pool the same way)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if local_actors(plan) is not None or ray is None or not ray.is_initialized():
+        return None
+    resources = ray.cluster_resources()
+    actors = math.floor(float(resources.get("CPU", 0)) / plan.num_cpus + 1e-9)
+    if plan.num_gpus > 0:
+        actors = min(actors, math.floor(float(resources.get("GPU", 0)) / plan.num_gpus + 1e-9))
+    return max(1, actors)
+
+
 def no_actor_error(plan: RunPlan) -> ConfigError:
     """Why a local Ray instance of ``plan`` has room for no client actor (one line)."""
     given = plan.ray_init_args.get("num_cpus")
@@ -84,8 +100,9 @@ def plan_layout(plan: RunPlan, *, secagg: bool, virtual_clients: bool) -> Layout
     """Resolve and check ``num_workers`` and the client sampling of ``plan``.
 
     ``secagg``: the aggregator registers SecAgg+ mods; ``virtual_clients``: the strategy sends
-    worker messages. Default ``num_workers``: one per client actor of the local Ray instance
-    (at most ``num_clients``); on a cluster, ``num_clients`` unless given.
+    worker messages. Default ``num_workers``: one per client actor of the local Ray instance,
+    or of the cluster once joined (:func:`cluster_actors`), at most ``num_clients``; on a
+    cluster not yet joined (validation before start-up), ``num_clients``.
 
     Raises
     ------
@@ -118,6 +135,7 @@ def plan_layout(plan: RunPlan, *, secagg: bool, virtual_clients: bool) -> Layout
         )
         return Layout(n, True, cohort)
     if given is None:
+        actors = actors or cluster_actors(plan)
         return Layout(min(n, actors) if actors else n, False, cohort)
     check(isinstance(given, int) and given >= 1, "num_workers", given, "must be an integer >= 1")
     check(given <= n, "num_workers", given, f"must be <= num_clients={n}")
