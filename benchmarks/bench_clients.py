@@ -50,6 +50,13 @@ peak memory
     users; target <= 2 GiB) and of Σ RSS (over-counts shared pages); also the peak Σ PSS
     between the end of round 1 and the end of the last round (steady state: start-up,
     including every process's data loading, left out).
+against the plain loop as a process
+    the same rounds run by ``floor_process.py`` in a fresh interpreter that imports only numpy
+    and torch (logistic workloads): its start-up + shut-down (wall time outside its rounds,
+    interpreter start included), its peak Σ PSS and its whole wall time, each beside
+    fedpriv's and as the ratio fedpriv / plain process. fedpriv's start-up and wall time add
+    the seconds a fresh interpreter takes to import fedpriv's runner (the bench has it loaded).
+    pfl, where installed, is the other baseline (``../shared/bench/peer-pfl/``).
 load
     ``os.getloadavg()`` (as ``uptime``) before and after: the machine is shared.
 ``vmap_clients``
@@ -73,6 +80,7 @@ import logging
 import os
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -83,6 +91,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from floor_process import plain_round, run_floor_process, write_workload  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 GIB = 1024**3
@@ -386,24 +397,25 @@ class Floor:
 
     def one_round(self, glob: list[Any], users: list[tuple[Any, Any]]) -> list[Any]:
         """Every user's local step from ``glob``, summed; the server step; the new weights."""
-        torch = self._torch
-        params = list(self.model.parameters())
-        total = [torch.zeros_like(g) for g in glob]
-        for x, y in users:
-            with torch.no_grad():
-                for p, g in zip(params, glob, strict=True):
-                    p.copy_(g)
-            for p in params:
-                p.grad = None
-            loss = torch.nn.functional.cross_entropy(self.model(x), y)
-            loss.backward()
-            with torch.no_grad():
-                for p, g, t in zip(params, glob, total, strict=True):
-                    p.sub_(self.lr * p.grad)  # type: ignore[operator]  # set by backward
-                    t.add_(p - g)
         divisor = self.sampler.expected_size
-        with torch.no_grad():
-            return [g + self.server_lr * t / divisor for g, t in zip(glob, total, strict=True)]
+        return plain_round(self.model, glob, users, self.lr, self.server_lr, divisor)
+
+    def write_workload(self, folder: Path, rounds: int) -> bool:
+        """Rounds 1..``rounds`` as the floor process's input (:mod:`floor_process`); ``False``
+        (nothing written) for a model other than the logistic layer."""
+        if not self.flat:
+            return False
+        cohorts = [
+            [self.parts[c] for c in self.sampler.draw(r).tolist()] for r in range(1, 1 + rounds)
+        ]
+        steps = {
+            "lr": self.lr,
+            "server_lr": self.server_lr,
+            "divisor": float(self.sampler.expected_size),
+        }
+        glob0 = [g.numpy() for g in self.glob0]
+        write_workload(folder, self.ds.x_train, self.ds.y_train, cohorts, glob0, steps)
+        return True
 
     def seconds(self, reps: int) -> list[float]:
         """Times of ``reps`` rounds (rounds 2..reps+1's cohorts) after a warm-up round, 1 thread."""
@@ -440,6 +452,18 @@ class Floor:
         return out
 
 
+def import_seconds() -> float:
+    """Seconds a fresh interpreter takes to import what ``fedpriv`` runs (the bench itself
+    has them loaded, so its in-process run starts without them)."""
+    t0 = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-c", "import fedpriv.cli.experiment, fedpriv.run.runner"],
+        check=True,
+        capture_output=True,
+    )
+    return time.monotonic() - t0
+
+
 def run_workload(
     name: str,
     overrides: list[str],
@@ -471,7 +495,12 @@ def run_workload(
     wall = time.monotonic() - t0
     sampler.stop()
     ok = [r for r in summary["rounds"] if r.get("status") == "ok"]
-    after = Floor(plan).seconds(floor_reps)
+    floor = Floor(plan)
+    after = floor.seconds(floor_reps)
+    imports = import_seconds()
+    with tempfile.TemporaryDirectory(prefix="fedpriv_bench_floor_") as tmp:
+        alone = run_floor_process(Path(tmp)) if floor.write_workload(Path(tmp), rounds) else None
+    del floor
     times = [float(r["round_time_s"]) for r in ok]
     fed = statistics.median(times[1:]) if len(times) > 1 else float("nan")
     # the less disturbed of the two measurements (the slower one would flatter fedpriv)
@@ -495,6 +524,10 @@ def run_workload(
         "accuracy_floor": floor_acc[: len(acc)],
         "startup_and_teardown_s": wall - sum(times),
         "wall_s": wall,
+        "floor_process": alone,
+        "import_s": imports,
+        "startup_with_imports_s": imports + wall - sum(times),
+        "wall_with_imports_s": imports + wall,
         "peak_pss_bytes": sampler.peak_pss,
         "steady_peak_pss_bytes": sampler.peak_between(released[0], released[-1])
         if len(released) > 1
@@ -552,6 +585,18 @@ def print_figures(res: dict[str, Any], target_ratio: float = 1.5) -> None:
         f"Σ PSS {steady_s}; "
         f"start-up + shut-down {res['startup_and_teardown_s']:.1f} s, wall {res['wall_s']:.1f} s"
     )
+    alone = res["floor_process"]
+    if alone:
+        startup, wall = res["startup_with_imports_s"], res["wall_with_imports_s"]
+        mem = res["peak_pss_bytes"] / alone["peak_pss_bytes"]
+        print(
+            "  against the plain loop as a process (numpy + torch, 1 thread, same rounds; "
+            f"fedpriv's include its imports in a fresh interpreter, {res['import_s']:.1f} s):"
+            f" start-up + shut-down {startup:.1f} s vs {alone['startup_s']:.1f} s "
+            f"({startup / alone['startup_s']:.1f}x), peak Σ PSS {pss:.2f} vs "
+            f"{alone['peak_pss_bytes'] / GIB:.2f} GiB ({mem:.1f}x), whole run {wall:.1f} s vs "
+            f"{alone['wall_s']:.1f} s ({wall / alone['wall_s']:.1f}x)"
+        )
     top = res["peak_pss_by_process"][:4]
     print(
         "  at the peak: "
