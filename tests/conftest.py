@@ -10,7 +10,7 @@ import pytest
 from flwr.supercore.task_identity import TaskIdentity
 from hypothesis import settings
 
-from tests.shared_ray import ray_head
+from fedpriv.run.warm_engine import ray_head
 
 # Property tests draw the same examples on every run (derandomized): CI never meets an example
 # a developer's run did not; a new example is a change to the test, reviewed as such.

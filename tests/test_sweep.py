@@ -317,3 +317,27 @@ def test_one_run_spreads_its_workers_over_the_cluster(cluster: str, tmp_path: Pa
     assert w_spread.keys() == w_alone.keys()
     for key in w_spread:
         np.testing.assert_array_equal(w_spread[key], w_alone[key])
+
+
+@pytest.mark.slow
+def test_local_sweep_starts_ray_once(tmp_path: Path) -> None:
+    """Issue 27 item 2: the jobs of a local multirun (Hydra's basic launcher) join ONE Ray
+    instance (fedpriv/run/warm_engine.py) instead of starting one each, and a job's figures
+    equal those of the same run on its own instance (tolerance 0)."""
+    sweep_dir = tmp_path / "sweep"
+    local = ["ray_init_args.num_cpus=2"]
+    proc = _fedpriv(["-m", "seed=0,1", *TINY, *local, f"hydra.sweep.dir={sweep_dir}"])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stderr.count("fedpriv: one Ray instance for this sweep's jobs (2 CPUs)") == 1
+    assert "starting Ray (a local instance)" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.count("starting Ray (the cluster at 127.0.0.1:") == 2, proc.stderr
+    alone = _fedpriv([*TINY, *local, "seed=1", f"hydra.run.dir={tmp_path / 'alone'}"])
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert "starting Ray (a local instance)" in alone.stderr
+    swept, own = (
+        json.loads(Path(d, "results.json").read_text())
+        for d in (sweep_dir / "1", tmp_path / "alone")
+    )
+    assert swept["engine"]["num_workers"] == own["engine"]["num_workers"] == 2
+    for key in ("epsilon", "accuracy", "loss"):
+        assert [r[key] for r in swept["rounds"]] == [r[key] for r in own["rounds"]], key

@@ -6,14 +6,17 @@ code 2), before anything is trained or written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fedpriv.cli.help import print_help as help_text
@@ -45,7 +48,8 @@ def _main(cfg: DictConfig) -> float | None:
 
             cfg = resume_config(Path(cfg.resume), list(HydraConfig.get().overrides.task))
             out_dir = Path(cfg.resume)
-        summary = run_experiment(cfg, out_dir)
+        with _warm_engine(cfg):
+            summary = run_experiment(cfg, out_dir)
     except ConfigError as exc:
         print(f"fedpriv: error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -77,6 +81,27 @@ def _main(cfg: DictConfig) -> float | None:
         print(f"fedpriv: run {summary['status']}: {summary['message']}", file=sys.stderr)
         sys.exit(summary["exit_code"])
     return accuracy
+
+
+@contextlib.contextmanager
+def _warm_engine(cfg: DictConfig) -> Iterator[None]:
+    """In a local multirun (Hydra's basic launcher), the job joins the sweep's one Ray
+    instance (:mod:`fedpriv.run.warm_engine`) through ``RAY_ADDRESS``; otherwise nothing."""
+    hydra_cfg = HydraConfig.get()
+    launcher = str(hydra_cfg.launcher.get("_target_", ""))
+    address = None
+    if hydra_cfg.mode == RunMode.MULTIRUN and launcher.endswith(".BasicLauncher"):
+        from fedpriv.run.warm_engine import warm_address
+
+        address = warm_address(dict(cfg.get("ray_init_args") or {}))
+    if address is None:
+        yield
+        return
+    os.environ["RAY_ADDRESS"] = address
+    try:
+        yield
+    finally:
+        del os.environ["RAY_ADDRESS"]
 
 
 def _one_line(exc: BaseException) -> str:
