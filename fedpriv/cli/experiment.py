@@ -48,7 +48,7 @@ def _main(cfg: DictConfig) -> float | None:
 
             cfg = resume_config(Path(cfg.resume), list(HydraConfig.get().overrides.task))
             out_dir = Path(cfg.resume)
-        with _warm_engine(cfg):
+        with _warm_engine():
             summary = run_experiment(cfg, out_dir)
     except ConfigError as exc:
         print(f"fedpriv: error: {exc}", file=sys.stderr)
@@ -84,24 +84,18 @@ def _main(cfg: DictConfig) -> float | None:
 
 
 @contextlib.contextmanager
-def _warm_engine(cfg: DictConfig) -> Iterator[None]:
-    """In a local multirun (Hydra's basic launcher), the job joins the sweep's one Ray
-    instance (:mod:`fedpriv.run.warm_engine`) through ``RAY_ADDRESS``; otherwise nothing."""
+def _warm_engine() -> Iterator[None]:
+    """In a local multirun (Hydra's basic launcher) the job may join the sweep's one Ray
+    instance (:mod:`fedpriv.run.warm_engine`); otherwise nothing changes."""
     hydra_cfg = HydraConfig.get()
     launcher = str(hydra_cfg.launcher.get("_target_", ""))
-    address = None
-    if hydra_cfg.mode == RunMode.MULTIRUN and launcher.endswith(".BasicLauncher"):
-        from fedpriv.run.warm_engine import warm_address
-
-        address = warm_address(dict(cfg.get("ray_init_args") or {}))
-    if address is None:
+    if hydra_cfg.mode != RunMode.MULTIRUN or not launcher.endswith(".BasicLauncher"):
         yield
         return
-    os.environ["RAY_ADDRESS"] = address
-    try:
+    from fedpriv.run.warm_engine import sweep_jobs
+
+    with sweep_jobs():
         yield
-    finally:
-        del os.environ["RAY_ADDRESS"]
 
 
 def _one_line(exc: BaseException) -> str:

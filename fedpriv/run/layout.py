@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.run.plan import RunPlan
-from fedpriv.run.warm_engine import is_warm
 
 
 @dataclass(frozen=True)
@@ -40,14 +39,13 @@ class Layout:
 
 def local_actors(plan: RunPlan) -> int | None:
     """Client actors a LOCAL Ray instance of this config can run at once (``None``: a cluster;
-    a sweep's warm head counts as the local instance it stands in for).
+    a sweep's warm head stands in for the local instance, :mod:`fedpriv.run.warm_engine`).
 
     ``floor(CPUs / client_resources.num_cpus)`` (CPUs: ``ray_init_args.num_cpus``, else the
     machine's), also bounded by ``floor(GPUs / client_resources.num_gpus)`` when GPUs are asked.
     """
     ray_args = plan.ray_init_args
-    address = ray_args.get("address") or os.environ.get("RAY_ADDRESS") or "local"
-    if address != "local" and not is_warm(address):
+    if (ray_args.get("address") or os.environ.get("RAY_ADDRESS") or "local") != "local":
         return None
     cpus = ray_args.get("num_cpus")
     cpus = (os.cpu_count() or 1) if cpus is None else cpus  # 0 is a value, not "unset"

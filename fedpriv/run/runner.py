@@ -42,6 +42,7 @@ from fedpriv.run.round_log import RoundLog
 from fedpriv.run.run_privacy import RunPrivacy
 from fedpriv.run.setup import share_run_dataset
 from fedpriv.run.strategy import Strategy
+from fedpriv.run.warm_engine import warm_address
 
 DEFAULT_RAY_INIT = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
 
@@ -118,8 +119,9 @@ def open_run(plan: RunPlan, strategy: Strategy, out_dir: Path) -> OpenRun:
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = checkpoint.lock_run(out_dir, "resume" if ckpt is not None else "hydra.run.dir")
     try:
-        init_args = ray_init_args(dict(plan.ray_init_args))
-        start_ray(init_args, plan_resources(plan), plan.ray_connect_timeout_s)
+        warm = warm_address(plan.ray_init_args)  # a local sweep's one instance, if any
+        given = {**plan.ray_init_args, "address": warm} if warm else dict(plan.ray_init_args)
+        start_ray(ray_init_args(given), plan_resources(plan), plan.ray_connect_timeout_s)
     except BaseException:
         lock.close()
         raise

@@ -5,8 +5,8 @@ start and 1.4 s to stop on a 2-core machine (docs/scale.md, "Start-up"). A local
 (``fedpriv -m ...`` with Hydra's basic launcher) instead starts ONE head process for its jobs
 (:func:`warm_address`), sized as the jobs' local instance would be, and every job joins it at
 ``127.0.0.1:<port>``: joining costs a connection, and Flower's shut-down only disconnects.
-A job that joins resolves the same layout as on its own instance (``num_workers`` null: one
-per client actor, :func:`fedpriv.run.layout.cluster_actors`), so its results are the same.
+A job is validated and laid out from its own ``ray_init_args`` (a local instance) before it
+joins, so its layout and results are those of the same run alone.
 Jobs with other Ray settings (an address, a temp dir, object store sizes, custom resources)
 start their own instance as before. The head ends with the process (its stdin closes).
 """
@@ -37,6 +37,7 @@ WARM_KEYS = frozenset(
 )
 
 _HEADS: dict[tuple[float, float | None], tuple[subprocess.Popen[str], str]] = {}
+_ACTIVE: list[bool] = []  # inside sweep_jobs()
 
 
 def start_head(num_cpus: float, num_gpus: float | None = 0.0) -> tuple[subprocess.Popen[str], str]:
@@ -89,18 +90,24 @@ def ray_head(num_cpus: float = 2.0, num_gpus: float = 0.0) -> Iterator[str]:
         stop_head(proc)
 
 
-def is_warm(address: str | None) -> bool:
-    """Whether ``address`` is one of this process's warm heads (a job joined to one is
-    validated and laid out as on its own local instance of the same size)."""
-    return any(address == a for _, a in _HEADS.values())
+@contextmanager
+def sweep_jobs() -> Iterator[None]:
+    """Inside the block (a local multirun's job), :func:`warm_address` may start or name the
+    sweep's head; outside it, it names none."""
+    _ACTIVE.append(True)
+    try:
+        yield
+    finally:
+        _ACTIVE.pop()
 
 
 def warm_address(ray_init_args: Mapping[str, Any]) -> str | None:
     """The address of the process's warm head for a job with these ``ray_init_args``
     (started on first use, stopped at exit), or ``None`` when the job must start its own
-    instance: an address or ``RAY_ADDRESS`` given, or a key outside :data:`WARM_KEYS`."""
+    instance: outside :func:`sweep_jobs`, an address or ``RAY_ADDRESS`` given, or a key
+    outside :data:`WARM_KEYS`. Called when the job starts Ray, after its config passed."""
     given = {k: v for k, v in ray_init_args.items() if v is not None}
-    if os.environ.get("RAY_ADDRESS") or given.get("address", "local") != "local":
+    if not _ACTIVE or os.environ.get("RAY_ADDRESS") or given.get("address", "local") != "local":
         return None
     if set(given) - WARM_KEYS:
         return None
