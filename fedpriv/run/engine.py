@@ -318,9 +318,7 @@ def reply_part(reply: Message) -> PartialSum:
         [int(c) for c in config.get(key, [])]  # type: ignore[union-attr]
         for key in (CLIENTS_KEY, NON_FINITE_KEY)
     )
-    failed = [int(c) for c in config.get("failed", [])]  # type: ignore[union-attr]
-    errors = [str(e) for e in config.get("errors", [])]  # type: ignore[union-attr]
-    return PartialSum(ids, total, metrics, bad, dict(zip(failed, errors)), node)
+    return PartialSum(ids, total, metrics, bad, failed_clients(config), node)
 
 
 @dataclass
@@ -355,6 +353,10 @@ def client_rows(reply: Message) -> ClientRows:
         return ClientRows([-1], {k: a[None] for k, a in arrays.items()}, metrics, {})
     ids = [int(c) for c in config[CLIENTS_KEY]]  # type: ignore[union-attr]
     metrics = {k: np.asarray(v, dtype=np.float64) for k, v in metric_rec.items()}
-    failed = [int(c) for c in config.get("failed", [])]  # type: ignore[union-attr]
-    errors = [str(e) for e in config.get("errors", [])]  # type: ignore[union-attr]
-    return ClientRows(ids, arrays, metrics, dict(zip(failed, errors)))
+    return ClientRows(ids, arrays, metrics, failed_clients(config))
+
+
+def failed_clients(config: Mapping[str, Any]) -> dict[int, str]:
+    """A worker reply's clients that raised: ``{client id: error line}``."""
+    failed = [int(c) for c in config.get("failed", [])]
+    return dict(zip(failed, (str(e) for e in config.get("errors", [])), strict=False))
