@@ -216,9 +216,10 @@ def sum_parts(parts: Sequence[PartialSum]) -> AggregateResult:
     """Add the replies' parts (:func:`fedpriv.run.engine.reply_part`) in the order of their
     first client id (reply order for node-per-client parts).
 
-    Each part sums its own clients in id order, so the result depends on how the cohort was
-    split over workers only through float64 rounding (the grouping of the additions); the same
-    split gives the same bits. Rows holding NaN or +-inf are left out and counted in
+    Each part sums its own clients in the order they finished (client-id order, except clients
+    retrained one by one after a failed vmap chunk), so the result depends on how the cohort
+    was split over workers only through float64 rounding (the grouping of the additions); the
+    same split gives the same bits. Rows holding NaN or +-inf are left out and counted in
     ``dropped[NON_FINITE]``.
     """
     order = sorted(range(len(parts)), key=lambda p: (min(parts[p].ids, default=1 << 62), p))

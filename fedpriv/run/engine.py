@@ -49,6 +49,7 @@ from fedpriv.common.wire import (
     SUMMED_KEY,
     UPDATE_KEY,
 )
+from fedpriv.run.ray_session import running_ray
 
 
 def numpy_state(state: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -240,12 +241,8 @@ class WorkerReply:
 
 def ray_node() -> str:
     """The id of the Ray node this process runs on (hex), ``""`` outside a Ray worker."""
-    import sys
-
-    ray = sys.modules.get("ray")
-    if ray is None or not ray.is_initialized():
-        return ""
-    return str(ray.get_runtime_context().get_node_id())
+    ray = running_ray()
+    return "" if ray is None else str(ray.get_runtime_context().get_node_id())
 
 
 def finite_rows(arrays: Mapping[str, np.ndarray], n: int) -> np.ndarray:

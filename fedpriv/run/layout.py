@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.run.plan import RunPlan
+from fedpriv.run.ray_session import running_ray
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,8 @@ def cluster_actors(plan: RunPlan) -> int | None:
     """Client actors the JOINED Ray cluster can run at once (``None``: not joined yet, or a
     local instance): ``floor(cluster CPUs / client_resources.num_cpus)``, also bounded by the
     GPUs when asked (Flower sizes its actor pool the same way)."""
-    import sys
-
-    ray = sys.modules.get("ray")
-    if local_actors(plan) is not None or ray is None or not ray.is_initialized():
+    ray = running_ray()
+    if local_actors(plan) is not None or ray is None:
         return None
     resources = ray.cluster_resources()
     actors = math.floor(float(resources.get("CPU", 0)) / plan.num_cpus + 1e-9)

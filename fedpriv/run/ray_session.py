@@ -33,6 +33,13 @@ from typing import Any
 from fedpriv.common.errors import ConfigError
 
 
+def running_ray() -> Any:
+    """The ``ray`` module when this process is connected to a Ray instance (a driver that
+    started or joined one, or a Ray worker), else ``None``; never imports Ray."""
+    ray = sys.modules.get("ray")
+    return ray if ray is not None and ray.is_initialized() else None
+
+
 def start_ray(init_args: dict[str, Any], client_resources: dict[str, Any], timeout: float) -> None:
     """Start (or join) the run's Ray instance and check that a client actor fits in it.
 
