@@ -163,10 +163,10 @@ def test_default_run_directories_differ_between_processes() -> None:
     assert names[0] != names[1]
 
 
-def _long_run(out: Path) -> tuple[subprocess.Popen[str], list[psutil.Process]]:
-    """A run of many fast rounds, started in its own session; returns once 2 rounds are
-    written, with the processes of its tree (Ray's among them)."""
-    proc = _cli([*TINY, "num_rounds=5000"], out, start_new_session=True)
+def _long_run(out: Path, engine: str) -> tuple[subprocess.Popen[str], list[psutil.Process]]:
+    """A run of many fast rounds on ``engine``, started in its own session; returns once 2
+    rounds are written, with the processes of its tree (Ray's or the forked workers)."""
+    proc = _cli([*TINY, "num_rounds=5000", f"engine={engine}"], out, start_new_session=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
         csv = out / "metrics.csv"
@@ -175,7 +175,10 @@ def _long_run(out: Path) -> tuple[subprocess.Popen[str], list[psutil.Process]]:
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()[1][-2000:]
     tree = psutil.Process(proc.pid).children(recursive=True)
-    assert any("raylet" in _cmdline(p) for p in tree)
+    if engine == "ray":
+        assert any("raylet" in _cmdline(p) for p in tree)
+    else:  # the two forked workers
+        assert len(tree) == 2 and all(p.ppid() == proc.pid for p in tree)
     return proc, tree
 
 
@@ -192,8 +195,9 @@ def _all_gone(tree: list[psutil.Process], within: float = 20.0) -> list[str]:
 
 
 @pytest.mark.slow
-def test_sigterm_finishes_the_round_and_saves_stopped(tmp_path: Path) -> None:
-    proc, tree = _long_run(tmp_path)
+@pytest.mark.parametrize("engine", ["processes", "ray"])
+def test_sigterm_finishes_the_round_and_saves_stopped(tmp_path: Path, engine: str) -> None:
+    proc, tree = _long_run(tmp_path, engine)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
@@ -205,9 +209,10 @@ def test_sigterm_finishes_the_round_and_saves_stopped(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_second_sigint_to_the_process_group_aborts_at_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["processes", "ray"])
+def test_second_sigint_to_the_process_group_aborts_at_once(tmp_path: Path, engine: str) -> None:
     """Ctrl-C twice in a terminal: SIGINT to the whole process group (Ray's processes too)."""
-    proc, tree = _long_run(tmp_path)
+    proc, tree = _long_run(tmp_path, engine)
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
@@ -222,9 +227,11 @@ def test_second_sigint_to_the_process_group_aborts_at_once(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_sigkill_leaves_no_ray_process(tmp_path: Path) -> None:
-    """kill -9: nothing of the run can clean up; the reaper kills the run's Ray tree."""
-    proc, tree = _long_run(tmp_path)
+@pytest.mark.parametrize("engine", ["processes", "ray"])
+def test_sigkill_leaves_no_process(tmp_path: Path, engine: str) -> None:
+    """kill -9: nothing of the run can clean up; the reaper kills the run's Ray tree, and
+    the forked workers die with the run (PR_SET_PDEATHSIG)."""
+    proc, tree = _long_run(tmp_path, engine)
     proc.kill()
     proc.communicate(timeout=60)
     assert _all_gone(tree) == []  # the reaper itself ends once it has reaped
@@ -290,7 +297,7 @@ def test_signal_during_start_up_is_one_line_and_not_resumable(
     later, inside ``ray.init`` with its own SIGTERM handler) exits 128 + its number with one
     line, and ``resume=`` on the directory says the run stopped before its first
     checkpoint."""
-    proc = _cli([*TINY, "num_rounds=1"], tmp_path, start_new_session=True)
+    proc = _cli([*TINY, "num_rounds=1", "engine=ray"], tmp_path, start_new_session=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()  # blocks until the first line: the start of Ray
     assert line.startswith("fedpriv: starting Ray (a local instance)"), line

@@ -109,6 +109,7 @@ def _in_process(set_attr: Any) -> None:
     set_attr(runner, "make_client_app", lambda plan: plan)  # the grid needs the run's plan
     set_attr(runner, "_run_simulation", simulate)
     set_attr(runner, "start_ray", lambda *args, **kw: None)  # no Ray in this process
+    set_attr(runner, "fork_workers", lambda *args, **kw: None)  # nor worker processes
 
 
 @pytest.fixture()

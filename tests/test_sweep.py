@@ -299,7 +299,7 @@ def test_one_run_spreads_its_workers_over_the_cluster(cluster: str, tmp_path: Pa
     common = ["num_clients=6", "num_rounds=2", "model=logistic", "progress=false", "plot=false"]
     runs = {
         "cluster": [f"ray_init_args.address={cluster}"],
-        "local": ["ray_init_args.address=local", "ray_init_args.num_cpus=2"],
+        "local": ["ray_init_args.address=local", "ray_init_args.num_cpus=2", "engine=ray"],
     }
     out = {}
     for name, extra in runs.items():
@@ -325,7 +325,7 @@ def test_local_sweep_starts_ray_once(tmp_path: Path) -> None:
     instance (fedpriv/run/warm_engine.py) instead of starting one each, and a job's figures
     equal those of the same run on its own instance (tolerance 0)."""
     sweep_dir = tmp_path / "sweep"
-    local = ["ray_init_args.num_cpus=2"]
+    local = ["ray_init_args.num_cpus=2", "engine=ray"]
     proc = _fedpriv(["-m", "seed=0,1", *TINY, *local, f"hydra.sweep.dir={sweep_dir}"])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stderr.count("fedpriv: one Ray instance for this sweep's jobs (2 CPUs)") == 1

@@ -20,6 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from fedpriv.cli.help import print_help as help_text
+from fedpriv.cli.quick_exit import run_then_exit
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.run.config import (
     check_known_keys,
@@ -252,5 +253,11 @@ def main() -> None:
     hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(_main)()
 
 
+def console_main() -> NoReturn:
+    """The ``fedpriv`` command: :func:`main`, then the process ends without the
+    interpreter's slow module teardown (:mod:`fedpriv.cli.quick_exit`)."""
+    run_then_exit(main)
+
+
 if __name__ == "__main__":
-    main()
+    console_main()

@@ -103,9 +103,11 @@ class RunConfig:
     num_rounds : int
         Server rounds, >= 1.
     num_workers : int or null
-        Flower nodes, each training many virtual clients (null: one per Ray actor).
+        Flower nodes, each training many virtual clients (null: one per client actor).
     vmap_clients : bool or null
         Train a worker's clients together, batched (null: auto, on dense models).
+    engine : str
+        auto | processes (forked on this machine, no Ray) | ray (cluster, SecAgg+, GPUs).
     client_sampling : str
         all | poisson (client_sample_rate) | fixed_size (num_sampled_clients) | random_allocation.
     client_sample_rate : float or null
@@ -153,6 +155,7 @@ class RunConfig:
     num_rounds: int = 20
     num_workers: Optional[int] = None
     vmap_clients: Any = None  # true | false | null: checked by the plan (no coercion of 2)
+    engine: str = "auto"
     client_sampling: str = "all"
     client_sample_rate: Optional[float] = None
     num_sampled_clients: Optional[int] = None

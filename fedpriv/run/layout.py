@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
-from fedpriv.run.plan import RunPlan
+from fedpriv.run.plan import Device, Engine, RunPlan
 from fedpriv.run.ray_session import running_ray
 
 
@@ -26,6 +26,8 @@ class Layout:
     ----------
     num_workers : int
         Flower nodes of the simulation.
+    engine : Engine
+        What runs them: ``RAY`` or ``PROCESSES`` (``auto`` resolved, :func:`run_engine`).
     one_node_per_client : bool
         Node ``i`` is client ``i`` and messages name no clients (SecAgg+, or a strategy
         without ``virtual_clients``); then ``num_workers == num_clients``.
@@ -36,6 +38,41 @@ class Layout:
     num_workers: int
     one_node_per_client: bool
     cohort: CohortSampler
+    engine: Engine = Engine.RAY
+
+
+def needs_ray(plan: RunPlan, *, secagg: bool) -> str:
+    """Why ``plan`` must run on Ray (``""``: worker processes can run it): a cluster to join
+    (``ray_init_args.address`` or ``RAY_ADDRESS``), a run inside a Ray job, Flower's SecAgg+
+    (its mods speak Flower's full message protocol), or CUDA (a forked process cannot)."""
+    address = plan.ray_init_args.get("address") or os.environ.get("RAY_ADDRESS") or "local"
+    if address != "local":
+        return f"a Ray cluster (ray_init_args.address={address})"
+    if running_ray() is not None:
+        return "a run inside a Ray job"
+    if secagg:
+        return "Flower's SecAgg+ (aggregator=secaggplus)"
+    if plan.num_gpus > 0 or plan.device is Device.CUDA:
+        return "CUDA (client_resources.num_gpus > 0 or device=cuda)"
+    return ""
+
+
+def run_engine(plan: RunPlan, *, secagg: bool) -> Engine:
+    """The engine that runs ``plan``: ``engine=auto`` is PROCESSES unless :func:`needs_ray`.
+
+    Raises
+    ------
+    ConfigError
+        ``engine=processes`` for a run that needs Ray.
+    """
+    why = needs_ray(plan, secagg=secagg)
+    if plan.engine is Engine.AUTO:
+        return Engine.RAY if why else Engine.PROCESSES
+    if plan.engine is Engine.PROCESSES and why:
+        raise ConfigError(
+            "engine", "processes", f"is not possible with {why}: use engine=ray or auto"
+        )
+    return plan.engine
 
 
 def local_actors(plan: RunPlan) -> int | None:
@@ -114,6 +151,7 @@ def plan_layout(plan: RunPlan, *, secagg: bool, virtual_clients: bool) -> Layout
     """
     cohort = plan.cohort
     n, given = plan.num_clients, plan.num_workers
+    engine = run_engine(plan, secagg=secagg)
     one_per_client = secagg or not virtual_clients
     why = "aggregator=secaggplus" if secagg else "this strategy"
     if cohort.client_sampling is not ClientSampling.ALL and one_per_client:
@@ -133,10 +171,10 @@ def plan_layout(plan: RunPlan, *, secagg: bool, virtual_clients: bool) -> Layout
             given,
             f"must be null or num_clients={n}: {why} needs one Flower node per client",
         )
-        return Layout(n, True, cohort)
+        return Layout(n, True, cohort, engine)
     if given is None:
         actors = actors or cluster_actors(plan)
-        return Layout(min(n, actors) if actors else n, False, cohort)
+        return Layout(min(n, actors) if actors else n, False, cohort, engine)
     check(isinstance(given, int) and given >= 1, "num_workers", given, "must be an integer >= 1")
     check(given <= n, "num_workers", given, f"must be <= num_clients={n}")
     if actors is not None:
@@ -147,4 +185,4 @@ def plan_layout(plan: RunPlan, *, secagg: bool, virtual_clients: bool) -> Layout
             f"has no CPUs: the local Ray instance runs {actors} client actor(s) "
             "(ray_init_args.num_cpus / client_resources.num_cpus); lower num_workers",
         )
-    return Layout(int(given), False, cohort)
+    return Layout(int(given), False, cohort, engine)

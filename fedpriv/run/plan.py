@@ -32,6 +32,19 @@ class Device(StrEnum):
     CUDA = "cuda"
 
 
+class Engine(StrEnum):
+    """What runs the Flower nodes (:mod:`fedpriv.run.process_grid`, :mod:`fedpriv.run.ray_session`).
+
+    ``processes``: worker processes forked on this machine (no Ray: start-up in a second);
+    ``ray``: Flower's Ray backend (a cluster, SecAgg+, GPUs); ``auto``: processes where the
+    run can use them, else Ray (:func:`fedpriv.run.layout.run_engine`).
+    """
+
+    AUTO = "auto"
+    RAY = "ray"
+    PROCESSES = "processes"
+
+
 class RoundFailure(StrEnum):
     """What a run does with a client that raises, times out or sends non-finite values."""
 
@@ -140,6 +153,7 @@ class RunPlan:
     plot: bool
     resume: str | None
     availability: AvailabilityTrace | None = None
+    engine: Engine = Engine.AUTO
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -153,6 +167,7 @@ class RunPlan:
             "must be true, false or null (auto)",
         )
         set_(self, "device", parse_enum(Device, "device", self.device))
+        set_(self, "engine", parse_enum(Engine, "engine", self.engine))
         set_(self, "round_failure", parse_enum(RoundFailure, "round_failure", self.round_failure))
         if self.audit is not None:
             set_(self, "audit", parse_enum(AuditKind, "audit", self.audit))
@@ -225,6 +240,7 @@ class RunPlan:
             "num_rounds": self.num_rounds,
             "num_workers": self.num_workers,
             "vmap_clients": self.vmap_clients,
+            "engine": self.engine.value,
             "client_sampling": cohort.client_sampling.value,
             "client_sample_rate": cohort.client_sample_rate,
             "num_sampled_clients": cohort.num_sampled_clients,

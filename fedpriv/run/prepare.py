@@ -167,6 +167,7 @@ def plan_of(node: dict[str, Any], privacy: PrivacySpec) -> RunPlan:
         plot=bool(node["plot"]),
         resume=node["resume"],
         availability=availability_of(node),
+        engine=node["engine"],
     )
 
 

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.task_identity import TaskIdentity
 from omegaconf import DictConfig, OmegaConf
 
 from fedpriv.common.notices import quiet_known_notices
@@ -33,10 +34,11 @@ from fedpriv.run.algorithm import ClientAlgorithm
 from fedpriv.run.client_app import make_client_app
 from fedpriv.run.header import NON_PRIVATE_WARNING, header_line, noise_facts, secure_mode_warning
 from fedpriv.run.job import ServerJob
-from fedpriv.run.layout import Layout
-from fedpriv.run.plan import RunPlan
+from fedpriv.run.layout import Layout, local_actors
+from fedpriv.run.plan import Engine, RunPlan
 from fedpriv.run.prepare import build_server, central_analysis, prepare, run_layout
-from fedpriv.run.ray_session import release_stuck_clients, start_ray
+from fedpriv.run.process_grid import RUN_ID, ProcessGrid
+from fedpriv.run.ray_session import release_stuck_clients, running_ray, start_ray
 from fedpriv.run.resume import not_resumable
 from fedpriv.run.round_log import RoundLog
 from fedpriv.run.run_privacy import RunPrivacy
@@ -54,6 +56,7 @@ class OpenRun:
     out_dir: Path
     lock: IO[str]
     ckpt: checkpoint.Checkpoint | None
+    grid: ProcessGrid | None = None
 
 
 def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
@@ -72,6 +75,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
         shared = share_run_dataset(plan)  # one mapped copy of a large training set
         recorder = make_recorder(plan, algorithm, analysis, run)
         layout = run_layout(plan)
+        run.grid = fork_workers(plan, layout)
         job = make_job(plan, algorithm, aggregator, strategy, recorder, layout, run)
         job.note(header_line(plan, noise_facts(algorithm), analysis, run.out_dir, layout))
         if job.audit is not None:
@@ -81,7 +85,7 @@ def run_experiment(cfg: DictConfig, out_dir: Path) -> dict[str, Any]:
     t0 = time.monotonic()
     try:
         with job.log.display, _graceful_stop(job):
-            simulate(job, strategy, layout)
+            simulate(job, strategy, layout, run.grid)
         failed = sum(r.get("status") == "failed" for r in recorder.rounds)
         status = "stopped" if job.stop_reason else "complete"
         message = job.stop_reason or (f"{failed} round(s) failed" if failed else "")
@@ -119,13 +123,25 @@ def open_run(plan: RunPlan, strategy: Strategy, out_dir: Path) -> OpenRun:
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = checkpoint.lock_run(out_dir, "resume" if ckpt is not None else "hydra.run.dir")
     try:
-        warm = warm_address(plan.ray_init_args)  # a local sweep's one instance, if any
-        given = {**plan.ray_init_args, "address": warm} if warm else dict(plan.ray_init_args)
-        start_ray(ray_init_args(given), plan_resources(plan), plan.ray_connect_timeout_s)
+        if run_layout(plan).engine is Engine.RAY:
+            warm = warm_address(plan.ray_init_args)  # a local sweep's one instance, if any
+            given = {**plan.ray_init_args, "address": warm} if warm else dict(plan.ray_init_args)
+            start_ray(ray_init_args(given), plan_resources(plan), plan.ray_connect_timeout_s)
     except BaseException:
         lock.close()
         raise
     return OpenRun(out_dir, lock, ckpt)
+
+
+def fork_workers(plan: RunPlan, layout: Layout) -> ProcessGrid | None:
+    """The worker processes of an ``engine=processes`` run, forked now, before the display's
+    thread starts (``None`` on Ray): one per worker node, at most one per client actor the
+    CPUs allow for one node per client."""
+    if layout.engine is not Engine.PROCESSES:
+        return None
+    actors = local_actors(plan) or 1
+    procs = min(layout.num_workers, actors)
+    return ProcessGrid(make_client_app(plan), layout.num_workers, procs)
 
 
 def plan_resources(plan: RunPlan) -> dict[str, float]:
@@ -218,9 +234,16 @@ def start(job: ServerJob, run: OpenRun, strategy: Strategy) -> None:
     job.log.display.progress.update(job.log.display.task, completed=ckpt.round)
 
 
-def simulate(job: ServerJob, strategy: Strategy, layout: Layout) -> None:
+def simulate(
+    job: ServerJob, strategy: Strategy, layout: Layout, grid: ProcessGrid | None = None
+) -> None:
     """Run the Flower simulation: the server app runs ``strategy.start`` on the job; the
-    client app trains the clients (:func:`fedpriv.run.client_app.make_client_app`)."""
+    client app trains the clients (:func:`fedpriv.run.client_app.make_client_app`) on the
+    worker processes of ``grid``, or on Flower's Ray backend when it is ``None``."""
+    if grid is not None:
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = RUN_ID, 0, 0
+        job.state = strategy.start(grid, job)  # type: ignore[arg-type]
+        return
     server_app = ServerApp()
     done = threading.Event()
 
@@ -244,6 +267,8 @@ def finish(
 ) -> None:
     """End the run: Ray down, the shared dataset removed, the results written with
     ``status`` (the model and the plot as configured), the lock released."""
+    if run.grid is not None:
+        run.grid.close()
     _stop_ray()
     unshare(shared)
     recorder = job.log.recorder
@@ -370,9 +395,8 @@ def _startup_signals() -> Iterator[None]:
 
 def _stop_ray() -> None:
     """Shut the run's Ray instance down (its processes end with the run)."""
-    import ray
-
-    if ray.is_initialized():
+    ray = running_ray()
+    if ray is not None:
         ray.shutdown()
 
 
