@@ -3,7 +3,9 @@
 Prints a clear message and exits 0 when no CUDA device is present. On a GPU it first checks
 that the fast per-sample path equals the reference path on CUDA (tanh CNN, batch 32, float32
 tolerance 1e-3 relative: TF32/cuDNN), then prints the step table (wall-clock after
-``torch.cuda.synchronize``, peak ``torch.cuda.max_memory_allocated``).
+``torch.cuda.synchronize``, peak ``torch.cuda.max_memory_allocated``; the CIFAR-10 CNN's DP step
+against Opacus's), virtual clients sharing the GPU (``gpu_clients.py``) and short CIFAR-10 runs
+of both experiments (``gpu_cifar.py``).
 
 Usage::
 
@@ -64,7 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print()
     clients_rc = gpu_clients.main([])
-    return 0 if err < 1e-3 and clients_rc == 0 else 1
+    import gpu_cifar  # short CIFAR-10 runs: WRN-16-4 on one GPU, clients at num_gpus=0.25
+
+    print()
+    cifar_rc = gpu_cifar.main([])
+    return 0 if err < 1e-3 and clients_rc == 0 and cifar_rc == 0 else 1
 
 
 if __name__ == "__main__":

@@ -25,9 +25,11 @@ from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite
+from fedpriv.data.augment import Draws, augment_views, view_draws, views_key
 from fedpriv.data.client_data import ClientData
+from fedpriv.mechanisms.ghost import refuse_cross_sample
 from fedpriv.mechanisms.noise import add_gaussian_noise
-from fedpriv.mechanisms.persample import clipped_grad_sum, trainable
+from fedpriv.mechanisms.persample import clipped_grad_sum, clipped_group_grad_sum, trainable
 from fedpriv.mechanisms.samplers import PoissonSampler
 from fedpriv.mechanisms.vmap_clients import cohort_clipped_grad_sums, padded_batches
 from fedpriv.run.algorithm import ClientAlgorithm, TrainContext, check_spec
@@ -64,6 +66,10 @@ class LocalDPSGD(ClientAlgorithm):
         Step size γ; the step is ``θ ← θ − γ (g + ξ) / B`` with B = :attr:`normalizer`.
     momentum : float
         Heavy-ball momentum in [0, 1) (post-processing of the noisy steps).
+    augmult : int
+        K >= 0 augmented views of each record (:mod:`fedpriv.data.augment`, De et al. 2022,
+        arXiv:2204.13650): a record's gradient is the mean over its K views, clipped after
+        averaging, so the accounting is unchanged; 0: no augmentation.
     normalizer : float, optional
         B > 0, the public constant that divides every client's noisy gradient sum. ``None``
         (the default): the run's nominal expected batch ``max(q n_train / N, 1)``, bound by
@@ -86,6 +92,7 @@ class LocalDPSGD(ClientAlgorithm):
     steps: int = 10
     lr: float = 2.0
     momentum: float = 0.0
+    augmult: int = 0
     normalizer: float | None = None  # type: ignore[assignment]
     privacy: DPSGDSpec = field(default_factory=DPSGDSpec)
 
@@ -100,6 +107,12 @@ class LocalDPSGD(ClientAlgorithm):
         check(lr > 0, "client.lr", self.lr, "must be a finite number > 0")
         mom = check_finite("client.momentum", self.momentum)
         check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
+        check(
+            isinstance(self.augmult, int) and self.augmult >= 0,
+            "client.augmult",
+            self.augmult,
+            "must be an integer >= 0 (augmented views per record; 0: none)",
+        )
         check_spec(self, self.spec_type)
         object.__setattr__(self, "privacy", self.privacy.bound(**self.bound_facts()))
 
@@ -151,17 +164,16 @@ class LocalDPSGD(ClientAlgorithm):
         start = {k: p.detach().clone() for k, p in model.named_parameters()}
         params = dict(model.named_parameters())
         velocity = {k: torch.zeros_like(p) for k, p in params.items()}
+        key = views_key(ctx.rng) if self.augmult else None  # the views' own streams
         empty = 0
         total = 0
-        for _ in range(self.steps):
+        for step in range(self.steps):
             idx = torch.from_numpy(sampler.sample(len(data), ctx.rng))
             empty += int(idx.numel() == 0)
             total += int(idx.numel())
             x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
-            sums, _ = clipped_grad_sum(
-                model, summed_cross_entropy, x, y, self.privacy.max_grad_norm
-            )
-            noisy = self.noise(sums, ctx.generator)
+            draws = None if key is None else view_draws(key, step, idx.numpy(), self.augmult)
+            noisy = self.noise(self.clipped_sums(model, x, y, draws), ctx.generator)
             with torch.no_grad():
                 for k, g in noisy.items():
                     velocity[k].mul_(self.momentum).add_(g / normalizer)
@@ -174,6 +186,33 @@ class LocalDPSGD(ClientAlgorithm):
             "examples": float(total),
         }
         return update, metrics
+
+    def clipped_sums(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        draws: Draws | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """One step's sum over the batch ``x`` ``(B, ...)``, ``y`` ``(B,)`` of per-record
+        gradients clipped to C. With ``augmult`` K > 0 a record's gradient is the mean of its
+        gradients on the K views ``draws`` gives (:func:`view_draws`, :func:`augment_views`),
+        clipped after averaging: each record still adds a vector of norm at most C."""
+        clip = self.privacy.max_grad_norm
+        if self.augmult == 0 or x.shape[0] == 0:
+            return clipped_grad_sum(model, summed_cross_entropy, x, y, clip)[0]
+        check(draws is not None, "client.augmult", self.augmult, "needs the views' draws")
+        refuse_cross_sample(model)
+        views = augment_views(x, *draws)  # type: ignore[misc]
+        labels = y[:, None].expand(-1, self.augmult)
+        sums = clipped_group_grad_sum(model, summed_cross_entropy, views, labels, clip)
+        assert sums is not None  # None only with BatchNorm, refused above
+        return sums
+
+    def trains_cohorts(self) -> bool:
+        """Vectorized over clients only without augmentation (:meth:`train_cohort` draws no
+        views)."""
+        return self.augmult == 0 and super().trains_cohorts()
 
     def train_cohort(
         self, model: nn.Module, datas: Sequence[ClientData], ctxs: Sequence[TrainContext]

@@ -26,6 +26,7 @@ from clients.local_dpsgd import LocalDPSGD, summed_cross_entropy
 from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.common.errors import check
+from fedpriv.data.augment import Draws, augment_views, view_draws, views_key
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.modular_range import DEFAULT_WRAP_STDDEVS, ScaleRule, SignalGrowth
 from fedpriv.mechanisms.persample import per_sample_grads
@@ -202,6 +203,26 @@ class SkellamDPSGD(SkellamMessages, LocalDPSGD):
         """Public rotation seed of a round (the same for every client and step)."""
         return int(np.random.default_rng([0x5EC, server_round]).integers(2**31))
 
+    def record_rows(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        draws: Draws | None = None,
+    ) -> torch.Tensor:
+        """Each record's gradient as one float64 row ``(B, dim)``, unclipped (the mechanism
+        clips); with ``augmult`` K > 0 the mean of its gradients on K views
+        (:func:`augment_views` of ``draws``), as :meth:`LocalDPSGD.clipped_sums` before its
+        clip."""
+        k = max(self.augmult, 1)
+        if self.augmult:
+            check(draws is not None, "client.augmult", k, "needs the views' draws")
+            x = augment_views(x, *draws).flatten(0, 1)  # type: ignore[misc]
+            y = y.repeat_interleave(k)
+        grads = per_sample_grads(model, summed_cross_entropy, x, y)
+        rows = torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], 1).double()
+        return rows.reshape(-1, k, rows.shape[1]).mean(1)
+
     def train(
         self, model: nn.Module, data: ClientData, ctx: TrainContext
     ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -216,24 +237,16 @@ class SkellamDPSGD(SkellamMessages, LocalDPSGD):
         seed = self.rotation_seed(ctx.server_round)
         params = {k: p for k, p in model.named_parameters() if p.requires_grad}
         total = np.zeros(mech.padded_dim, dtype=np.int64)
+        key = views_key(ctx.rng) if self.augmult else None  # the views' own streams
         empty = 0
-        for _ in range(self.steps):
+        for t in range(self.steps):
             idx = torch.from_numpy(sampler.sample(len(data), ctx.rng))
             empty += int(idx.numel() == 0)
             rows = np.zeros((0, mech.dim))
             if idx.numel():
-                grads = per_sample_grads(
-                    model,
-                    summed_cross_entropy,
-                    data.x[idx].to(ctx.device),
-                    data.y[idx].to(ctx.device),
-                )
-                rows = (
-                    torch.cat([g.reshape(g.shape[0], -1) for g in grads.values()], 1)
-                    .double()
-                    .cpu()
-                    .numpy()
-                )
+                x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
+                draws = None if key is None else view_draws(key, t, idx.numpy(), self.augmult)
+                rows = self.record_rows(model, x, y, draws).cpu().numpy()
             z = mech.privatize(rows, ctx.rng, seed) if len(rows) else mech.noise(ctx.rng)
             total += z
             step = torch.from_numpy(mech.decode_signed(z, seed)).to(ctx.device)

@@ -28,6 +28,15 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def cifar_dir(shared_data: Path) -> Path:
+    """../shared/data/cifar10-jpg, holding at least the 5k/1k subset archive."""
+    path = shared_data / "cifar10-jpg"
+    if not (path / "cifar10_jpg_subset_5k_train_1k_test.tar.gz").is_file():
+        pytest.skip(f"no CIFAR-10 subset archive in {path}")
+    return path
+
+
 @pytest.fixture()
 def task_identity():
     """Flower 1.42 needs a task identity to build messages outside an app; restored after."""

@@ -189,7 +189,7 @@ SKELLAM = ["client=skellam_dpsgd"]  # privacy=skellam: RDP by default
         (["num_clients=3", "num_workers=4"], "num_workers=4 must be <= num_clients=3"),
         (
             ["ray_init_args.num_cpus=2", "client_resources.num_cpus=1", "num_workers=3"],
-            "num_workers=3 has no CPUs: the local Ray instance runs 2 client actor(s)",
+            "num_workers=3 has no CPUs: this machine runs 2 worker(s) at once",
         ),
         (
             ["ray_init_args.num_cpus=2", "client_resources.num_cpus=3"],

@@ -19,6 +19,14 @@ class TestLocalDPSGD(ClientAlgorithmContract):
     calibration_overrides = ["privacy.sample_rate=1.0"]  # PLD calibration at q < 1: ~30 s
 
 
+class TestLocalDPSGDAugmult(TestLocalDPSGD):
+    """Local DP-SGD with augmentation multiplicity (K = 3 crop-and-flip views per record,
+    their gradients averaged before the clip): the same sensitivity and noise, measured from
+    the replies (issue 28, item 2)."""
+
+    overrides = ["client=dpsgd", "client.augmult=3"]
+
+
 class TestSkellamDPSGD(ClientAlgorithmContract):
     """Local DP-SGD with Skellam noise on integers (conf/client/skellam_dpsgd.yaml, which
     selects privacy=skellam: RDP only, its default accountant; PLD is refused before training,
@@ -32,6 +40,12 @@ class TestSkellamDPSGD(ClientAlgorithmContract):
         self, partition: str, shared_data: Any
     ) -> None:
         super().test_effective_noise_multiplier_of_the_released_sum(partition, shared_data)
+
+
+class TestSkellamDPSGDAugmult(TestSkellamDPSGD):
+    """Skellam local DP-SGD with K = 3 augmented views per record (issue 28, item 2)."""
+
+    overrides = ["client=skellam_dpsgd", "client.augmult=3"]
 
 
 class TestBatchClippingShuffle(ClientAlgorithmContract):

@@ -7,8 +7,8 @@ exactly as Flower's Ray backend does, and ``engine=auto`` picks it wherever it c
 - the processes engine against the server run in this process (``InProcessGrid``, the
   handlers called directly): identical (fast);
 - ``engine=auto`` resolves to processes on one machine and to Ray for a cluster address,
-  SecAgg+, CUDA, or a run inside a Ray job; ``engine=processes`` with any of those is refused
-  in one line naming ``engine``.
+  SecAgg+, CUDA, a run inside a Ray job, or a platform that cannot fork; ``engine=processes``
+  with any of those is refused in one line naming ``engine``.
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ BASE = [
     "progress=false",
     "plot=false",
     "ray_init_args.num_cpus=2",
-    "client.steps=2",
 ]
 KINDS = {
-    "dpsgd": [],
+    "dpsgd": ["client.steps=2"],
     "client_level": ["client=client_level", "privacy=client_level"],
     "checkin": ["client=checkin", "strategy=checkin", "num_rounds=3"],
 }
@@ -76,17 +75,19 @@ def test_processes_and_ray_give_the_same_run(kind: str, tmp_path: Path) -> None:
     _assert_same(tmp_path / "processes", tmp_path / "ray")
     engines = {e: _outcome(tmp_path / e)[2]["engine"] for e in ("processes", "ray")}
     assert engines["processes"]["kind"] == "processes" and engines["ray"]["kind"] == "ray"
-    assert engines["processes"]["ray_nodes"] == [] and len(engines["ray"]["ray_nodes"]) == 1
+    assert engines["processes"]["ray_nodes"] == []
+    if kind != "checkin":  # the check-in slots are not summed through worker parts
+        assert len(engines["ray"]["ray_nodes"]) == 1
 
 
 def test_processes_engine_equals_the_handlers_called_in_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, task_identity: None
 ) -> None:
-    summary = run_experiment(_cfg(["engine=processes"]), tmp_path / "processes")
+    summary = run_experiment(_cfg(["engine=processes", *KINDS["dpsgd"]]), tmp_path / "processes")
     assert summary["status"] == "complete", summary["message"]
     with monkeypatch.context() as patch:
         _in_process(patch.setattr)  # the Ray path's server, on a grid in this process
-        run_experiment(_cfg(["engine=ray"]), tmp_path / "here")
+        run_experiment(_cfg(["engine=ray", *KINDS["dpsgd"]]), tmp_path / "here")
     _assert_same(tmp_path / "processes", tmp_path / "here")
     assert _outcome(tmp_path / "processes")[2]["engine"] == {
         "kind": "processes",
@@ -117,6 +118,9 @@ def test_auto_is_processes_on_one_machine_and_ray_where_needed(
     assert run_engine(gpu, secagg=False) is Engine.RAY
     assert run_engine(_plan(device="cuda"), secagg=False) is Engine.RAY
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    assert run_engine(_plan(), secagg=False) is Engine.RAY
+    monkeypatch.delenv("RAY_ADDRESS")
+    monkeypatch.setattr("multiprocessing.get_all_start_methods", lambda: ["spawn"])  # Windows
     assert run_engine(_plan(), secagg=False) is Engine.RAY
 
 

@@ -87,7 +87,7 @@ def test_given_workers_within_limits(workers: int) -> None:
     ("top", "message"),
     [
         ({"num_workers": 11}, "num_workers=11 must be <= num_clients=10"),
-        ({"num_workers": 3}, "num_workers=3 has no CPUs: the local Ray instance runs 2 client"),
+        ({"num_workers": 3}, "num_workers=3 has no CPUs: this machine runs 2 worker(s) at once"),
         ({"num_workers": 0}, "num_workers=0 must be an integer >= 1"),
         ({"num_workers": -2}, "num_workers=-2 must be an integer >= 1"),
         ({"num_workers": 1.5}, "num_workers=1.5 must be an integer >= 1"),

@@ -12,6 +12,7 @@ Names (``data_dir`` in brackets):
   [required].
 - ``adult``: UCI Adult ``adult.data`` / ``adult.test`` [required].
 - ``acs_income``: ACSIncome ``<ST>_*.csv.gz``, one natural client per state [required].
+- ``cifar10``: CIFAR-10 JPEG archives (``subset=true``: 5k / 1k), cached decoded [required].
 - ``fashion_mnist_hf``: Hugging Face Hub through flwr-datasets, needs internet [not used].
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 
 from fedpriv.common.errors import ConfigError
 from fedpriv.data.arrays import ArrayDataset
+from fedpriv.data.cifar10 import load_cifar10
 from fedpriv.data.embedded import load_fashion_mnist_embedded
 from fedpriv.data.images import load_fashion_mnist, load_fashion_mnist_hf, load_mnist
 from fedpriv.data.partition import partition_dirichlet, partition_iid, partition_natural
@@ -35,6 +37,7 @@ _LOADERS: dict[str, Callable[..., ArrayDataset]] = {
     "mnist": load_mnist,
     "adult": load_adult,
     "acs_income": load_acs_income,
+    "cifar10": load_cifar10,
     "fashion_mnist_hf": lambda data_dir=None, **kw: load_fashion_mnist_hf(**kw),
 }
 DATASET_NAMES: tuple[str, ...] = tuple(_LOADERS)
@@ -53,7 +56,8 @@ def load_dataset(
         Directory holding the files (see the module table); ignored by the embedded data.
     **options
         Loader options (``None`` values count as unset): ``train_limit`` (fashion_mnist,
-        mnist, fashion_mnist_hf); ``test_fraction``, ``seed``, ``states`` (acs_income).
+        mnist, fashion_mnist_hf); ``test_fraction``, ``seed``, ``states`` (acs_income);
+        ``subset``, ``cache_dir`` (cifar10).
 
     Returns
     -------

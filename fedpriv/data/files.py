@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import contextlib
+import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +32,15 @@ def reading(path: str | Path) -> Iterator[None]:
         yield
     except ConfigError:
         raise
-    except (EOFError, OSError, zipfile.BadZipFile, ValueError, KeyError) as exc:
+    except (
+        EOFError,
+        OSError,
+        zipfile.BadZipFile,
+        tarfile.TarError,
+        zlib.error,
+        ValueError,
+        KeyError,
+    ) as exc:
         raise ConfigError(
             "dataset file",
             str(path),

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from fedpriv.common.errors import ConfigError, check
+from fedpriv.models.cifar import CifarCNN, WideResNet
 
 
 class TanhCNN(nn.Module):
@@ -71,7 +72,8 @@ class LogisticRegression(nn.Module):
 def build_model(
     name: str, input_shape: tuple[int, ...], num_classes: int, **kwargs: object
 ) -> nn.Module:
-    """Build a model by name: ``tanh_cnn``, ``mlp``, ``logistic``.
+    """Build a model by name: ``tanh_cnn``, ``mlp``, ``logistic``, ``cifar_cnn``, ``wrn16_4``
+    (:mod:`fedpriv.models.cifar`).
 
     Parameters
     ----------
@@ -99,5 +101,8 @@ def build_model(
         return MLP(in_features, num_classes, hidden)
     if name == "logistic":
         return LogisticRegression(in_features, num_classes)
-    check(False, "model.name", name, "must be one of: tanh_cnn, mlp, logistic")
+    if name in ("cifar_cnn", "wrn16_4"):
+        check(tuple(input_shape) == (3, 32, 32), "model", name, "needs 3x32x32 image inputs")
+        return CifarCNN(num_classes) if name == "cifar_cnn" else WideResNet(16, 4, num_classes)
+    check(False, "model.name", name, "must be one of: tanh_cnn, mlp, logistic, cifar_cnn, wrn16_4")
     raise AssertionError  # unreachable

@@ -137,10 +137,15 @@ def use_vmap(
     return dense_chain(model) is not None
 
 
+def worker_threads(plan: RunPlan) -> int:
+    """torch threads of a worker: the whole CPUs of ``client_resources.num_cpus`` (>= 1)."""
+    return max(1, int(plan.num_cpus))
+
+
 def train_handler(plan_json: str, msg: Message, context: Context) -> Message:
     """One node, one client (``partition-id`` of the node config): train and reply."""
-    torch.set_num_threads(1)
     plan = worker_plan(plan_json)
+    torch.set_num_threads(worker_threads(plan))
     partition_id = int(context.node_config["partition-id"])
     server_round = int(str(msg.content.config_records[CONFIG_KEY]["server_round"]))
     data = client_data(plan_json, partition_id)
@@ -167,9 +172,9 @@ def worker_train_handler(plan_json: str, msg: Message) -> Message:
     error line; the others still reply. Each client's update goes into the reply as it
     finishes, so a summed reply holds one update in memory, not the share's.
     """
-    torch.set_num_threads(1)
-    server_round = int(str(msg.content.config_records[CONFIG_KEY]["server_round"]))
     plan = worker_plan(plan_json)
+    torch.set_num_threads(worker_threads(plan))
+    server_round = int(str(msg.content.config_records[CONFIG_KEY]["server_round"]))
     algorithm = worker_algorithm(plan_json)
     model = worker_model(plan_json)
     start = msg.content.array_records[MODEL_KEY].to_torch_state_dict()

@@ -46,8 +46,8 @@ FINITE_RULES = {
 @dataclass
 class DatasetConfig:
     """``dataset``: ``name`` of a loader (``fashion_mnist_embedded``, ``fashion_mnist``,
-    ``mnist``, ``adult``, ``acs_income``, ``fashion_mnist_hf``), the directory of its files
-    (``data_dir``) and loader ``options``."""
+    ``mnist``, ``adult``, ``acs_income``, ``cifar10``, ``fashion_mnist_hf``), the directory of
+    its files (``data_dir``) and loader ``options``."""
 
     name: str = MISSING
     data_dir: Optional[str] = None
@@ -66,7 +66,8 @@ class PartitionConfig:
 
 @dataclass
 class ModelConfig:
-    """``model``: ``tanh_cnn``, ``mlp`` (``hidden`` widths) or ``logistic``."""
+    """``model``: ``tanh_cnn``, ``mlp`` (``hidden`` widths), ``logistic``, or for CIFAR-10
+    ``cifar_cnn`` and ``wrn16_4`` (GroupNorm, weight standardization)."""
 
     name: str = MISSING
     hidden: list[int] = field(default_factory=lambda: [256])

@@ -108,6 +108,7 @@ class ServerJob:
         self.rounds_ended = 0  # rounds ended (released, failed, empty) in this process
         self.interrupted = ""  # set by SIGINT/SIGTERM: finish the round in progress, then stop
         self.stop_signal = 0  # the number of that signal (the exit code is 128 + it)
+        self.record_nodes(set())  # results.json states its engine from the start
 
     def _note_empty_rounds(self) -> None:
         """One line when the enforced participation leaves rounds without any client (they

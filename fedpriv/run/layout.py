@@ -9,6 +9,7 @@ declare ``virtual_clients``; the cohort of each round comes from :class:`CohortS
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 from dataclasses import dataclass
 
@@ -44,7 +45,8 @@ class Layout:
 def needs_ray(plan: RunPlan, *, secagg: bool) -> str:
     """Why ``plan`` must run on Ray (``""``: worker processes can run it): a cluster to join
     (``ray_init_args.address`` or ``RAY_ADDRESS``), a run inside a Ray job, Flower's SecAgg+
-    (its mods speak Flower's full message protocol), or CUDA (a forked process cannot)."""
+    (its mods speak Flower's full message protocol), CUDA (a forked process cannot use it),
+    or a platform without ``fork`` (Windows)."""
     address = plan.ray_init_args.get("address") or os.environ.get("RAY_ADDRESS") or "local"
     if address != "local":
         return f"a Ray cluster (ray_init_args.address={address})"
@@ -54,6 +56,8 @@ def needs_ray(plan: RunPlan, *, secagg: bool) -> str:
         return "Flower's SecAgg+ (aggregator=secaggplus)"
     if plan.num_gpus > 0 or plan.device is Device.CUDA:
         return "CUDA (client_resources.num_gpus > 0 or device=cuda)"
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return "this platform (it cannot fork a process)"
     return ""
 
 
@@ -182,7 +186,7 @@ def plan_layout(plan: RunPlan, *, secagg: bool, virtual_clients: bool) -> Layout
             given <= actors,
             "num_workers",
             given,
-            f"has no CPUs: the local Ray instance runs {actors} client actor(s) "
+            f"has no CPUs: this machine runs {actors} worker(s) at once "
             "(ray_init_args.num_cpus / client_resources.num_cpus); lower num_workers",
         )
     return Layout(int(given), False, cohort, engine)

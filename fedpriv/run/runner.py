@@ -42,7 +42,7 @@ from fedpriv.run.ray_session import release_stuck_clients, running_ray, start_ra
 from fedpriv.run.resume import not_resumable
 from fedpriv.run.round_log import RoundLog
 from fedpriv.run.run_privacy import RunPrivacy
-from fedpriv.run.setup import share_run_dataset
+from fedpriv.run.setup import run_dataset, share_run_dataset
 from fedpriv.run.strategy import Strategy
 from fedpriv.run.warm_engine import warm_address
 
@@ -182,10 +182,12 @@ def make_recorder(
         },
     }
     resumed = {} if run.ckpt is None else {"resumed": [*saved.get("resumed", []), run.ckpt.round]}
+    data = run_dataset(plan)
     return RunRecorder(
         run.out_dir,
         privacy=privacy,
-        extra={"config": config} | resumed,
+        extra={"config": config, "dataset": {"name": data.name, "provenance": data.provenance}}
+        | resumed,
         resume_rounds=None if run.ckpt is None else list(saved.get("rows", [])),
     )
 
@@ -205,7 +207,7 @@ def make_job(
     privacy = RunPrivacy(plan.privacy, plan.cohort.nominal_size)
     ckpt_dir = run.out_dir if type(strategy).resumable else None
     log = RoundLog(privacy, recorder, display, ckpt_dir, secure=plan.secure_mode)
-    log.strategy_state = strategy.checkpoint_state
+    log.strategy_state = strategy.saved_state
     job = ServerJob(plan, algorithm, aggregator, layout, log)
     if job.audit is not None:
         recorder.update_privacy(**job.audit.summary)
@@ -222,7 +224,7 @@ def start(job: ServerJob, run: OpenRun, strategy: Strategy) -> None:
     job.round_config = job.log.restore(ckpt.meta)
     job.first_round = ckpt.round + 1
     job.state = {k: v.copy() for k, v in ckpt.model.items()}
-    strategy.restore_checkpoint_state(ckpt.strategy)
+    strategy.restore_saved_state(ckpt.strategy)
     job.note(
         f"resuming after round {ckpt.round} of {job.num_rounds} "
         f"(epsilon so far {job.privacy.epsilon():.4g})"

@@ -30,6 +30,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 from flwr.app import Message
 from flwr.serverapp import Grid
 
@@ -37,6 +38,9 @@ from fedpriv.common.errors import ConfigError, check
 from fedpriv.run.aggregation import RoundFailed
 from fedpriv.run.algorithm import ClientAlgorithm
 from fedpriv.run.job import Released, ServerJob, State
+
+#: Checkpoint keys of the parameter average (:meth:`Strategy.saved_state`).
+EMA_PREFIX = "ema/"
 
 
 def check_pull_interval(value: object) -> None:
@@ -61,6 +65,11 @@ class Strategy(ABC):
     pull_interval : float
         Seconds between the in-memory grid's reply polls, in (0, 1] (Flower's default 0.1 s
         adds up to 0.1 s to every exchange).
+    ema_decay : float or None
+        Parameter averaging for evaluation (De et al. 2022, arXiv:2204.13650, Section 3.1):
+        after each released round ``ema = d ema + (1 - d) model`` (the first released model
+        starts it), evaluated beside the model (``ema_accuracy``, ``ema_loss``). Post-processing
+        of released models: ε is unchanged. ``None``: off; else ``d`` in [0, 1).
 
     Raises
     ------
@@ -69,6 +78,7 @@ class Strategy(ABC):
     """
 
     pull_interval: float = 0.01
+    ema_decay: float | None = None
     #: Sends worker messages (many virtual clients per Flower node, sampled cohorts); False:
     #: one Flower node per client.
     virtual_clients: ClassVar[bool] = True
@@ -77,6 +87,14 @@ class Strategy(ABC):
 
     def __post_init__(self) -> None:
         check_pull_interval(self.pull_interval)
+        d = self.ema_decay
+        check(
+            d is None or (isinstance(d, (int, float)) and 0 <= d < 1),
+            "strategy.ema_decay",
+            d,
+            "must be null (off) or a decay in [0, 1)",
+        )
+        self._ema: State | None = None
 
     def check_algorithm(self, algorithm: ClientAlgorithm) -> None:
         """Refuse, before training, a client algorithm this strategy cannot serve (default: a
@@ -120,6 +138,8 @@ class Strategy(ABC):
             job.round_empty(server_round)
             return state
         metrics = self.evaluate(server_round, released.state, job)
+        if self.ema_decay is not None:
+            metrics |= self.evaluate_average(released.state, job)
         seconds = time.monotonic() - t0
         job.round_released(server_round, released, metrics, seconds)
         return released.state
@@ -173,6 +193,33 @@ class Strategy(ABC):
         """Centralized evaluation of ``state``: ``accuracy`` and ``loss`` on the test split."""
         accuracy, loss = job.evaluate_state(state)
         return {"accuracy": accuracy, "loss": loss}
+
+    def evaluate_average(self, state: State, job: ServerJob) -> dict[str, float]:
+        """Fold the released ``state`` into the parameter average (``ema_decay``) and evaluate
+        the average: ``ema_accuracy``, ``ema_loss``. Non-float arrays follow the model."""
+        d, ema = float(self.ema_decay or 0.0), self._ema
+        self._ema = {
+            k: v.copy()
+            if ema is None or not np.issubdtype(v.dtype, np.floating)
+            else (d * ema[k] + (1 - d) * v).astype(v.dtype)
+            for k, v in state.items()
+        }
+        accuracy, loss = job.evaluate_state(self._ema)
+        return {"ema_accuracy": accuracy, "ema_loss": loss}
+
+    def saved_state(self) -> State:
+        """What a checkpoint keeps of the strategy: :meth:`checkpoint_state` and the parameter
+        average (``"ema/<param>"``)."""
+        ema = {} if self._ema is None else {EMA_PREFIX + k: v for k, v in self._ema.items()}
+        return {**self.checkpoint_state(), **ema}
+
+    def restore_saved_state(self, arrays: State) -> None:
+        """Inverse of :meth:`saved_state`."""
+        ema = {k[len(EMA_PREFIX) :]: v for k, v in arrays.items() if k.startswith(EMA_PREFIX)}
+        self._ema = ema or None
+        self.restore_checkpoint_state(
+            {k: v for k, v in arrays.items() if not k.startswith(EMA_PREFIX)}
+        )
 
     def checkpoint_state(self) -> State:
         """The strategy's state for the checkpoint, as flat arrays (default: none)."""
