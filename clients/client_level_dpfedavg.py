@@ -38,6 +38,7 @@ from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, parse_enum
+from fedpriv.data.augment import augment_views, view_draws, views_key
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.client_sampling import CohortSampler
 from fedpriv.mechanisms.lattice_gaussian import add_lattice_gaussian, lattice_step
@@ -77,6 +78,10 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         Local step size > 0.
     momentum : float
         SGD momentum in [0, 1) (``optimizer=sgd``).
+    augmult : int
+        K >= 0 crop-and-flip views of each record in every local batch (0: none); the loss is
+        the mean over the records' views (:mod:`fedpriv.data.augment`). Local training only:
+        the whole delta is clipped after it, so the accounting is unchanged.
     optimizer : {"sgd", "adam"}
         Local optimizer (post-processing: only the clipped delta leaves the client).
     noise_placement : {"server", "clients"}
@@ -110,6 +115,7 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
     batch_size: int = 10
     lr: float = 0.1
     momentum: float = 0.0
+    augmult: int = 0
     optimizer: LocalOptimizer = LocalOptimizer.SGD
     noise_placement: NoisePlacement = NoisePlacement.SERVER
     target_unclipped_quantile: float | None = None
@@ -123,6 +129,12 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         check(check_finite("client.lr", self.lr) > 0, "client.lr", self.lr, "must be > 0")
         mom = check_finite("client.momentum", self.momentum)
         check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
+        check(
+            isinstance(self.augmult, int) and self.augmult >= 0,
+            "client.augmult",
+            self.augmult,
+            "must be an integer >= 0 (augmented views per record; 0: none)",
+        )
         set_ = object.__setattr__
         set_(self, "optimizer", parse_enum(LocalOptimizer, "client.optimizer", self.optimizer))
         placement = parse_enum(NoisePlacement, "client.noise_placement", self.noise_placement)
@@ -316,12 +328,17 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         else:
             opt = torch.optim.SGD(params, lr=self.lr, momentum=self.momentum)
         n, steps = len(data), 0
+        key = views_key(ctx.rng) if self.augmult else None  # the views' own streams
         model.train()
         for _ in range(self.local_epochs):
             order = torch.from_numpy(ctx.rng.permutation(n))
             for lo in range(0, n, self.batch_size):
                 idx = order[lo : lo + self.batch_size]
                 x, y = data.x[idx].to(ctx.device), data.y[idx].to(ctx.device)
+                if key is not None:
+                    draws = view_draws(key, steps, idx.numpy(), self.augmult)
+                    x = augment_views(x, *draws).flatten(0, 1)
+                    y = y.repeat_interleave(self.augmult)
                 opt.zero_grad(set_to_none=True)
                 nn.functional.cross_entropy(model(x), y).backward()
                 opt.step()

@@ -67,9 +67,9 @@ class LocalDPSGD(ClientAlgorithm):
     momentum : float
         Heavy-ball momentum in [0, 1) (post-processing of the noisy steps).
     augmult : int
-        K >= 0 augmented views of each record (:mod:`fedpriv.data.augment`, De et al. 2022,
-        arXiv:2204.13650): a record's gradient is the mean over its K views, clipped after
-        averaging, so the accounting is unchanged; 0: no augmentation.
+        K >= 0 augmented views per record, their gradients averaged before the clip (0: none).
+        Augmentation multiplicity (De et al. 2022, arXiv:2204.13650; :mod:`fedpriv.data.augment`):
+        a record still adds at most C to a step's sum, so the accounting is unchanged.
     normalizer : float, optional
         B > 0, the public constant that divides every client's noisy gradient sum. ``None``
         (the default): the run's nominal expected batch ``max(q n_train / N, 1)``, bound by

@@ -35,7 +35,7 @@ def test_gpu_experiments_calibrate_to_epsilon_8(
     """PLD's σ for (8, 1e-5) is below RDP's (a tighter bound of the same mechanism), and the
     run's ε at that σ is 8 to calibration tolerance (1e-3 relative)."""
     monkeypatch.setenv("HOME", str(tmp_path))
-    base = [f"+experiment={name}", *_subset(cifar_dir), *CPU]
+    base = [f"+experiment={name}", *_subset(cifar_dir), *CPU, "partition.min_size=8"]
     pld_plan, pld = prepare(_cfg(base))
     _, rdp = prepare(_cfg([*base, "privacy.accountant=rdp"]))
     assert pld_plan.privacy.target_epsilon is None  # calibrated: the σ is fixed in the plan

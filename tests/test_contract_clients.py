@@ -291,6 +291,13 @@ class TestClientLevelDPFedAvg(_WholeClientNeighbour, ClientAlgorithmContract):
     overrides = ["client=client_level", "client.noise_placement=clients"]
 
 
+class TestClientLevelDPFedAvgAugmult(TestClientLevelDPFedAvg):
+    """Client-level DP-FedAvg whose local training sees 2 augmented views of every record
+    (issue 28, item 2): the clipped delta's sensitivity and noise are unchanged."""
+
+    overrides = ["client=client_level", "client.noise_placement=clients", "client.augmult=2"]
+
+
 class TestClientLevelSkellam(_WholeClientNeighbour, ClientAlgorithmContract):
     """Client-level DP-FedAvg with integer Skellam shares (conf/client/client_level_skellam.yaml);
     RDP only."""

@@ -66,10 +66,10 @@ class Strategy(ABC):
         Seconds between the in-memory grid's reply polls, in (0, 1] (Flower's default 0.1 s
         adds up to 0.1 s to every exchange).
     ema_decay : float or None
-        Parameter averaging for evaluation (De et al. 2022, arXiv:2204.13650, Section 3.1):
-        after each released round ``ema = d ema + (1 - d) model`` (the first released model
-        starts it), evaluated beside the model (``ema_accuracy``, ``ema_loss``). Post-processing
-        of released models: ε is unchanged. ``None``: off; else ``d`` in [0, 1).
+        Evaluate the average ema = d ema + (1 - d) model of the released models (null: off).
+        Parameter averaging (De et al. 2022, arXiv:2204.13650, Section 3.1): after each
+        released round (the first released model starts it), evaluated beside the model
+        (``ema_accuracy``, ``ema_loss``); post-processing, so ε is unchanged; ``d`` in [0, 1).
 
     Raises
     ------
