@@ -38,13 +38,14 @@ from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, parse_enum
-from fedpriv.data.augment import augment_views, view_draws, views_key
+from fedpriv.data.augment import augment_views, check_images, view_draws, views_key
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.client_sampling import CohortSampler
 from fedpriv.mechanisms.lattice_gaussian import add_lattice_gaussian, lattice_step
 from fedpriv.mechanisms.noise import add_gaussian_noise, server_generator
 from fedpriv.run.algorithm import ClientAlgorithm, PrivacyUnit, TrainContext, check_spec
 from fedpriv.run.plan import RunPlan
+from fedpriv.run.setup import run_dataset
 
 #: Update entry carrying ``b − 1/2`` (adaptive clipping); stripped by :meth:`release`.
 UNCLIPPED_KEY = "fedpriv.unclipped"
@@ -197,6 +198,7 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         """Bind the run's cohort sampler and the noise shares into the spec, and the seed."""
         cohort = plan.cohort
         self.check_cohort(cohort)
+        check_images(self.augmult, run_dataset(plan).input_shape)
         shares = cohort.nominal_size if self.shares else None
         spec = self.privacy.bound(cohort=cohort, noise_shares=shares)
         return replace(self, privacy=spec, seed=plan.seed)

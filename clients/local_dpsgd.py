@@ -25,7 +25,7 @@ from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite
-from fedpriv.data.augment import Draws, augment_views, view_draws, views_key
+from fedpriv.data.augment import Draws, augment_views, check_images, view_draws, views_key
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.ghost import refuse_cross_sample
 from fedpriv.mechanisms.noise import add_gaussian_noise
@@ -127,6 +127,7 @@ class LocalDPSGD(ClientAlgorithm):
     def for_run(self, plan: RunPlan) -> Self:
         """Bind the nominal cohort and the public normalizer (nominal expected batch when
         ``normalizer`` is not configured)."""
+        check_images(self.augmult, run_dataset(plan).input_shape)
         normalizer = self.normalizer
         if normalizer is None:
             normalizer = nominal_expected_batch(plan, self.privacy.sample_rate)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -136,3 +137,17 @@ def test_bad_augmult_is_refused_naming_the_field() -> None:
     with pytest.raises(ConfigError, match=r"client.augmult=2 needs image inputs \(B, C, H, W\)"):
         _algo(2, 1.0).clipped_sums(model, tabular, torch.tensor([0, 1]), draws)
     assert not _algo(2, 1.0).trains_cohorts() and _algo(0, 1.0).trains_cohorts()
+
+
+@pytest.mark.parametrize("client", ["client=dpsgd", "client=client_level"])
+def test_augmult_on_tabular_data_is_refused_before_training(client: str, shared_data: Any) -> None:
+    from fedpriv.run.prepare import prepare
+    from tests.test_faults import _cfg
+
+    over = ["dataset=adult", f"dataset.data_dir={shared_data / 'adult'}", "model=logistic"]
+    over += [client, "client.augmult=2"]
+    if client == "client=client_level":
+        over.append("privacy=client_level")
+    want = r"client.augmult=2 needs image inputs \(C, H, W\); this dataset's records have shape"
+    with pytest.raises(ConfigError, match=want):
+        prepare(_cfg(over))

@@ -20,6 +20,23 @@ from fedpriv.common.errors import ConfigError
 Draws = tuple[np.ndarray, np.ndarray]
 
 
+def check_images(k: int, input_shape: tuple[int, ...]) -> None:
+    """Refuse augmentation multiplicity (``k`` > 0) on data that are not images.
+
+    Raises
+    ------
+    ConfigError
+        ``client.augmult=2 needs image inputs (C, H, W); this dataset's records have shape
+        (105,)``.
+    """
+    if k > 0 and len(input_shape) != 3:
+        raise ConfigError(
+            "client.augmult",
+            k,
+            f"needs image inputs (C, H, W); this dataset's records have shape {input_shape}",
+        )
+
+
 def views_key(rng: np.random.Generator) -> np.ndarray:
     """A key for a round's views, spawned from the seed sequence of ``rng`` without drawing
     from it (the client's sampling and noise streams are untouched)."""
