@@ -7,8 +7,8 @@ exactly as Flower's Ray backend does, and ``engine=auto`` picks it wherever it c
 - the processes engine against the server run in this process (``InProcessGrid``, the
   handlers called directly): identical (fast);
 - ``engine=auto`` resolves to processes on one machine and to Ray for a cluster address,
-  SecAgg+, CUDA, a run inside a Ray job, or a platform that cannot fork; ``engine=processes``
-  with any of those is refused in one line naming ``engine``.
+  SecAgg+, CUDA, clients of 2+ CPUs, a run inside a Ray job, or a platform that cannot fork;
+  ``engine=processes`` with any of those is refused in one line naming ``engine``.
 """
 
 from __future__ import annotations
@@ -117,6 +117,8 @@ def test_auto_is_processes_on_one_machine_and_ray_where_needed(
     gpu = _plan(client_resources={"num_cpus": 1, "num_gpus": 0.5})
     assert run_engine(gpu, secagg=False) is Engine.RAY
     assert run_engine(_plan(device="cuda"), secagg=False) is Engine.RAY
+    two_cpus = _plan(client_resources={"num_cpus": 2, "num_gpus": 0.0})
+    assert run_engine(two_cpus, secagg=False) is Engine.RAY  # OpenMP after fork
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
     assert run_engine(_plan(), secagg=False) is Engine.RAY
     monkeypatch.delenv("RAY_ADDRESS")
@@ -130,6 +132,7 @@ def test_auto_is_processes_on_one_machine_and_ray_where_needed(
         ({"ray_init_args": {"address": "127.0.0.1:6379"}}, False, "a Ray cluster"),
         ({}, True, "Flower's SecAgg"),
         ({"client_resources": {"num_cpus": 1, "num_gpus": 1.0}}, False, "CUDA"),
+        ({"client_resources": {"num_cpus": 2, "num_gpus": 0.0}}, False, "client_resources"),
     ],
 )
 def test_processes_where_ray_is_needed_is_refused(

@@ -138,7 +138,8 @@ def use_vmap(
 
 
 def worker_threads(plan: RunPlan) -> int:
-    """torch threads of a worker: the whole CPUs of ``client_resources.num_cpus`` (>= 1)."""
+    """torch threads of a worker: the whole CPUs of ``client_resources.num_cpus`` (>= 1; 2 or
+    more only on Ray, :func:`fedpriv.run.layout.needs_ray`: a forked worker keeps to one)."""
     return max(1, int(plan.num_cpus))
 
 

@@ -108,7 +108,7 @@ class RunConfig:
     vmap_clients : bool or null
         Train a worker's clients together, batched (null: auto, on dense models).
     engine : str
-        auto | processes (forked on this machine, no Ray) | ray (cluster, SecAgg+, GPUs).
+        auto | processes (forked here, no Ray) | ray (cluster, SecAgg+, GPUs, 2+ CPU clients).
     client_sampling : str
         all | poisson (client_sample_rate) | fixed_size (num_sampled_clients) | random_allocation.
     client_sample_rate : float or null

@@ -46,7 +46,9 @@ def needs_ray(plan: RunPlan, *, secagg: bool) -> str:
     """Why ``plan`` must run on Ray (``""``: worker processes can run it): a cluster to join
     (``ray_init_args.address`` or ``RAY_ADDRESS``), a run inside a Ray job, Flower's SecAgg+
     (its mods speak Flower's full message protocol), CUDA (a forked process cannot use it),
-    or a platform without ``fork`` (Windows)."""
+    clients of 2 or more CPUs (their torch threads: GNU OpenMP is not fork-safe once the run's
+    process has used it, so a forked worker trains on one thread), or a platform without
+    ``fork`` (Windows)."""
     address = plan.ray_init_args.get("address") or os.environ.get("RAY_ADDRESS") or "local"
     if address != "local":
         return f"a Ray cluster (ray_init_args.address={address})"
@@ -56,6 +58,8 @@ def needs_ray(plan: RunPlan, *, secagg: bool) -> str:
         return "Flower's SecAgg+ (aggregator=secaggplus)"
     if plan.num_gpus > 0 or plan.device is Device.CUDA:
         return "CUDA (client_resources.num_gpus > 0 or device=cuda)"
+    if plan.num_cpus >= 2:
+        return f"client_resources.num_cpus={plan.num_cpus:g} (a forked worker trains on 1 thread)"
     if "fork" not in multiprocessing.get_all_start_methods():
         return "this platform (it cannot fork a process)"
     return ""
