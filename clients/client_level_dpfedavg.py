@@ -38,7 +38,7 @@ from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, parse_enum
-from fedpriv.data.augment import augment_views, check_images, view_draws, views_key
+from fedpriv.data.augment import augment_views, check_augmult, check_images, view_draws, views_key
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.client_sampling import CohortSampler
 from fedpriv.mechanisms.lattice_gaussian import add_lattice_gaussian, lattice_step
@@ -130,12 +130,7 @@ class ClientLevelDPFedAvg(ClientAlgorithm):
         check(check_finite("client.lr", self.lr) > 0, "client.lr", self.lr, "must be > 0")
         mom = check_finite("client.momentum", self.momentum)
         check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
-        check(
-            isinstance(self.augmult, int) and self.augmult >= 0,
-            "client.augmult",
-            self.augmult,
-            "must be an integer >= 0 (augmented views per record; 0: none)",
-        )
+        check_augmult(self.augmult)
         set_ = object.__setattr__
         set_(self, "optimizer", parse_enum(LocalOptimizer, "client.optimizer", self.optimizer))
         placement = parse_enum(NoisePlacement, "client.noise_placement", self.noise_placement)

@@ -25,7 +25,14 @@ from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite
-from fedpriv.data.augment import Draws, augment_views, check_images, view_draws, views_key
+from fedpriv.data.augment import (
+    Draws,
+    augment_views,
+    check_augmult,
+    check_images,
+    view_draws,
+    views_key,
+)
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.ghost import refuse_cross_sample
 from fedpriv.mechanisms.noise import add_gaussian_noise
@@ -107,12 +114,7 @@ class LocalDPSGD(ClientAlgorithm):
         check(lr > 0, "client.lr", self.lr, "must be a finite number > 0")
         mom = check_finite("client.momentum", self.momentum)
         check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
-        check(
-            isinstance(self.augmult, int) and self.augmult >= 0,
-            "client.augmult",
-            self.augmult,
-            "must be an integer >= 0 (augmented views per record; 0: none)",
-        )
+        check_augmult(self.augmult)
         check_spec(self, self.spec_type)
         object.__setattr__(self, "privacy", self.privacy.bound(**self.bound_facts()))
 

@@ -20,6 +20,14 @@ from fedpriv.common.errors import ConfigError
 Draws = tuple[np.ndarray, np.ndarray]
 
 
+def check_augmult(k: object) -> None:
+    """Refuse a ``client.augmult`` that is not an integer >= 0 (one line naming the field)."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        raise ConfigError(
+            "client.augmult", k, "must be an integer >= 0 (augmented views per record; 0: none)"
+        )
+
+
 def check_images(k: int, input_shape: tuple[int, ...]) -> None:
     """Refuse augmentation multiplicity (``k`` > 0) on data that are not images.
 
