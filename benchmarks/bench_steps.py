@@ -33,7 +33,12 @@ from torch import nn
 
 from fedpriv.mechanisms.ghost import batch_clipped_grad
 from fedpriv.mechanisms.noise import add_gaussian_noise
-from fedpriv.mechanisms.persample import clipped_grad_sum, reference_clipped_grad_sum
+from fedpriv.mechanisms.persample import (
+    clipped_grad_sum,
+    clipped_group_grad_sum,
+    reference_clipped_grad_sum,
+    reference_group_grad_sum,
+)
 from fedpriv.models.zoo import build_model
 
 MODELS: dict[str, tuple[int, ...]] = {
@@ -41,7 +46,10 @@ MODELS: dict[str, tuple[int, ...]] = {
     "cifar_cnn": (3, 32, 32),
     "logistic": (1024,),
     "mlp": (784,),
+    "wrn16_4": (3, 32, 32),
 }
+DEFAULT_MODELS = ("tanh_cnn", "cifar_cnn", "logistic", "mlp")
+"""``make bench``'s models; WRN-16-4 (2.7M parameters) only when asked for (``--models``)."""
 NOISE_MULTIPLIER = 1.0
 MAX_GRAD_NORM = 1.0
 LR = 0.05
@@ -108,6 +116,50 @@ def make_batch_clipping(
         opt.step()
 
     return step
+
+
+def _augmult(views: int, clip_sum: Callable[..., dict[str, torch.Tensor] | None]) -> Maker:
+    """A DP-SGD step on ``views`` copies of each record, its gradient the mean over them,
+    clipped after averaging (``clients/local_dpsgd.py``'s augmentation multiplicity; the
+    crops themselves are left out: they cost the same on every path)."""
+
+    def make(model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> Step:
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        params = dict(model.named_parameters())
+        xv = x.unsqueeze(1).expand(-1, views, *x.shape[1:]).contiguous()
+        yv = y.unsqueeze(1).expand(-1, views).contiguous()
+
+        def step() -> None:
+            sums = clip_sum(model, summed_ce, xv, yv, MAX_GRAD_NORM)
+            assert sums is not None
+            noisy = add_gaussian_noise(sums, NOISE_MULTIPLIER * MAX_GRAD_NORM, gen)
+            for k, p in params.items():
+                p.grad = noisy[k].div_(x.shape[0])
+            opt.step()
+
+        return step
+
+    return make
+
+
+def augmult_methods(views: int) -> tuple[Method, ...]:
+    """The fast and the reference (torch.func) step with ``views`` views per record, and the
+    non-private step on all the views."""
+
+    def plain(model: nn.Module, x: torch.Tensor, y: torch.Tensor, gen: torch.Generator) -> Step:
+        xv = x.repeat_interleave(views, 0)
+        return make_nonprivate(model, xv, y.repeat_interleave(views, 0), gen)
+
+    return (
+        Method(f"non-private SGD on {views} views per record", plain),
+        Method(
+            f"fedpriv DP-SGD, augmult {views} (fast path)", _augmult(views, clipped_group_grad_sum)
+        ),
+        Method(
+            f"fedpriv DP-SGD, augmult {views} (torch.func)",
+            _augmult(views, reference_group_grad_sum),
+        ),
+    )
 
 
 def make_noise_only(
@@ -350,8 +402,8 @@ def step_section(
 
 def scored(r: Row) -> bool:
     """Whether a row's target counts: batch clipping's is set for the 28x28 CNN; the CIFAR-10
-    CNN's target is against Opacus (:func:`opacus_lines`), not against the plain step."""
-    if r.model == "cifar_cnn":
+    models' target is against Opacus (:func:`opacus_lines`), not against the plain step."""
+    if r.model in ("cifar_cnn", "wrn16_4"):
         return False
     return not (r.method == "fedpriv batch clipping" and r.model != "tanh_cnn")
 
@@ -381,7 +433,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every row")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=list(MODELS))
+    p.add_argument(
+        "--augmult",
+        type=int,
+        default=0,
+        help="K > 0: also time steps on K views per record (augmentation multiplicity)",
+    )
     p.add_argument(
         "--rounds", type=int, default=15, help="interleaved timing rounds (samples per median)"
     )
@@ -452,7 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"median of {args.rounds} interleaved blocks of ~{args.block_ms:g} ms; "
         f"clock: {clock_for(torch.device(args.device), args.threads).__name__}\n"
     )
-    rows = run(args)
+    methods = METHODS + (augmult_methods(args.augmult) if args.augmult > 0 else ())
+    rows = run(args, methods)
     print(
         format_table(
             rows, "skipped" if args.no_memory else memory_method(torch.device(args.device))

@@ -14,9 +14,12 @@ computes only the output gradients ``b = dL/dz`` (``L`` = summed loss, so ``b_i`
   product of the reweighted output gradients with the stored inputs ("book-keeping",
   Bu et al. 2023), so no second backward pass is needed.
 
-Supported parameterized layers: ``nn.Linear`` (any leading dims after the batch) and
-``nn.Conv2d`` (stride, padding incl. ``"same"`` and non-zero padding modes, dilation, groups,
-with or without bias), matched by exact type. Everything else with parameters makes
+Supported parameterized layers (rules in :mod:`fedpriv.mechanisms.ghost_rules`): ``nn.Linear``
+(any leading dims after the batch), ``nn.Conv2d`` (stride, padding incl. ``"same"`` and
+non-zero padding modes, dilation, groups, with or without bias), ``nn.GroupNorm`` and the
+weight-standardized :class:`fedpriv.models.cifar.WSConv2d`, matched by exact type. A record may
+be several rows (``views``: augmentation multiplicity, batch clipping's groups), its gradient
+the mean of theirs. Everything else with parameters makes
 :func:`fast_path_blocker` return a reason, and :func:`fedpriv.mechanisms.persample.clipped_grad_sum`
 then uses the exact torch.func reference path.
 
@@ -41,15 +44,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.clipping import clip_factor
+from fedpriv.mechanisms.ghost_rules import RULES, Finish
+from fedpriv.models.cifar import WSConv2d
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv2d)
+SUPPORTED_LAYERS: tuple[type[nn.Module], ...] = tuple(RULES)
 """Parameterized layers with a fast rule (matched by exact type, not subclass)."""
 
 SAFE_PARAMETERLESS: tuple[type[nn.Module], ...] = (
@@ -193,10 +197,10 @@ def _scan(model: nn.Module) -> tuple[str | None, list[nn.Module], dict[str, torc
 def fast_path_blocker(model: nn.Module) -> str | None:
     """Why ``model`` cannot use the fast path, or ``None`` if it can.
 
-    The fast path needs every module owning trainable parameters to be exactly ``nn.Linear``
-    or ``nn.Conv2d``, every parameterless leaf module to be a known per-sample layer
-    (activations, pooling, flatten, dropout; no in-place ones), and no parameter shared
-    between modules.
+    The fast path needs every module owning trainable parameters to be exactly one of
+    :data:`SUPPORTED_LAYERS` (``nn.Linear``, ``nn.Conv2d``, ``nn.GroupNorm``, ``WSConv2d``),
+    every parameterless leaf module to be a known per-sample layer (activations, pooling,
+    flatten, dropout; no in-place ones), and no parameter shared between modules.
     """
     return _scan(model)[0]
 
@@ -212,154 +216,17 @@ class _Record:
     z_version: int
 
 
-def _linear_rule(
-    m: nn.Linear, a: torch.Tensor, b: torch.Tensor
-) -> tuple[torch.Tensor, Callable[[torch.Tensor], list[torch.Tensor | None]]]:
-    """Per-sample squared norms ``(B,)`` and a finisher ``c -> [weight_sum, bias_sum]``.
-
-    ``a``: input ``(B, ..., d)``; ``b``: output gradient ``(B, ..., p)``.
-    """
-    want_w = m.weight.requires_grad
-    want_b = m.bias is not None and m.bias.requires_grad
-    bsz, d, p = a.shape[0], a.shape[-1], b.shape[-1]
-    if a.dim() == 2:  # ||b_i a_i^T||^2 = ||a_i||^2 ||b_i||^2, bias: ||b_i||^2
-        bb = torch.linalg.vector_norm(b, dim=1).square_()
-        if want_w:
-            aa = torch.linalg.vector_norm(a, dim=1).square_()
-            sq = bb.mul_(aa.add_(1.0)) if want_b else bb.mul_(aa)
-        else:
-            sq = bb
-
-        def finish(c: torch.Tensor) -> list[torch.Tensor | None]:
-            cb = b * c.unsqueeze(1)
-            return [cb.t().mm(a) if want_w else None, cb.sum(0) if want_b else None]
-
-        return sq, finish
-    a3, b3 = a.reshape(bsz, -1, d), b.reshape(bsz, -1, p)
-    t = a3.shape[1]
-    sq = torch.zeros(bsz, dtype=a.dtype, device=a.device)
-    per_sample: torch.Tensor | None = None
-    if want_w:
-        if t * (d + p) < d * p:  # Gram trick cheaper than the per-sample gradient
-            gram = torch.bmm(a3, a3.transpose(1, 2)) * torch.bmm(b3, b3.transpose(1, 2))
-            sq = sq + gram.sum((1, 2)).clamp_min(0.0)  # >= 0 exactly; rounding may dip below
-        else:
-            per_sample = torch.bmm(b3.transpose(1, 2), a3)  # (B, p, d)
-            sq = sq + torch.linalg.vector_norm(per_sample.reshape(bsz, -1), dim=1).square()
-    bsum = b3.sum(1) if want_b else None
-    if bsum is not None:
-        sq = sq + (bsum * bsum).sum(1)
-
-    def finish_seq(c: torch.Tensor) -> list[torch.Tensor | None]:
-        w = None
-        if want_w:
-            if per_sample is not None:
-                w = c.unsqueeze(0).mm(per_sample.reshape(bsz, -1)).reshape(p, d)
-            else:
-                w = (b3 * c.view(-1, 1, 1)).reshape(-1, p).t().mm(a3.reshape(-1, d))
-        return [w, c.unsqueeze(0).mm(bsum).squeeze(0) if bsum is not None else None]
-
-    return sq, finish_seq
-
-
-def _padded_input(m: nn.Conv2d, a: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-    """The conv input with its padding applied explicitly when the layer's padding needs it.
-
-    Returns the (possibly padded) input and the padding still to apply (zero-padding only).
-    """
-    if m.padding_mode != "zeros" or isinstance(m.padding, str):
-        mode = "constant" if m.padding_mode == "zeros" else m.padding_mode
-        return F.pad(a, m._reversed_padding_repeated_twice, mode=mode), (0, 0)
-    return a, (int(m.padding[0]), int(m.padding[1]))
-
-
-def _conv2d_per_sample(m: nn.Conv2d, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Per-sample conv weight gradients ``(B, C_out, k_h, k_w, C_in/g)`` (channels last).
-
-    The input is turned channels-last, its patches are taken as one strided view (runs of
-    ``k_w * C_in`` contiguous floats, 2x faster to copy on CPU than ``F.unfold``'s layout),
-    and one batched matrix product with the output gradients gives every sample's gradient.
-    """
-    bsz, c_in, g, c_out = a.shape[0], m.in_channels, m.groups, m.out_channels
-    a, pad = _padded_input(m, a)
-    if pad != (0, 0):
-        a = F.pad(a, (pad[1], pad[1], pad[0], pad[0]))
-    a = a.permute(0, 2, 3, 1).contiguous()  # (B, H, W, C_in)
-    kh, kw = m.kernel_size
-    (sh, sw), (dh, dw) = m.stride, m.dilation
-    ho, wo, cg = b.shape[2], b.shape[3], c_in // g
-    st = a.stride()
-    view = a.as_strided(
-        (bsz, g, ho, wo, kh, kw, cg),
-        (st[0], cg * st[3], st[1] * sh, st[2] * sw, st[1] * dh, st[2] * dw, st[3]),
-    )
-    patches = view.reshape(bsz, g, ho * wo, kh * kw * cg)
-    per = torch.matmul(b.reshape(bsz, g, c_out // g, ho * wo), patches)  # (B, g, pg, kh kw cg)
-    return per.reshape(bsz, c_out, kh, kw, cg)
-
-
-def _conv2d_rule(
-    m: nn.Conv2d, a: torch.Tensor, b: torch.Tensor
-) -> tuple[torch.Tensor, Callable[[torch.Tensor], list[torch.Tensor | None]]]:
-    """Per-sample squared norms ``(B,)`` and a finisher for a 2-d convolution.
-
-    ``a``: input ``(B, C_in, H, W)``; ``b``: output gradient ``(B, C_out, H_out, W_out)``. Per
-    group the per-sample weight gradient is ``b_i u_i^T`` with ``u_i`` the ``(D, L)`` unfolded
-    input patches, i.e. a linear layer with ``T = L`` positions: the Gram trick costs
-    ``L^2 (D + P)`` per sample and group, the direct gradient ``L D P``; the Gram trick is used
-    only when it costs under half the direct one (it also pays for copying the patches).
-    """
-    want_w = m.weight.requires_grad
-    want_b = m.bias is not None and m.bias.requires_grad
-    bsz, g, c_out = a.shape[0], m.groups, m.out_channels
-    b3 = b.reshape(bsz, c_out, -1)  # (B, C_out, L)
-    n_pos = b3.shape[-1]
-    dg, pg = (m.in_channels // g) * m.kernel_size[0] * m.kernel_size[1], c_out // g
-    sq = torch.zeros(bsz, dtype=a.dtype, device=a.device)
-    per_sample: torch.Tensor | None = None
-    patches: torch.Tensor | None = None
-    if want_w:
-        if 2 * n_pos * n_pos * (dg + pg) < n_pos * dg * pg:  # Gram trick
-            a_pad, pad = _padded_input(m, a)
-            u = F.unfold(a_pad, m.kernel_size, dilation=m.dilation, padding=pad, stride=m.stride)
-            if u.shape[-1] != n_pos:
-                raise RuntimeError("conv patch count does not match the output size")
-            patches = u.reshape(bsz, g, dg, n_pos)
-            b4 = b3.reshape(bsz, g, pg, n_pos)
-            gram_a = torch.matmul(patches.transpose(2, 3), patches)
-            gram_b = torch.matmul(b4.transpose(2, 3), b4)
-            sq = sq + (gram_a * gram_b).sum((1, 2, 3)).clamp_min(0.0)
-        else:
-            per_sample = _conv2d_per_sample(m, a, b).reshape(bsz, -1)
-            sq = sq + torch.linalg.vector_norm(per_sample, dim=1).square()
-    bsum = b3.sum(2) if want_b else None
-    if bsum is not None:
-        sq = sq + (bsum * bsum).sum(1)
-
-    def finish(c: torch.Tensor) -> list[torch.Tensor | None]:
-        w = None
-        if per_sample is not None:
-            kh, kw = m.kernel_size
-            w = c.unsqueeze(0).mm(per_sample).reshape(c_out, kh, kw, -1).permute(0, 3, 1, 2)
-        elif patches is not None:
-            cb = b3.reshape(bsz, g, pg, n_pos) * c.view(-1, 1, 1, 1)
-            w = torch.einsum("bgpl,bgdl->gpd", cb, patches).reshape(m.weight.shape)
-        return [w, c.unsqueeze(0).mm(bsum).squeeze(0) if bsum is not None else None]
-
-    return sq, finish
-
-
 _GRAPH_CHECKED: weakref.WeakKeyDictionary[nn.Module, dict[tuple[object, ...], bool]] = (
     weakref.WeakKeyDictionary()
 )
 """Per model and input signature: does every trainable parameter have one autograd edge?"""
 
 
-def _params_used_once(loss: torch.Tensor, params: list[torch.Tensor]) -> bool:
-    """Whether each parameter has exactly one edge in ``loss``'s autograd graph."""
+def _edge_counts(out: torch.Tensor) -> dict[int, int]:
+    """For each leaf tensor (by id) in ``out``'s autograd graph: how many nodes use it."""
     counts: dict[int, int] = {}
     seen: set[int] = set()
-    stack = [loss.grad_fn]
+    stack = [out.grad_fn]
     while stack:
         node = stack.pop()
         if node is None or id(node) in seen:
@@ -372,37 +239,28 @@ def _params_used_once(loss: torch.Tensor, params: list[torch.Tensor]) -> bool:
             if var is not None:
                 counts[id(var)] = counts.get(id(var), 0) + 1
             stack.append(nxt)
-    return all(counts.get(id(p), 0) == 1 for p in params)
+    return counts
 
 
-def ghost_clipped_grad_sum(
-    model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float
-) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
-    """Fast ``sum_i [grad_i]_C`` by book-keeping, or ``None`` if a runtime guard fails.
+def _params_used_once(loss: torch.Tensor, layers: list[nn.Module]) -> bool:
+    """Whether each trainable parameter is used in ``loss``'s graph only by its own layer's
+    call: one edge, or for a weight-standardized kernel the edges of its standardization."""
+    counts = _edge_counts(loss)
+    for m in layers:
+        expected = {id(p): 1 for p in m.parameters(recurse=False) if p.requires_grad}
+        if type(m) is WSConv2d and m.weight.requires_grad:
+            with torch.enable_grad():
+                expected[id(m.weight)] = _edge_counts(m.standardized_weight())[id(m.weight)]
+        if any(counts.get(k, 0) != n for k, n in expected.items()):
+            return False
+    return True
 
-    Returns ``None`` (the caller then uses the reference path) when :func:`fast_path_blocker`
-    names a reason or a runtime guard fails. ``B`` must be > 0.
 
-    Parameters
-    ----------
-    model : nn.Module
-        Batch-first model made of supported layers.
-    loss_fn : callable
-        ``loss_fn(output, target)`` returning the batch's *summed* loss.
-    x, y : torch.Tensor
-        Inputs ``(B, ...)``, targets ``(B, ...)``.
-    max_grad_norm : float
-        Per-sample clipping norm C (> 0).
-
-    Returns
-    -------
-    (sums, norms) or None
-        ``sums[name]`` has the parameter's shape; ``norms`` ``(B,)`` are the unclipped
-        per-sample gradient norms (over all trainable parameters).
-    """
-    blocker, layers, params = _scan(model)
-    if blocker is not None:
-        return None
+def _recorded_forward(
+    model: nn.Module, layers: list[nn.Module], loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, list[_Record]] | None:
+    """The summed loss and one record per supported layer, or ``None`` if a layer was called
+    other than once or saw an input it has no rule for."""
     records: list[_Record] = []
     calls: dict[int, int] = {}
 
@@ -418,42 +276,85 @@ def ghost_clipped_grad_sum(
     finally:
         for h in handles:
             h.remove()
-    bsz = x.shape[0]
+    rows = x.shape[0]
     if any(calls.get(id(m), 0) != 1 for m in layers) or any(
         r.a.dim() < 2
-        or r.a.shape[0] != bsz
-        or r.z.shape[0] != bsz
+        or r.a.shape[0] != rows
+        or r.z.shape[0] != rows
+        or (isinstance(r.module, nn.GroupNorm) and r.z.shape != r.a.shape)
         or not r.z.requires_grad
-        or (type(r.module) is nn.Conv2d and r.a.dim() != 4)
+        or (isinstance(r.module, nn.Conv2d) and r.a.dim() != 4)
         for r in records
     ):
         return None
+    return loss, records
+
+
+def ghost_clipped_grad_sum(
+    model: nn.Module,
+    loss_fn: LossFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    max_grad_norm: float,
+    views: int = 1,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor] | None:
+    """Fast ``sum_i [g_i]_C`` by book-keeping, or ``None`` if a runtime guard fails.
+
+    Returns ``None`` (the caller then uses the reference path) when :func:`fast_path_blocker`
+    names a reason or a runtime guard fails. ``B`` must be > 0.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Batch-first model made of supported layers.
+    loss_fn : callable
+        ``loss_fn(output, target)`` returning the batch's *summed* loss.
+    x, y : torch.Tensor
+        Inputs ``(B k, ...)``, targets ``(B k, ...)``, record-major: rows ``i k .. i k + k - 1``
+        are record ``i``'s ``k`` views.
+    max_grad_norm : float
+        Per-record clipping norm C (> 0).
+    views : int
+        ``k`` >= 1: record ``i``'s gradient ``g_i`` is the mean of its ``k`` rows' gradients
+        (augmentation multiplicity, De et al. 2022, arXiv:2204.13650; or a group of batch
+        clipping, arXiv:2212.05796), clipped after averaging.
+
+    Returns
+    -------
+    (sums, norms) or None
+        ``sums[name]`` has the parameter's shape; ``norms`` ``(B,)`` are the unclipped
+        per-record gradient norms (over all trainable parameters).
+    """
+    blocker, layers, params = _scan(model)
+    if blocker is not None or x.shape[0] % views:
+        return None
+    recorded = _recorded_forward(model, layers, loss_fn, x, y)
+    if recorded is None:
+        return None
+    loss, records = recorded
     key = (tuple(x.shape[1:]), x.dtype, model.training)
     checked = _GRAPH_CHECKED.setdefault(model, {})
     if key not in checked:
-        checked[key] = _params_used_once(loss, list(params.values()))
+        checked[key] = _params_used_once(loss, layers)
     if not checked[key]:
         return None
     with torch.enable_grad():
         out_grads = torch.autograd.grad(loss, [r.z for r in records], allow_unused=True)
     if any(r.a._version != r.a_version or r.z._version != r.z_version for r in records):
         return None
-    rules: list[tuple[nn.Module, Callable[[torch.Tensor], list[torch.Tensor | None]]]]
-    rules = []
+    rules: list[tuple[nn.Module, Finish]] = []
     sq: torch.Tensor | None = None
     for r, b in zip(records, out_grads, strict=True):
-        if b is None:
-            b = torch.zeros_like(r.z)
         mod = r.module
-        assert isinstance(mod, nn.Linear | nn.Conv2d)  # _scan hooks exactly these types only
-        dtype = mod.weight.dtype  # e.g. fp16 activations under autocast: norms in fp32
-        a, g = r.a.to(dtype), b.to(dtype)
-        if isinstance(mod, nn.Linear):
-            s, finish = _linear_rule(mod, a, g)
-        else:
-            s, finish = _conv2d_rule(mod, a, g)
+        weight = mod.weight
+        assert isinstance(weight, torch.Tensor)  # every supported layer has a weight
+        dtype = weight.dtype  # e.g. fp16 activations under autocast: norms in fp32
+        g = torch.zeros_like(r.z, dtype=dtype) if b is None else b.to(dtype)
+        g = g / views if views > 1 else g
+        s, finish = RULES[type(mod)](mod, r.a.to(dtype), r.z.to(dtype), g, views)
         sq = s if sq is None else sq.add_(s)
         rules.append((mod, finish))
+    bsz = x.shape[0] // views
     if sq is None:  # no supported layer with trainable parameters
         sq = torch.zeros(
             bsz, dtype=x.dtype if x.is_floating_point() else torch.float32, device=x.device
@@ -464,7 +365,7 @@ def ghost_clipped_grad_sum(
     sums: dict[str, torch.Tensor] = {}
     for m, finish in rules:
         for p, total in zip((m.weight, m.bias), finish(c), strict=True):
-            if total is not None and p is not None:
+            if total is not None and isinstance(p, torch.Tensor):
                 sums[by_id[id(p)]] = total
     return {k: sums[k] if k in sums else torch.zeros_like(p) for k, p in params.items()}, norms
 

@@ -127,8 +127,11 @@ def clipped_group_grad_sum(
 
     Batch clipping with ``m`` groups of ``s`` records (van Dijk et al., "Generalizing DP-SGD
     with Shuffling and Batch Clipping", arXiv:2212.05796, Algorithm 1 with ``A`` = one gradient
-    at ``w``): one ``torch.func.vmap`` over the groups of the group-mean gradient, so the
-    memory holds ``m`` gradients (not ``m s`` per-sample ones).
+    at ``w``), and augmentation multiplicity's records of ``s`` views (De et al. 2022,
+    arXiv:2204.13650, Section 3.1). The book-keeping fast path
+    (:func:`fedpriv.mechanisms.ghost.ghost_clipped_grad_sum` with ``views = s``) when the
+    model allows it; otherwise one ``torch.func.vmap`` over the groups of the group-mean
+    gradient, so the memory holds ``m`` gradients (not ``m s`` per-sample ones).
 
     Parameters
     ----------
@@ -152,9 +155,23 @@ def clipped_group_grad_sum(
     check(clipping_norm > 0, "clipping_norm", clipping_norm, "must be > 0")
     if any(isinstance(m, CROSS_SAMPLE_LAYERS) for m in model.modules()):
         return None
+    m, s = x.shape[0], x.shape[1]
+    if m > 0 and s > 0:
+        rows = (x.reshape(m * s, *x.shape[2:]), y.reshape(m * s, *y.shape[2:]))
+        fast = ghost_clipped_grad_sum(model, loss_fn, *rows, clipping_norm, views=s)
+        if fast is not None:
+            return fast[0]
+    return reference_group_grad_sum(model, loss_fn, x, y, clipping_norm)
+
+
+def reference_group_grad_sum(
+    model: nn.Module, loss_fn: LossFn, x: torch.Tensor, y: torch.Tensor, clipping_norm: float
+) -> dict[str, torch.Tensor]:
+    """:func:`clipped_group_grad_sum` by one ``torch.func.vmap`` over the groups ``(m, s, ...)``
+    of the group-mean gradient (the reference path; no BatchNorm)."""
+    s = x.shape[1]
     params = {k: p.detach() for k, p in trainable(model).items()}
     buffers = {k: b.detach() for k, b in model.named_buffers()}
-    s = x.shape[1]
 
     def group_loss(p: dict[str, torch.Tensor], xg: torch.Tensor, yg: torch.Tensor) -> torch.Tensor:
         return loss_fn(functional_call(model, (p, buffers), (xg,)), yg) / s

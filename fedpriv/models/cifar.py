@@ -9,7 +9,8 @@
   arXiv:1605.07146) as De et al., "Unlocking High-Accuracy Differentially Private Image
   Classification through Scale" (arXiv:2204.13650, Section 3) train it: GroupNorm (16 groups)
   instead of BatchNorm, weight-standardized convolutions (Qiao et al. 2019, arXiv:1903.10520),
-  no dropout; 2,748,890 parameters. Per-sample gradients use the torch.func path.
+  no dropout; 2,748,890 parameters. GroupNorm and ``WSConv2d`` have fast per-sample rules
+  (:mod:`fedpriv.mechanisms.ghost_rules`), so DP-SGD's per-sample norms take the fast path too.
 """
 
 from __future__ import annotations
@@ -50,12 +51,16 @@ class WSConv2d(nn.Conv2d):
 
     eps = 1e-5
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def standardized_weight(self) -> torch.Tensor:
+        """The kernel the layer applies, ``(C_out, C_in/g, k_h, k_w)``."""
         w = self.weight
         mean = w.mean(dim=(1, 2, 3), keepdim=True)
         var = w.var(dim=(1, 2, 3), keepdim=True, unbiased=False)
-        w = (w - mean) / torch.sqrt(var + self.eps)
-        return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        return (w - mean) / torch.sqrt(var + self.eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.standardized_weight()
+        return self._conv_forward(x, w, self.bias)
 
 
 class WideBlock(nn.Module):
