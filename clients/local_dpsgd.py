@@ -14,7 +14,7 @@ step on the union of the clients' data. The analysis lives in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Self
 
@@ -77,6 +77,11 @@ class LocalDPSGD(ClientAlgorithm):
         K >= 0 augmented views per record, their gradients averaged before the clip (0: none).
         Augmentation multiplicity (De et al. 2022, arXiv:2204.13650; :mod:`fedpriv.data.augment`):
         a record still adds at most C to a step's sum, so the accounting is unchanged.
+    max_physical_batch_size : int, optional
+        P >= 1 records per forward and backward pass (Opacus's name): a step's Poisson batch
+        goes through the model P records at a time and the parts' clipped sums are added, so
+        the step's sum, its noise and the accounting are the same and memory holds P records
+        (times K views). ``None`` (the default): the whole batch at once.
     normalizer : float, optional
         B > 0, the public constant that divides every client's noisy gradient sum. ``None``
         (the default): the run's nominal expected batch ``max(q n_train / N, 1)``, bound by
@@ -100,6 +105,7 @@ class LocalDPSGD(ClientAlgorithm):
     lr: float = 2.0
     momentum: float = 0.0
     augmult: int = 0
+    max_physical_batch_size: int | None = None
     normalizer: float | None = None  # type: ignore[assignment]
     privacy: DPSGDSpec = field(default_factory=DPSGDSpec)
 
@@ -115,6 +121,13 @@ class LocalDPSGD(ClientAlgorithm):
         mom = check_finite("client.momentum", self.momentum)
         check(0 <= mom < 1, "client.momentum", self.momentum, "must be in [0, 1)")
         check_augmult(self.augmult)
+        size = self.max_physical_batch_size
+        check(
+            size is None or (isinstance(size, int) and not isinstance(size, bool) and size >= 1),
+            "client.max_physical_batch_size",
+            size,
+            "must be an integer >= 1 (records per forward pass) or null (the whole batch)",
+        )
         check_spec(self, self.spec_type)
         object.__setattr__(self, "privacy", self.privacy.bound(**self.bound_facts()))
 
@@ -200,7 +213,30 @@ class LocalDPSGD(ClientAlgorithm):
         """One step's sum over the batch ``x`` ``(B, ...)``, ``y`` ``(B,)`` of per-record
         gradients clipped to C. With ``augmult`` K > 0 a record's gradient is the mean of its
         gradients on the K views ``draws`` gives (:func:`view_draws`, :func:`augment_views`),
-        clipped after averaging: each record still adds a vector of norm at most C."""
+        clipped after averaging: each record still adds a vector of norm at most C. The batch
+        goes through the model in parts of ``max_physical_batch_size`` records."""
+        total: dict[str, torch.Tensor] = {}
+        for part in self.physical_parts(x, y, draws):
+            sums = self.part_clipped_sums(model, *part)
+            total = sums if not total else {k: total[k].add_(v) for k, v in sums.items()}
+        return total
+
+    def physical_parts(
+        self, x: torch.Tensor, y: torch.Tensor, draws: Draws | None
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, Draws | None]]:
+        """The batch in consecutive parts of at most ``max_physical_batch_size`` records, each
+        with its records' view draws (one part when the size is ``None``)."""
+        size = self.max_physical_batch_size or max(x.shape[0], 1)
+        k = max(self.augmult, 1)
+        for lo in range(0, max(x.shape[0], 1), size):
+            hi = lo + size
+            part = None if draws is None else (draws[0][lo * k : hi * k], draws[1][lo * k : hi * k])
+            yield x[lo:hi], y[lo:hi], part
+
+    def part_clipped_sums(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, draws: Draws | None
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`clipped_sums` of one physical part."""
         clip = self.privacy.max_grad_norm
         if self.augmult == 0 or x.shape[0] == 0:
             return clipped_grad_sum(model, summed_cross_entropy, x, y, clip)[0]

@@ -213,7 +213,14 @@ class SkellamDPSGD(SkellamMessages, LocalDPSGD):
         """Each record's gradient as one float64 row ``(B, dim)``, unclipped (the mechanism
         clips); with ``augmult`` K > 0 the mean of its gradients on K views
         (:func:`augment_views` of ``draws``), as :meth:`LocalDPSGD.clipped_sums` before its
-        clip."""
+        clip; computed in parts of ``max_physical_batch_size`` records."""
+        parts = self.physical_parts(x, y, draws)
+        return torch.cat([self.part_record_rows(model, *part) for part in parts])
+
+    def part_record_rows(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, draws: Draws | None
+    ) -> torch.Tensor:
+        """:meth:`record_rows` of one physical part."""
         k = max(self.augmult, 1)
         if self.augmult:
             check(draws is not None, "client.augmult", k, "needs the views' draws")

@@ -11,7 +11,6 @@ of the serialized replies with K = 3 are in tests/test_contract_clients.py
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -121,11 +120,41 @@ def test_skellam_rows_are_the_mean_view_gradients() -> None:
     model = build_model("tanh_cnn", (1, 28, 28), 10)
     x, y = _images(2), torch.tensor([0, 9])
     draws = view_draws(KEY, 1, np.arange(2), 3)
-    rows = SkellamDPSGD.record_rows(SimpleNamespace(augmult=3), model, x, y, draws)  # type: ignore[arg-type]
+    rows = SkellamDPSGD(augmult=3).record_rows(model, x, y, draws)
     means = _mean_view_grads(model, augment_views(x, *draws), y)
     for b, mean in enumerate(means):
         want = torch.cat([mean[n].reshape(-1) for n, _ in model.named_parameters()]).double()
         torch.testing.assert_close(rows[b], want, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("k", [0, 3])
+def test_physical_parts_give_the_same_step(k: int) -> None:
+    """``max_physical_batch_size`` P: the batch goes through the model P records at a time;
+    the step's clipped sum (and Skellam's per-record rows) are the whole batch's, to float64
+    rounding (1e-9 relative), and each record keeps its own views."""
+    torch.manual_seed(3)
+    model = build_model("tanh_cnn", (1, 28, 28), 10).double()
+    x, y = _images(7).double(), torch.tensor([1, 4, 4, 0, 9, 2, 2])
+    draws = view_draws(KEY, 0, np.arange(7), k) if k else None
+    whole = _algo(k, 0.05).clipped_sums(model, x, y, draws)
+    spec = DPSGDSpec(noise_multiplier=0.0, max_grad_norm=0.05, sample_rate=1.0, num_clients=1)
+    for size in (1, 3, 7, 50):
+        algo = LocalDPSGD(
+            steps=1, normalizer=1.0, augmult=k, max_physical_batch_size=size, privacy=spec
+        )
+        for n, g in algo.clipped_sums(model, x, y, draws).items():
+            torch.testing.assert_close(g, whole[n], rtol=1e-9, atol=1e-12)
+    rows = SkellamDPSGD(augmult=k).record_rows(model, x, y, draws)
+    parts = SkellamDPSGD(augmult=k, max_physical_batch_size=3).record_rows(model, x, y, draws)
+    torch.testing.assert_close(parts, rows, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("size", [0, -2, 1.5, True, "64"])
+def test_bad_physical_batch_size_is_refused_naming_the_field(size: object) -> None:
+    with pytest.raises(
+        ConfigError, match=r"client.max_physical_batch_size=.* must be an integer >= 1"
+    ):
+        LocalDPSGD(max_physical_batch_size=size)  # type: ignore[arg-type]
 
 
 def test_bad_augmult_is_refused_naming_the_field() -> None:
