@@ -85,6 +85,27 @@ def test_second_load_reads_the_cache_and_a_damaged_cache_is_decoded_again(
     with pytest.warns(UserWarning, match="checksum mismatch"):
         mended = load_dataset("cifar10", cifar_dir, subset=True, cache_dir=tmp_path)
     np.testing.assert_array_equal(mended.y_train, first.y_train)
+    data = cache.read_bytes()
+    for damaged in (data[: len(data) // 2], data[:100] + bytes([data[100] ^ 0xFF]) + data[101:]):
+        cache.write_bytes(damaged)  # truncated, or one flipped byte (a zip CRC error)
+        with pytest.warns(UserWarning, match="unreadable cache"):
+            mended = load_dataset("cifar10", cifar_dir, subset=True, cache_dir=tmp_path)
+        np.testing.assert_array_equal(mended.x_train, first.x_train)
+
+
+@pytest.mark.parametrize("value", ["no", "abc", 1])
+def test_subset_must_be_a_bool(cifar_dir: Path, value: object) -> None:
+    with pytest.raises(ConfigError, match=r"dataset.options.subset=.* must be true .* or false"):
+        load_dataset("cifar10", cifar_dir, subset=value)
+
+
+def test_a_given_cache_dir_must_be_a_directory(cifar_dir: Path, tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(ConfigError, match=r"dataset.options.cache_dir=.* is a file: give a dir"):
+        load_dataset("cifar10", cifar_dir, subset=True, cache_dir=afile)
+    with pytest.raises(ConfigError, match=r"dataset.options.cache_dir=.* is not a usable dir"):
+        load_dataset("cifar10", cifar_dir, subset=True, cache_dir=afile / "sub")
 
 
 def _copy(cifar_dir: Path, tmp_path: Path) -> Path:

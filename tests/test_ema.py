@@ -20,6 +20,7 @@ from fedpriv.run.prepare import build_server, prepare
 from fedpriv.run.resume import resume_config
 from fedpriv.run.runner import run_experiment
 from strategies.fedavg import DPFedAvg
+from tests.cli import run_fedpriv
 from tests.test_faults import _cfg
 
 TINY = ["num_clients=4", "model=logistic", "progress=false", "client.steps=2", "plot=false"]
@@ -71,3 +72,12 @@ def test_a_bad_decay_is_refused_naming_the_field(bad: str) -> None:
     with pytest.raises(ConfigError, match=rf"strategy.ema_decay={bad} must be null \(off\)"):
         plan, algorithm = prepare(_cfg([*TINY, f"strategy.ema_decay={bad}"]))
         build_server(plan, algorithm)
+
+
+def test_the_final_line_gives_the_average_beside_the_model(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = run_fedpriv([*TINY, "num_rounds=1", "strategy.ema_decay=0.9", f"hydra.run.dir={out}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    last = json.loads((out / "results.json").read_text())["rounds"][-1]
+    want = f"final: accuracy={last['accuracy']:.4f} ema_accuracy={last['ema_accuracy']:.4f} "
+    assert want in proc.stdout

@@ -6,11 +6,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import torch
 
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import ClientSampling
 from fedpriv.run.layout import local_actors, plan_layout
 from fedpriv.run.plan import RunPlan, sampling_of
+from fedpriv.run.setup import resolve_device
 from tests.plans import node_with, plan_with
 
 
@@ -191,3 +193,24 @@ def test_no_actor_messages_name_the_machine_or_zero_cpus(monkeypatch: pytest.Mon
         ConfigError, match=r"num_cpus=1.0 must be <= ray_init_args.num_cpus=0 \(the"
     ):
         plan_layout(cfg, secagg=False, virtual_clients=True)
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message on a machine without CUDA"
+)
+@pytest.mark.parametrize(
+    "top, want",
+    [
+        (
+            {"client_resources": {"num_gpus": 0.5}},
+            r"device='auto' asks for CUDA \(client_resources",
+        ),
+        ({"device": "cuda"}, r"device='cuda' asks for CUDA but no GPU is visible"),
+    ],
+)
+def test_cuda_without_a_gpu_names_what_asked_for_it(top: dict[str, Any], want: str) -> None:
+    with pytest.raises(
+        ConfigError, match=want + r".*use device=cpu, or client_resources.num_gpus=0"
+    ):
+        resolve_device(plan_with(**top))
+    assert resolve_device(plan_with()) == torch.device("cpu")

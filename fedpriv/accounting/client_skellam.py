@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from fedpriv.accounting.client_level import ClientLevelSpec
 from fedpriv.accounting.privacy_spec import EventRuns
 from fedpriv.accounting.skellam import SkellamSpec
+from fedpriv.accounting.vocabulary import Accountant
 from fedpriv.mechanisms.modular_range import DEFAULT_WRAP_STDDEVS, ScaleRule, SignalGrowth
 from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
 
@@ -32,12 +33,15 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
     """:class:`ClientLevelSpec` (family ``client_level``) whose noise is integer Skellam
     shares: the events are the Skellam release's (RDP only), not the Gaussian's.
 
-    Built by ``clients.client_level_skellam.ClientLevelSkellam`` from the run's
-    ``privacy=client_level`` spec; every field below is bound by it (its config keys and the
-    model dimension), none is a ``privacy`` key.
+    ``privacy=client_level_skellam`` (which ``client=client_level_skellam`` selects) builds it
+    with the client-level ``privacy`` keys and the RDP accountant by default; the client binds
+    every field below (its config keys and the model dimension), none is a ``privacy`` key. A
+    run's ``privacy=client_level`` spec is extended by the client the same way.
 
     Parameters
     ----------
+    accountant : {"rdp"}
+        The Skellam mechanism's only analysis is an RDP bound (``pld`` is refused).
     bits : int
         Width of the modular secure sum (2..62).
     rotation : bool
@@ -71,6 +75,7 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
         "signal_growth",
     )
 
+    accountant: Accountant = Accountant.RDP
     bits: int = 32
     rotation: bool = True
     scale_rule: ScaleRule = ScaleRule.PROBABILISTIC

@@ -73,8 +73,9 @@ def _main(cfg: DictConfig) -> float | None:
     accuracy = None
     if ok:
         last = ok[-1]
+        ema = f" ema_accuracy={last['ema_accuracy']:.4f}" if "ema_accuracy" in last else ""
         print(
-            f"final: accuracy={last['accuracy']:.4f} epsilon={last['epsilon']:.3f} "
+            f"final: accuracy={last['accuracy']:.4f}{ema} epsilon={last['epsilon']:.3f} "
             f"(delta={summary['privacy']['delta']:g}) wall_time={summary['wall_time_s']:.1f}s"
         )
         accuracy = float(last["accuracy"])

@@ -23,6 +23,7 @@ import io
 import os
 import tarfile
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -76,15 +77,20 @@ def load_cifar10(
     ------
     ConfigError
         A missing directory or archive, or an archive that is truncated, corrupt or holds
-        other than the expected images (one line naming the file).
+        other than the expected images (one line naming the file); ``subset`` not a bool; a
+        given ``cache_dir`` that is not a directory and cannot be made one.
     """
+    if not isinstance(subset, bool):
+        raise ConfigError(
+            "dataset.options.subset", subset, "must be true (the 5k/1k subset) or false"
+        )
     variant = "subset" if subset else "full"
     archives = _archives(data_dir, variant)
+    cache = _cache_dir(cache_dir)
     digest = hashlib.sha256()
     for path in archives:
         with reading(path):
             digest.update(path.read_bytes())
-    cache = Path(cache_dir or Path.home() / ".cache" / "fedpriv").expanduser()
     cache_file = cache / f"cifar10-{variant}-{digest.hexdigest()[:16]}.npz"
     arrays = _read_cache(cache_file)
     if arrays is None:
@@ -165,6 +171,25 @@ def _checksum(arrays: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
+def _cache_dir(cache_dir: str | Path | None) -> Path:
+    """The cache directory; a given one must be (or become) a directory. The default one, if
+    unusable, only costs a decode per run (:func:`_write_cache` warns)."""
+    if cache_dir is None:
+        return Path.home() / ".cache" / "fedpriv"
+    path = Path(cache_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError("dataset.options.cache_dir", str(path), "is a file: give a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            "dataset.options.cache_dir",
+            str(path),
+            f"is not a usable directory ({exc.strerror}); give a writable directory",
+        ) from None
+    return path
+
+
 def _read_cache(path: Path) -> dict[str, np.ndarray] | None:
     """The cached arrays, or ``None`` when absent or damaged (then decoded again)."""
     if not path.is_file():
@@ -173,7 +198,7 @@ def _read_cache(path: Path) -> dict[str, np.ndarray] | None:
         with np.load(path) as data:
             arrays = {k: data[k] for k in data.files if k != "sha256"}
             stored = str(data["sha256"])
-    except (OSError, ValueError, KeyError, EOFError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         warnings.warn(f"{path}: unreadable cache ({exc}); decoding again", stacklevel=2)
         return None
     if _checksum(arrays) != stored:

@@ -154,9 +154,10 @@ def partition_dirichlet(
     check(math.isfinite(alpha) and alpha > 0, "alpha", alpha, "must be a finite number > 0")
     check(
         0 <= min_size <= labels.size // num_clients,
-        "min_size",
+        "partition.min_size",
         min_size,
-        f"must be in [0, {labels.size // num_clients}] (N // num_clients)",
+        f"must be in [0, {labels.size // num_clients}] ({labels.size} training records // "
+        f"num_clients={num_clients}): lower it or use fewer clients",
     )
     gen = _generator(rng)
     by_class = [np.flatnonzero(labels == c) for c in np.unique(labels)]

@@ -91,7 +91,13 @@ def build_model(
     """
     in_features = int(math.prod(input_shape))
     if name == "tanh_cnn":
-        check(tuple(input_shape[-2:]) == (28, 28), "model", name, "needs 28x28 image inputs")
+        check(
+            tuple(input_shape[-2:]) == (28, 28),
+            "model",
+            name,
+            f"needs 28x28 image inputs; the dataset's records have shape {tuple(input_shape)} "
+            "(model=logistic or mlp take any shape)",
+        )
         return TanhCNN(num_classes, in_channels=input_shape[0])
     if name == "mlp":
         widths = kwargs.get("hidden", (256,))
@@ -102,7 +108,13 @@ def build_model(
     if name == "logistic":
         return LogisticRegression(in_features, num_classes)
     if name in ("cifar_cnn", "wrn16_4"):
-        check(tuple(input_shape) == (3, 32, 32), "model", name, "needs 3x32x32 image inputs")
+        check(
+            tuple(input_shape) == (3, 32, 32),
+            "model",
+            name,
+            f"needs 3x32x32 image inputs (dataset=cifar10); the dataset's records have shape "
+            f"{tuple(input_shape)} (model=logistic or mlp take any shape)",
+        )
         return CifarCNN(num_classes) if name == "cifar_cnn" else WideResNet(16, 4, num_classes)
     check(False, "model.name", name, "must be one of: tanh_cnn, mlp, logistic, cifar_cnn, wrn16_4")
     raise AssertionError  # unreachable

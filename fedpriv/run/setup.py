@@ -165,11 +165,13 @@ def resolve_device(plan: RunPlan) -> torch.device:
     present, else ``cpu``."""
     want = plan.device
     if want is Device.CUDA or (want is Device.AUTO and plan.num_gpus > 0):
+        why = "" if want is Device.CUDA else f" (client_resources.num_gpus={plan.num_gpus:g})"
         check(
             torch.cuda.is_available(),
             "device",
             want.value,
-            "asks for CUDA but no GPU is visible (use device=cpu)",
+            f"asks for CUDA{why} but no GPU is visible (use device=cpu, or "
+            "client_resources.num_gpus=0)",
         )
         return torch.device("cuda")
     return torch.device("cpu")
