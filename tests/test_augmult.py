@@ -180,3 +180,30 @@ def test_augmult_on_tabular_data_is_refused_before_training(client: str, shared_
     want = r"client.augmult=2 needs image inputs \(C, H, W\); this dataset's records have shape"
     with pytest.raises(ConfigError, match=want):
         prepare(_cfg(over))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["client=batch_clipping", "client.augmult=2"],
+            "fedpriv: error: client.augmult='2' is not a setting of client=batch_clipping "
+            "(its keys: analysis, clipping_norms, ",
+        ),
+        (
+            ["strategy.augmult=2"],
+            "fedpriv: error: strategy.augmult='2' is not a setting of the default strategy "
+            "(its keys: ema_decay, ",
+        ),
+    ],
+)
+def test_a_client_without_augmult_names_its_keys(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedpriv.cli.experiment import precheck
+
+    with pytest.raises(SystemExit) as info:
+        precheck(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(message), err

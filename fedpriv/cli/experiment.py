@@ -175,18 +175,32 @@ def check_run_dirs(argv: list[str]) -> None:
 
 
 def privacy_key_error(overrides: list[str], key: str, value: str | None) -> ConfigError | None:
-    """For an override of a ``privacy.KEY`` that Hydra refused: the refusal naming the family's
-    keys (:func:`fedpriv.run.config.unknown_privacy_key`, e.g. ``privacy.noise_multiplier``
-    with ``privacy=checkin``); ``None`` for any other failure."""
+    """For an override of a ``privacy.KEY`` (or ``client.``, ``strategy.``, ``aggregator.``)
+    that Hydra refused: the refusal naming the option's keys
+    (:func:`fedpriv.run.config.unknown_privacy_key`, e.g. ``privacy.noise_multiplier`` with
+    ``privacy=checkin``; ``client.augmult`` with ``client=batch_clipping``); ``None`` for any
+    other failure."""
     group, _, name = key.partition(".")
-    if group != "privacy" or not name or "." in name:
+    if group not in KEYED_GROUPS or not name or "." in name:
         return None
     rest = [o for o in overrides if o.lstrip("+~").split("=")[0] != key]
     try:
         cfg = compose_config(rest)
     except Exception:  # the other overrides fail too: Hydra's own line
         return None
-    return unknown_privacy_key(cfg.get("privacy"), name, value)
+    if group == "privacy":
+        return unknown_privacy_key(cfg.get("privacy"), name, value)
+    node = cfg.get(group)
+    if not isinstance(node, DictConfig) or name in node:
+        return None
+    chosen = [o.split("=", 1)[1] for o in rest if o.lstrip("+~").split("=")[0] == group]
+    option = f"{group}={chosen[-1]}" if chosen else f"the default {group}"
+    known = ", ".join(sorted(str(k) for k in node if not str(k).startswith("_")))
+    return ConfigError(key, value, f"is not a setting of {option} (its keys: {known})")
+
+
+KEYED_GROUPS = ("privacy", "client", "strategy", "aggregator")
+"""Config groups whose unknown keys are refused naming the chosen option and its keys."""
 
 
 def fail(reason: object) -> NoReturn:
