@@ -250,8 +250,9 @@ class LocalDPSGD(ClientAlgorithm):
 
     def trains_cohorts(self) -> bool:
         """Vectorized over clients only without augmentation (:meth:`train_cohort` draws no
-        views)."""
-        return self.augmult == 0 and super().trains_cohorts()
+        views) and without physical batches (it holds every client's whole batch)."""
+        plain = self.augmult == 0 and self.max_physical_batch_size is None
+        return plain and super().trains_cohorts()
 
     def train_cohort(
         self, model: nn.Module, datas: Sequence[ClientData], ctxs: Sequence[TrainContext]

@@ -11,6 +11,7 @@ of the serialized replies with K = 3 are in tests/test_contract_clients.py
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -166,6 +167,7 @@ def test_bad_augmult_is_refused_naming_the_field() -> None:
     with pytest.raises(ConfigError, match=r"client.augmult=2 needs image inputs \(B, C, H, W\)"):
         _algo(2, 1.0).clipped_sums(model, tabular, torch.tensor([0, 1]), draws)
     assert not _algo(2, 1.0).trains_cohorts() and _algo(0, 1.0).trains_cohorts()
+    assert not replace(_algo(0, 1.0), max_physical_batch_size=8).trains_cohorts()
 
 
 @pytest.mark.parametrize("client", ["client=dpsgd", "client=client_level"])

@@ -148,7 +148,7 @@ def precheck(argv: list[str]) -> None:
         value = given[-1] if given else None
         if renamed:
             fail(renamed.error(value))
-        fail(privacy_key_error(overrides, key, value) or _one_line(exc))
+        fail(unknown_key_error(overrides, key, value) or _one_line(exc))
     try:
         check_known_keys(cfg)
     except ConfigError as exc:
@@ -174,7 +174,7 @@ def check_run_dirs(argv: list[str]) -> None:
                 raise ConfigError(key, value, f"is not a directory path: {part} is a file")
 
 
-def privacy_key_error(overrides: list[str], key: str, value: str | None) -> ConfigError | None:
+def unknown_key_error(overrides: list[str], key: str, value: str | None) -> ConfigError | None:
     """For an override of a ``privacy.KEY`` (or ``client.``, ``strategy.``, ``aggregator.``)
     that Hydra refused: the refusal naming the option's keys
     (:func:`fedpriv.run.config.unknown_privacy_key`, e.g. ``privacy.noise_multiplier`` with
