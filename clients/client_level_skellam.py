@@ -29,6 +29,7 @@ from torch import nn
 from clients.client_level_dpfedavg import ClientLevelDPFedAvg, NoisePlacement
 from clients.skellam_dpsgd import UPDATE_NAME, SkellamMessages, sums_signed
 from fedpriv.accounting.client_skellam import ClientLevelSkellamSpec
+from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.data.client_data import ClientData
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
@@ -70,6 +71,7 @@ class ClientLevelSkellam(SkellamMessages, ClientLevelDPFedAvg):
         the sum not to wrap.
     """
 
+    spec_type: ClassVar[type[PrivacySpec]] = ClientLevelSkellamSpec
     integer_updates: ClassVar[bool] = True
     hardened_noise: ClassVar[bool] = True  # type: ignore[assignment]
 
@@ -109,11 +111,7 @@ class ClientLevelSkellam(SkellamMessages, ClientLevelDPFedAvg):
             "beta": self.beta,
             "dropout_tolerance": self.dropout_tolerance,
         }
-        if isinstance(self.privacy, ClientLevelSkellamSpec):
-            spec = self.privacy.bound(**skellam)
-        else:  # the run's privacy=client_level spec
-            spec = ClientLevelSkellamSpec.extending(self.privacy, **skellam)
-        object.__setattr__(self, "privacy", spec)
+        object.__setattr__(self, "privacy", self.privacy.bound(**skellam))
 
     def check_cohort(self, cohort: CohortSampler) -> None:
         """Every client every round (SecAgg+ keeps one node per client), then the parent's.

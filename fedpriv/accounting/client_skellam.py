@@ -30,13 +30,12 @@ from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, SkellamMechanism
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ClientLevelSkellamSpec(ClientLevelSpec):
-    """:class:`ClientLevelSpec` (family ``client_level``) whose noise is integer Skellam
+    """:class:`ClientLevelSpec` (family ``client_level_skellam``) whose noise is integer Skellam
     shares: the events are the Skellam release's (RDP only), not the Gaussian's.
 
     ``privacy=client_level_skellam`` (which ``client=client_level_skellam`` selects) builds it
     with the client-level ``privacy`` keys and the RDP accountant by default; the client binds
-    every field below (its config keys and the model dimension), none is a ``privacy`` key. A
-    run's ``privacy=client_level`` spec is extended by the client the same way.
+    every field below (its config keys and the model dimension), none is a ``privacy`` key.
 
     Parameters
     ----------
@@ -63,6 +62,7 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
         be rdp; ``client.bits`` too small for the sum not to wrap, ...).
     """
 
+    family: ClassVar[str] = "client_level_skellam"
     bound_fields: ClassVar[tuple[str, ...]] = (
         *ClientLevelSpec.bound_fields,
         "bits",
@@ -91,12 +91,6 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
         skellam = self.skellam_with(self.noise_multiplier or 1.0)
         if self.num_params and self.noise_shares and self.noise_multiplier:
             skellam.mechanism  # noqa: B018 - validates bits now, before training
-
-    @classmethod
-    def extending(cls, spec: ClientLevelSpec, **skellam: Any) -> ClientLevelSkellamSpec:
-        """``spec``'s fields with the Skellam fields ``skellam`` (bits, rotation, ...)."""
-        fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.init}
-        return cls(**{**fields, **skellam})
 
     def skellam_with(self, noise_multiplier: float) -> SkellamSpec:
         """The record-level Skellam spec of one rounded vector per client per round at
