@@ -394,12 +394,22 @@ def test_compose_config_has_the_client_level_groups() -> None:
 
 SKELLAM = [
     "client=client_level_skellam",
-    "privacy=client_level",
+    "privacy=client_level_skellam",
     "privacy.accountant=rdp",
     "model=logistic",
     "num_clients=6",
     "seed=0",
 ]
+
+
+def test_skellam_client_level_brings_its_family_with_rdp() -> None:
+    """``client=client_level_skellam`` selects ``privacy=client_level_skellam`` (RDP by
+    default, the Skellam analysis); ``privacy=client_level`` with it is refused naming it."""
+    _, algorithm = prepare(_compose(["client=client_level_skellam", "model=logistic"]))
+    assert algorithm.privacy.family == "client_level_skellam"
+    assert algorithm.privacy.accountant.value == "rdp"
+    with pytest.raises(ConfigError, match="use privacy=client_level_skellam"):
+        prepare(_compose(["client=client_level_skellam", "privacy=client_level"]))
 
 
 def test_skellam_client_level_events_are_fedpriv_account_skellams() -> None:

@@ -99,7 +99,7 @@ def test_skellam_shares_through_secaggplus_report_the_specs_epsilon(tmp_path: Pa
     its Skellam spec's (rel. 1e-12) and the model learns (accuracy above chance 0.1)."""
     extra = [
         "client=client_level_skellam",
-        "privacy=client_level",
+        "privacy=client_level_skellam",
         "privacy.accountant=rdp",
         "aggregator=secaggplus",
         "model=logistic",
