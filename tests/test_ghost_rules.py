@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms import ghost_rules
 from fedpriv.mechanisms.ghost import fast_path_blocker, ghost_clipped_grad_sum
 from fedpriv.mechanisms.persample import clipped_grad_sum, clipped_group_grad_sum
@@ -164,3 +165,10 @@ def test_views_must_divide_the_rows() -> None:
         ghost_clipped_grad_sum(model, masked_ce, torch.zeros(5, 4), targets(5, 3, 0), 1.0, 2)
         is None
     )
+
+
+@pytest.mark.parametrize("views", [0, -1, 1.5, True])
+def test_bad_views_are_refused_naming_the_argument(views: object) -> None:
+    model = nn.Sequential(nn.Linear(4, 3))
+    with pytest.raises(ConfigError, match=r"views=.* must be an integer >= 1"):
+        ghost_clipped_grad_sum(model, masked_ce, torch.zeros(2, 4), targets(2, 3, 0), 1.0, views)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedpriv.common.errors import ConfigError
+from fedpriv.common.errors import ConfigError, check
 from fedpriv.mechanisms.clipping import clip_factor
 from fedpriv.mechanisms.ghost_rules import RULES, Finish
 from fedpriv.models.cifar import WSConv2d
@@ -315,9 +315,10 @@ def ghost_clipped_grad_sum(
     max_grad_norm : float
         Per-record clipping norm C (> 0).
     views : int
-        ``k`` >= 1: record ``i``'s gradient ``g_i`` is the mean of its ``k`` rows' gradients
-        (augmentation multiplicity, De et al. 2022, arXiv:2204.13650; or a group of batch
-        clipping, arXiv:2212.05796), clipped after averaging.
+        ``k`` >= 1 (else ``ConfigError``): record ``i``'s gradient ``g_i`` is the mean of
+        its ``k`` rows' gradients (augmentation multiplicity, De et al. 2022,
+        arXiv:2204.13650; or a group of batch clipping, arXiv:2212.05796), clipped after
+        averaging.
 
     Returns
     -------
@@ -325,6 +326,12 @@ def ghost_clipped_grad_sum(
         ``sums[name]`` has the parameter's shape; ``norms`` ``(B,)`` are the unclipped
         per-record gradient norms (over all trainable parameters).
     """
+    check(
+        isinstance(views, int) and not isinstance(views, bool) and views >= 1,
+        "views",
+        views,
+        "must be an integer >= 1 (rows per record)",
+    )
     blocker, layers, params = _scan(model)
     if blocker is not None or x.shape[0] % views:
         return None
