@@ -32,6 +32,7 @@ from fedpriv.accounting.checkin_gaussian import run_cli as central_gaussian_cli
 from fedpriv.accounting.checkin_theorems import THEOREMS, expected_dummy_updates, min_delta1
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.local_release import calibrated_randomizer, release_event
+from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
@@ -69,6 +70,12 @@ KEYS = (
     "target_delta",
     "accountant",
     "conversion",
+    LOWER_BOUND_KEY,
+)
+#: Why ``lower_bound=true`` has no number for local randomizers (see :func:`_lower_bound`).
+NO_LOWER_BOUND = (
+    "no realised pair of this protocol's outputs is computed (local_epsilon bounds the central "
+    "epsilon from above, not below)"
 )
 #: The config group of each field a message names (the CLI strips it: :func:`_bare`).
 _PREFIX = {
@@ -611,7 +618,9 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     ``num_clients``, ``num_slots``, ``checkin_probability``, ``randomizer``,
     ``clipping_norm``, ``slot_sample_rate`` (poisson), ``delta1``, ``delta2``,
     ``repetitions`` (the run's ``num_rounds``, 1), ``target_delta`` and/or
-    ``target_epsilon``, ``accountant``, ``conversion`` (:meth:`CheckinSpec.from_params`).
+    ``target_epsilon``, ``accountant``, ``conversion`` (:meth:`CheckinSpec.from_params`),
+    ``lower_bound`` (true: ``epsilon_lower_bound``; here it says why none is available,
+    :data:`NO_LOWER_BOUND`).
 
     ``noise``: ``local`` (default, the keys above) or ``central_gaussian``: the slots
     release clients' clipped sums plus one central Gaussian, and
@@ -649,6 +658,7 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     spec = CheckinSpec.from_params(p)
     reps = p.int("repetitions", 1, ge=1, le=100_000)  # optimal composition is O(reps)
     eps_t, delta_t = gdp.cli_targets(p)
+    lower = wants_lower_bound(p)
     p.finish()
     if calibrate:
         check(
@@ -667,7 +677,25 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     if calibrate:
         out.update(calibrated="local_epsilon", target_epsilon=eps_t)
     out.update(_answer(spec, reps, eps_t, delta_t))
+    if lower:
+        out.update(_lower_bound())
     return out
+
+
+def _lower_bound() -> dict[str, Any]:
+    """``epsilon_lower_bound`` of a check-in protocol with local randomizers: not available.
+
+    The amplified ε of Balle et al. (arXiv:2007.06605, Theorems 3.2, 4.1, 4.3, 5.1) and of
+    the shuffle analysis of Feldman, McMillan, Talwar (arXiv:2012.12803) are upper bounds for
+    every ε0-DP randomizer; none of them is claimed to be attained by this protocol's Laplace or
+    Gaussian randomizer on clipped updates. The local ε0 is not a lower bound of the central
+    ε (amplification makes the central ε smaller), and FMT21's ``upperbound=False`` numerical
+    value bounds the divergence of its clone pair from below, which is a lower bound on THEIR
+    upper bound, not on this protocol's ε. A valid bound needs the divergence of a realised
+    pair of this protocol's outputs (e.g. a count of reports beyond a threshold, for datasets
+    that differ in one client), which is not computed here.
+    """
+    return lower_bound_entry(None, NO_LOWER_BOUND)
 
 
 def _answer(
