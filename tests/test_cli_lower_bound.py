@@ -10,6 +10,7 @@ here, with a margin of about 10 % below the value measured.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -132,11 +133,48 @@ def test_skellam_says_why_not(capsys, args):
     assert out["epsilon_lower_bound"].startswith(NOT_AVAILABLE + "no realised pair")
 
 
-def test_checkin_local_says_why_not(capsys):
+@pytest.mark.parametrize(
+    "args, least",
+    [
+        # FMT21 numerical 0.1824, the count pair 0.0945 (n = 10^4, docs: 0.0530, 0.0271, 20 s)
+        (["variant=shuffle", "local_epsilon=1", "num_clients=1000"], 0.45),
+        # docs/accounting.md's fixed call: Theorem 3.2 0.2365, the count pair 0.00377
+        (["variant=fixed", "local_epsilon=1", "num_clients=10000", "num_slots=1000",
+          "checkin_probability=0.5"], 0.01),
+        # small epsilon, (eps0, delta0) Gaussian randomizer: 0.5 against 0.00146
+        (["variant=shuffle", "local_epsilon=0.5", "local_delta=1e-8", "num_clients=10000"],
+         0.002),
+    ],
+)  # fmt: skip
+def test_checkin_local_lower_bound(capsys, args, least):
+    out = answer(capsys, ["checkin", *args, "target_delta=1e-6"])
+    assert least <= ratio(out) <= 1.0
+
+
+def test_checkin_count_pair_is_the_randomizer_alone_for_one_client():
+    """n = 1 shuffled report: the count pair is (Bern(1/2), Bern(e^-eps0 / 2)), whose ε at δ
+    is eps0 + log(1 - 2δ) (closed form), here to the optimistic grid's 1e-4."""
+    from fedpriv.accounting.checkin_lower import checkin_lower_bound
+    from fedpriv.accounting.local_release import calibrated_randomizer
+    from fedpriv.mechanisms.checkin_draw import CheckinVariant
+    from fedpriv.mechanisms.randomizers import RandomizerKind
+
+    r = calibrated_randomizer(RandomizerKind.LAPLACE, 1.0, 1.0, 0.0)
+    got = checkin_lower_bound(CheckinVariant.SHUFFLE, r, 1, 1, 1.0, 1, 1e-6)
+    exact = 1.0 + math.log1p(-2e-6)
+    assert exact - 1e-4 <= got <= exact
+    # fixed with one slot and p0 = 1: the slot picks the target with probability 1/n
+    fixed = checkin_lower_bound(CheckinVariant.FIXED, r, 1, 1, 1.0, 1, 1e-6)
+    half = 0.5 + math.log1p(-2e-6)  # dummies on 0: the shift is L, half the sensitivity
+    assert half - 1e-4 <= fixed <= half
+
+
+def test_checkin_other_variants_say_why_not(capsys):
     out = answer(
         capsys,
-        ["checkin", "variant=shuffle", "local_epsilon=1", "num_clients=1000", "target_delta=1e-6"],
-    )
+        ["checkin", "variant=averaged", "local_epsilon=1", "num_clients=1000", "num_slots=1000",
+         "target_delta=1e-6"],
+    )  # fmt: skip
     assert out["epsilon_lower_bound"].startswith(NOT_AVAILABLE)
     assert "local_epsilon" in out["epsilon_lower_bound"]
 
