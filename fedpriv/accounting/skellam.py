@@ -682,9 +682,14 @@ def _lower_bound() -> dict[str, Any]:
     Steinke's subsampling, arXiv:2210.00597) uses sensitivities Δ1, Δ2 that bound EVERY
     conditionally rounded, rotated vector; a record realises a random rounded vector, rotated
     by a per-round random sign pattern, and the release is the sum modulo ``2**bits``. A
-    valid lower bound needs the pmf of a statistic of that release for a realised pair
-    (e.g. the projection of the modular sum on the rotated record, folded modulo
-    ``2**bits``); a Gaussian of the same variance is not one (the Skellam pmf differs from the
-    Gaussian's in the tails that decide δ). None is computed here.
+    valid lower bound needs the pmf of a statistic of that release for a realised pair. The
+    record ``c e_1`` with ``s c / sqrt(n)`` an integer is realised exactly (its rotated,
+    scaled coordinates are all ``±f``, no rounding), but the statistics whose pmfs are
+    computable lose the signal: the projection on the rotated record has noise ``sqrt(n)``
+    times a coordinate's, far beyond ``2**bits`` under the probabilistic rule (it folds to
+    nearly uniform), and one coordinate carries ``1/sqrt(n)`` of the signal; the whole vector
+    under Poisson sampling is a mixture of products, not a composition. A Gaussian of the
+    same variance is not a lower bound either (the Skellam pmf differs from the Gaussian's in
+    the tails that decide δ). None is computed here.
     """
     return lower_bound_entry(None, NO_LOWER_BOUND)
