@@ -15,7 +15,7 @@ from scipy import special
 
 from fedpriv.accounting.skellam import SkellamSpec, run_cli
 from fedpriv.common.errors import ConfigError
-from fedpriv.mechanisms.modular_range import ScaleRule, coordinate_tail_bound
+from fedpriv.mechanisms.modular_range import ScaleRule, coordinate_tail_bound, signed_reach
 from fedpriv.mechanisms.skellam_noise import MAX_POISSON_MEAN, SkellamMechanism
 from fedpriv.run.config import compose_config
 from fedpriv.run.runner import run_experiment
@@ -25,12 +25,16 @@ PADDED = 16384  # 10,250 parameters padded to a power of two by the rotation
 REF_ORDERS = list(range(2, 129)) + [256]  # the reference implementation's orders
 
 
-def reference_scale(bits: int, clients: int, dim: int, clip: float, sigma: float) -> float:
-    """The reference's scale: 2**bits γ = 2k sqrt(ρC²n²/d + n(γ²/4 + σ_i²)), k = 3, ρ = 1,
-    σ_i = σC/√n, solved for γ = 1/scale in closed form."""
+def reference_scale(
+    bits: int, clients: int, dim: int, clip: float, sigma: float, reach: float | None = None
+) -> float:
+    """The reference's scale: 2 reach γ = 2k sqrt(ρC²n²/d + n(γ²/4 + σ_i²)), k = 3, ρ = 1,
+    σ_i = σC/√n, solved for γ = 1/scale in closed form. The reference's reach is
+    ``2**(bits-1)``; fedpriv's ``2**(bits-1) - 1``, the last value that decodes (pass it)."""
     k = 3.0
+    reach = 2.0 ** (bits - 1) if reach is None else reach
     a = clip**2 * clients**2 / dim + (sigma * clip) ** 2
-    return 1.0 / (2 * k * math.sqrt(a / (4.0**bits - k * k * clients)))
+    return 1.0 / (2 * k * math.sqrt(a / (4.0 * reach**2 - k * k * clients)))
 
 
 def reference_epsilon(scale: float, sigma: float, q: float, steps: int, delta: float) -> float:
@@ -85,11 +89,16 @@ def spec(bits: int, sigma: float, steps: int = 1, **kw: object) -> SkellamSpec:
 )
 def test_one_step_equals_the_reference(bits: int, sigma: float) -> None:
     # One clipped vector per client per message: the reference's setting. Its scale (closed
-    # form here, numerical minimisation there) and ε must be fedpriv's, to 1e-6.
+    # form here, numerical minimisation there) at fedpriv's reach 2**(bits-1) - 1 and its ε
+    # must be fedpriv's, to 1e-9 and 1e-6; the reference's own reach 2**(bits-1) gives a
+    # scale a little over 2**(1-bits) relative larger (the rounding term: 5e-4 at 12 bits,
+    # 3.05e-5 at 16), asserted below 2 x 2**(1-bits).
     s = spec(bits, sigma)
-    ref = reference_scale(bits, 10, PADDED, 1.0, sigma)
+    ref = reference_scale(bits, 10, PADDED, 1.0, sigma, reach=signed_reach(bits))
     cap = math.sqrt(2 * MAX_POISSON_MEAN * 10) / sigma  # numpy's exact Poisson range
     assert s.mechanism.scale == pytest.approx(min(ref, cap), rel=1e-9)
+    own = reference_scale(bits, 10, PADDED, 1.0, sigma)
+    assert min(own, cap) * (1 - 2.0 ** (2 - bits)) <= s.mechanism.scale <= min(own, cap)
     expected = reference_epsilon(ref, sigma, 0.1, 1, 1e-5)
     assert s.epsilon(1) == pytest.approx(expected, rel=1e-6)
 
@@ -102,7 +111,7 @@ def test_multi_step_range_holds_every_step_and_beats_no_wrap(
 ) -> None:
     # A message sums `steps` noise shares: the range holds k standard deviations of that sum.
     m = spec(bits, sigma, steps).mechanism
-    assert m.wrap_stddevs * m.coordinate_std == pytest.approx(2.0 ** (bits - 1), rel=1e-9)
+    assert m.wrap_stddevs * m.coordinate_std == pytest.approx(signed_reach(bits), rel=1e-9)
     assert m.coordinate_std**2 >= 2 * steps * m.mu  # at least the noise of `steps` releases
     # The reference's one-step scale would leave a multi-step message's noise alone at
     # 2**(bits-1) / (s σ sqrt(steps)) standard deviations: most coordinates would wrap.
@@ -154,9 +163,11 @@ def test_measured_wrap_rate_is_below_the_stated_bound(stddevs: float) -> None:
     m = SkellamMechanism.from_noise_multiplier(
         1.0, bits=10, clipping_norm=1.0, num_clients=10, dim=3000, wrap_stddevs=stddevs
     )
-    # 2 exp(-k²/2) for a sub-Gaussian coordinate; Skellam's tail is a little heavier (rel 1e-3)
-    assert m.wrap_bound == pytest.approx(2 * math.exp(-(stddevs**2) / 2), rel=1e-3)
-    assert m.wrap_bound >= 2 * math.exp(-(stddevs**2) / 2)
+    # k std reach R = 2**9 - 1 and the bound is the tail at R + 1: 2 exp(-(k(R+1)/R)²/2) for a
+    # sub-Gaussian coordinate; Skellam's tail is a little heavier (rel 1e-3)
+    subgaussian = 2 * math.exp(-((stddevs * 512 / 511) ** 2) / 2)
+    assert m.wrap_bound == pytest.approx(subgaussian, rel=1e-3)
+    assert m.wrap_bound >= subgaussian
     rate = simulate_wraps(m, rounds=40, aligned=True)  # signal all in one direction: worst
     # Gaussian-like coordinates: about P(|Z| > k), well below the Chernoff bound, never above
     assert 0 < rate <= m.wrap_bound
@@ -188,7 +199,7 @@ def test_cli_equals_spec_and_states_the_rule() -> None:
     )
     assert out["scale_rule"] == "probabilistic" and out["rotation"] is True
     assert out["epsilon"] == pytest.approx(spec(12, 2.18).epsilon(1), rel=1e-12)
-    assert out["wrap_bound"] == pytest.approx(2 * math.exp(-4.5), rel=1e-3)
+    assert out["wrap_bound"] == pytest.approx(2 * math.exp(-4.5 * (2048 / 2047) ** 2), rel=1e-3)
 
 
 @pytest.mark.parametrize(

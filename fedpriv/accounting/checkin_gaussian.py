@@ -64,6 +64,8 @@ import numpy as np
 from fedpriv.accounting.allocation import RandomAllocationEvent, subsampled_allocation_pld
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.ledger import PldEvent
+from fedpriv.accounting.lower_bound import epsilon_lower_bound
+from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.pld_grid import LOWER_DISCRETIZATION, optimistic_gaussian_pld
 from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, calibrated_value
@@ -468,6 +470,13 @@ KEYS = (
     "clipping_norm",
     "repetitions",
     "accountant",
+    LOWER_BOUND_KEY,
+)
+#: What ``lower_bound=true`` answers (:meth:`CheckinGaussianEvent.lower_pld`, composed over
+#: the passes by :func:`fedpriv.accounting.lower_bound.epsilon_lower_bound`).
+LOWER_BOUND_METHOD = (
+    "optimistic PLD of a realised pair: p0 = 1, the random allocation's lower PLD "
+    "(arXiv:2602.17284); p0 < 1, a pass's first slot alone (Gaussian sampled at p0/m)"
 )
 
 
@@ -478,7 +487,8 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     ``num_slots``, ``checkin_probability`` (1), ``num_clients`` (optional),
     ``clipping_norm`` (1), ``repetitions`` (passes, 1), ``target_delta`` (1e-5),
     ``variant`` (only ``fixed``), ``accountant`` (only ``pld``)
-    (:meth:`CheckinGaussianSpec.from_params`).
+    (:meth:`CheckinGaussianSpec.from_params`), ``lower_bound`` (true: ``epsilon_lower_bound``,
+    :data:`LOWER_BOUND_METHOD`).
 
     Returns
     -------
@@ -510,6 +520,7 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     given = p.exclusive("noise_multiplier", "target_epsilon")
     spec = CheckinGaussianSpec.from_params(p)
     reps = p.int("repetitions", 1, ge=1, le=100_000)
+    lower = wants_lower_bound(p)
     out: dict[str, Any] = {"analysis": "checkin", "noise": "central_gaussian"}
     if given == "target_epsilon":
         target = p.float("target_epsilon", gt=0.0)
@@ -520,4 +531,20 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
         p.finish()
     out.update(delta=spec.target_delta, repetitions=reps, **spec.mechanism_summary())
     out.update(spec.bounds(reps))
+    if lower:
+        out.update(_lower_bound(spec, reps))
     return out
+
+
+def _lower_bound(spec: CheckinGaussianSpec, passes: int) -> dict[str, Any]:
+    """``epsilon_lower_bound`` after ``passes`` passes at the spec's δ.
+
+    Hypotheses: add/remove neighbours; one client whose clipped update has norm C in every
+    pass, the others 0, so every pass releases the pair of :meth:`CheckinGaussianEvent.pld`.
+    With ``p0 = 1`` the random allocation's lower PLD (Feldman, Shenfeld arXiv:2602.17284);
+    with ``p0 < 1`` the first slot alone, a post-processing of the pass, which is the Gaussian
+    Poisson-sampled at ``p0/m``; discretized optimistically (Doroshenko et al.
+    arXiv:2207.04380) by :func:`fedpriv.accounting.lower_bound.epsilon_lower_bound`.
+    """
+    bound = epsilon_lower_bound([(spec.pass_event(), passes)], spec.target_delta)
+    return lower_bound_entry(bound, LOWER_BOUND_METHOD)

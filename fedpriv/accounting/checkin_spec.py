@@ -29,9 +29,11 @@ from fedpriv.accounting.checkin_events import (
 )
 from fedpriv.accounting.checkin_gaussian import CheckinNoise
 from fedpriv.accounting.checkin_gaussian import run_cli as central_gaussian_cli
+from fedpriv.accounting.checkin_lower import COVERED, checkin_lower_bound
 from fedpriv.accounting.checkin_theorems import THEOREMS, expected_dummy_updates, min_delta1
 from fedpriv.accounting.ledger import FedprivEvent
 from fedpriv.accounting.local_release import calibrated_randomizer, release_event
+from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
@@ -69,6 +71,17 @@ KEYS = (
     "target_delta",
     "accountant",
     "conversion",
+    LOWER_BOUND_KEY,
+)
+#: Why ``lower_bound=true`` has no number for the other variants (see :func:`_lower_bound`).
+NO_LOWER_BOUND = (
+    "no realised pair of this variant's outputs is computed (local_epsilon bounds the central "
+    "epsilon from above, not below); variant=fixed and variant=shuffle have one"
+)
+#: What ``lower_bound=true`` answers for ``fixed`` and ``shuffle``.
+LOWER_BOUND_METHOD = (
+    "optimistic PLD of a realised pair: the count of released reports beyond the target's "
+    "shift (fedpriv.accounting.checkin_lower)"
 )
 #: The config group of each field a message names (the CLI strips it: :func:`_bare`).
 _PREFIX = {
@@ -611,7 +624,9 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     ``num_clients``, ``num_slots``, ``checkin_probability``, ``randomizer``,
     ``clipping_norm``, ``slot_sample_rate`` (poisson), ``delta1``, ``delta2``,
     ``repetitions`` (the run's ``num_rounds``, 1), ``target_delta`` and/or
-    ``target_epsilon``, ``accountant``, ``conversion`` (:meth:`CheckinSpec.from_params`).
+    ``target_epsilon``, ``accountant``, ``conversion`` (:meth:`CheckinSpec.from_params`),
+    ``lower_bound`` (true: ``epsilon_lower_bound``, for ``fixed`` and ``shuffle`` a realised
+    pair's, else :data:`NO_LOWER_BOUND`: :func:`_lower_bound`).
 
     ``noise``: ``local`` (default, the keys above) or ``central_gaussian``: the slots
     release clients' clipped sums plus one central Gaussian, and
@@ -649,6 +664,7 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     spec = CheckinSpec.from_params(p)
     reps = p.int("repetitions", 1, ge=1, le=100_000)  # optimal composition is O(reps)
     eps_t, delta_t = gdp.cli_targets(p)
+    lower = wants_lower_bound(p)
     p.finish()
     if calibrate:
         check(
@@ -667,7 +683,37 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     if calibrate:
         out.update(calibrated="local_epsilon", target_epsilon=eps_t)
     out.update(_answer(spec, reps, eps_t, delta_t))
+    if lower:
+        out.update(_lower_bound(spec, reps, out["delta"]))
     return out
+
+
+def _lower_bound(spec: CheckinSpec, passes: int, delta: float) -> dict[str, Any]:
+    """``epsilon_lower_bound`` after ``passes`` passes at ``delta``.
+
+    ``fixed`` (Algorithm 1, each slot's update released, ``R_j = [m]``) and ``shuffle``: the
+    realised pair of :func:`fedpriv.accounting.checkin_lower.checkin_lower_bound` (clients with
+    linear losses, one client's clipped update moved; the count of reports beyond the shift),
+    composed optimistically (Doroshenko et al. arXiv:2207.04380). Other variants: not
+    available. The amplified ε of Balle et al. (arXiv:2007.06605, Theorems 3.2, 4.1, 4.3,
+    5.1) and of Feldman, McMillan, Talwar (arXiv:2012.12803) are upper bounds for every
+    ε0-DP randomizer; the local ε0 is not a lower bound of the central ε, and FMT21's
+    ``upperbound=False`` value bounds its clone pair's divergence (their upper bound) from
+    below, not this protocol's ε.
+    """
+    variant = spec.bound_variant
+    if variant not in COVERED:
+        return lower_bound_entry(None, NO_LOWER_BOUND)
+    bound = checkin_lower_bound(
+        variant,
+        spec.local_randomizer,
+        spec.num_clients,
+        spec.num_slots,
+        spec.checkin_probability,
+        passes,
+        delta,
+    )
+    return lower_bound_entry(bound, LOWER_BOUND_METHOD)
 
 
 def _answer(

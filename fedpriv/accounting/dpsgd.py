@@ -22,6 +22,8 @@ from dp_accounting import dp_event
 
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
+from fedpriv.accounting.lower_bound import epsilon_lower_bound
+from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
 from fedpriv.accounting.params import Params, noise_or_target
 from fedpriv.accounting.privacy_spec import (
     EventRuns,
@@ -47,7 +49,13 @@ KEYS = (
     "conversion",
     "sampling",
     "num_rounds",
+    LOWER_BOUND_KEY,
 )
+#: What ``lower_bound=true`` answers for ``poisson-gaussian``: the optimistic PLD
+#: (Doroshenko et al. arXiv:2207.04380) of the realised add/remove pair: one record whose
+#: clipped gradient has norm C at every step, the others 0, so that each step releases the
+#: Poisson-subsampled Gaussian itself (:mod:`fedpriv.accounting.lower_bound`).
+LOWER_BOUND_METHOD = "optimistic PLD of the realised pair (a record at norm C every step)"
 
 
 def poisson_gaussian_event(
@@ -429,9 +437,11 @@ def calibrate_noise_multiplier(
 def run_cli(params: dict[str, str]) -> dict[str, Any]:
     """``fedpriv-account poisson-gaussian``: keys noise_multiplier | target_epsilon,
     sample_rate, steps (per round), num_rounds (default 1), target_delta, accountant=pld|rdp,
-    conversion=default|mironov. Builds the run's :class:`DPSGDSpec`, so a run's settings give
-    the run's ε (``steps * num_rounds`` composed steps)."""
+    conversion=default|mironov, lower_bound (true: ``epsilon_lower_bound``, the optimistic PLD
+    of the same steps, :data:`LOWER_BOUND_METHOD`). Builds the run's :class:`DPSGDSpec`, so a
+    run's settings give the run's ε (``steps * num_rounds`` composed steps)."""
     p = Params(params, "poisson-gaussian", KEYS)
+    lower = wants_lower_bound(p)
     sampling = p.str("sampling", "poisson")
     check(sampling == "poisson", "sampling", sampling, SAMPLING_REFUSAL)
     spec = DPSGDSpec.from_params(p)
@@ -449,4 +459,16 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
         conversion=spec.accounting.conversion.value,
         neighboring_relation="add_remove",
     )
+    if lower:
+        out.update(_lower_bound(spec, num_rounds))
     return out
+
+
+def _lower_bound(spec: DPSGDSpec, num_rounds: int) -> dict[str, Any]:
+    """``epsilon_lower_bound`` after ``num_rounds`` rounds: :data:`LOWER_BOUND_METHOD`."""
+    steps = spec.steps * num_rounds
+    if spec.sample_rate == 0:  # no record is ever used: ε = 0 exactly
+        return lower_bound_entry(0.0, "exact: sample_rate=0 releases nothing about a record")
+    bound = epsilon_lower_bound([(spec.step_event(), steps)], spec.accounting.target_delta)
+    why = "noise_multiplier=0 releases the sum without noise (no pair is computed)"
+    return lower_bound_entry(bound, LOWER_BOUND_METHOD if bound is not None else why)

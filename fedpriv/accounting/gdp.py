@@ -25,6 +25,7 @@ import scipy.optimize
 import scipy.special
 from numpy.typing import ArrayLike
 
+from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
 from fedpriv.accounting.params import Params
 from fedpriv.common.errors import ConfigError, check
 
@@ -506,47 +507,78 @@ def _run_mu(mu: float | None, eps: float | None, delta: float | None) -> dict[st
     return {"epsilon": eps, "delta": float(gdp_delta(eps, mu)), "mu": mu}
 
 
+#: ``fedpriv-account gdp`` and ``gaussian`` keys (one module, two analyses).
+KEYS_BY_FUNCTION = {
+    "run_cli": ("mu", "target_delta", "target_epsilon", LOWER_BOUND_KEY),
+    "run_cli_gaussian": (
+        "noise_multiplier",
+        "steps",
+        "target_delta",
+        "target_epsilon",
+        LOWER_BOUND_KEY,
+    ),
+}
+#: What ``lower_bound=true`` answers for a G_mu mechanism.
+#: The Gaussian mechanism IS G_mu: a record moving the release by its full sensitivity
+#: realises the pair N(0, 1), N(mu, 1) (Dong, Roth, Su arXiv:1905.02383, Theorem 2.7,
+#: Corollaries 2.13 and 3.3), so the lower bound equals epsilon.
+EXACT_LOWER_BOUND = "exact: G_mu is attained by a record at full sensitivity (arXiv:1905.02383)"
+
+
+def _exact_lower_bound(out: dict[str, Any], lower: bool) -> dict[str, Any]:
+    """``out`` with ``epsilon_lower_bound = epsilon`` when ``lower`` (a G_mu answer is exact:
+    :data:`EXACT_LOWER_BOUND`)."""
+    if lower:
+        out.update(lower_bound_entry(out["epsilon"], EXACT_LOWER_BOUND))
+    return out
+
+
 def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
-    """CLI analysis ``gdp``: keys ``mu``, ``target_delta`` | ``target_epsilon``.
+    """CLI analysis ``gdp``: keys ``mu``, ``target_delta`` | ``target_epsilon``,
+    ``lower_bound``.
 
     With ``mu`` and ``target_delta`` returns the exact epsilon; with ``mu`` and
     ``target_epsilon`` the exact delta; without ``mu`` but with both targets the largest mu
-    that meets them (``"calibrated": "mu"``). The dict always has ``epsilon`` and ``delta``.
+    that meets them (``"calibrated": "mu"``). The dict always has ``epsilon`` and ``delta``;
+    ``lower_bound=true`` adds ``epsilon_lower_bound``, equal to ``epsilon`` (exact).
 
     Raises
     ------
     ConfigError
         On unknown keys or out-of-range values.
     """
-    p = Params(params, "gdp")
+    p = Params(params, "gdp", KEYS_BY_FUNCTION["run_cli"])
     mu = p.float("mu", None, ge=0.0, allow_inf=True)
     eps, delta = cli_targets(p)
+    lower = wants_lower_bound(p)
     p.finish()
     if mu is not None:
         check_one_target(eps, delta)
     out: dict[str, Any] = {"analysis": "gdp"}
     out.update(_run_mu(mu, eps, delta))
-    return out
+    return _exact_lower_bound(out, lower)
 
 
 def run_cli_gaussian(params: Mapping[str, Any]) -> dict[str, Any]:
     """CLI analysis ``gaussian``: ``noise_multiplier``, ``steps`` (1), ``target_delta`` |
-    ``target_epsilon``.
+    ``target_epsilon``, ``lower_bound``.
 
     ``steps`` compositions of the Gaussian mechanism with noise std ``noise_multiplier``
     times the sensitivity form exactly ``G_mu`` with ``mu = sqrt(steps)/noise_multiplier``.
     Without ``noise_multiplier`` but with both targets returns the smallest noise multiplier
-    that meets them (``"calibrated": "noise_multiplier"``).
+    that meets them (``"calibrated": "noise_multiplier"``). ``lower_bound=true`` adds
+    ``epsilon_lower_bound``, equal to ``epsilon`` (exact).
 
     Raises
     ------
     ConfigError
         On unknown keys or out-of-range values.
     """
-    p = Params(params, "gaussian")
+    p = Params(params, "gaussian", KEYS_BY_FUNCTION["run_cli_gaussian"])
     sigma = p.float("noise_multiplier", None, ge=0.0, allow_inf=True)
     steps = p.int("steps", 1, ge=1)
     eps, delta = cli_targets(p)
+    lower = wants_lower_bound(p)
     p.finish()
     if sigma is not None:
         check_one_target(eps, delta)
@@ -561,4 +593,4 @@ def run_cli_gaussian(params: Mapping[str, Any]) -> dict[str, Any]:
         res["calibrated"] = "noise_multiplier"
     out: dict[str, Any] = {"analysis": "gaussian", "noise_multiplier": sigma, "steps": steps}
     out.update(res)
-    return out
+    return _exact_lower_bound(out, lower)

@@ -32,7 +32,11 @@ from typing import Any
 
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
+from fedpriv.accounting.local_steps_lower import LocalStepsGaussianRound
+from fedpriv.accounting.lower_bound import epsilon_lower_bound
+from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
 from fedpriv.accounting.params import Params
+from fedpriv.accounting.skellam import NO_LOWER_BOUND as SKELLAM_NO_LOWER_BOUND
 from fedpriv.accounting.skellam import SKELLAM_KEYS, SkellamSpec
 from fedpriv.accounting.vocabulary import Accountant, Conversion
 from fedpriv.common.errors import ConfigError, check
@@ -299,7 +303,14 @@ KEYS = (
     "honest_but_curious",
     "accountant",
     "conversion",
+    LOWER_BOUND_KEY,
     *SKELLAM_KEYS,
+)
+#: What ``lower_bound=true`` answers for ``mechanism=gaussian``
+#: (:mod:`fedpriv.accounting.local_steps_lower`).
+GAUSSIAN_LOWER_BOUND = (
+    "optimistic PLD of the realised pair: a record with a constant gradient of norm C, the "
+    "others 0, each round releasing its S local steps summed"
 )
 
 
@@ -309,10 +320,40 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     | target_epsilon, num_clients, sample_rate, steps, num_rounds, target_delta,
     honest_but_curious [, accountant, conversion; Skellam: num_params, bits, max_grad_norm,
     scale, beta, rotation, dropout_tolerance, local_samples]. Calibration returns both σ and
-    σ_i and names ``noise_multiplier`` (the run's setting) as the calibrated one."""
+    σ_i and names ``noise_multiplier`` (the run's setting) as the calibrated one.
+    ``lower_bound=true`` adds ``epsilon_lower_bound`` (:func:`_lower_bound`)."""
+    p = Params(params, "secagg-dpsgd", KEYS)
+    lower = wants_lower_bound(p)
+    out = _run(p)
+    if lower:
+        out.update(_lower_bound(out))
+    return out
+
+
+def _lower_bound(out: dict[str, Any]) -> dict[str, Any]:
+    """``epsilon_lower_bound`` of the answer ``out`` at its δ.
+
+    ``mechanism=gaussian``: the realised pair of
+    :class:`~fedpriv.accounting.local_steps_lower.LocalStepsGaussianRound` (hypotheses: a record
+    whose loss is linear in the model, others with zero gradients, plain local SGD, so a
+    round releases the sum of its S noisy steps; the noise σ the accountant uses, i.e. the
+    honest-but-curious view when that is set), composed over the rounds with optimistic
+    PLDs (Doroshenko et al. arXiv:2207.04380). ``mechanism=skellam``: not available
+    (:data:`fedpriv.accounting.skellam.NO_LOWER_BOUND`).
+    """
+    if out["mechanism"] != "gaussian":
+        return lower_bound_entry(None, SKELLAM_NO_LOWER_BOUND)
+    if out["sample_rate"] == 0:
+        return lower_bound_entry(0.0, "exact: sample_rate=0 releases nothing about a record")
+    pair = LocalStepsGaussianRound(out["noise_multiplier"], out["sample_rate"], out["steps"])
+    bound = epsilon_lower_bound([(pair, out["num_rounds"])], out["delta"])
+    return lower_bound_entry(bound, GAUSSIAN_LOWER_BOUND)
+
+
+def _run(p: Params) -> dict[str, Any]:
+    """:func:`run_cli`'s answer without the lower bound."""
     from fedpriv.accounting.calibrate import bisect_noise
 
-    p = Params(params, "secagg-dpsgd", KEYS)
     mechanism = p.choice("mechanism", MECHANISMS, "gaussian")
     given = p.exclusive("noise_multiplier", "client_noise_multiplier", "target_epsilon")
     num_clients = p.int("num_clients", ge=1)

@@ -30,6 +30,7 @@ from scipy import special, stats
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.dpsgd import DPSGDSpec, LocalStepsSum
 from fedpriv.accounting.ledger import CONVERSIONS, IntegerRdpEvent
+from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
 from fedpriv.accounting.params import Params, noise_or_target
 from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
 from fedpriv.accounting.vocabulary import Accountant, Conversion
@@ -294,7 +295,13 @@ KEYS = (
     "target_delta",
     "accountant",
     "conversion",
+    LOWER_BOUND_KEY,
     *SKELLAM_KEYS,
+)
+#: Why ``lower_bound=true`` has no number for the Skellam analysis (:func:`_lower_bound`).
+NO_LOWER_BOUND = (
+    "no realised pair is computed for the modular Skellam sum (rotation, conditional rounding "
+    "and wrapping make the released pmfs unavailable here)"
 )
 
 
@@ -625,8 +632,10 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     run's ``privacy.noise_multiplier``), num_params, num_clients, sample_rate, steps (per
     round), num_rounds, target_delta [, bits, max_grad_norm, beta, rotation,
     dropout_tolerance, local_samples, honest_but_curious, conversion, scale]. Builds the run's
-    :class:`SkellamSpec`: a run's ``results.json`` settings give exactly the run's ε."""
+    :class:`SkellamSpec`: a run's ``results.json`` settings give exactly the run's ε.
+    ``lower_bound=true`` adds ``epsilon_lower_bound`` (here: why none, :func:`_lower_bound`)."""
     p = Params(params, "skellam", KEYS)
+    lower = wants_lower_bound(p)
     spec = SkellamSpec.from_params(p)
     num_rounds = p.int("num_rounds", 1, ge=1)
     spec, calibration = noise_or_target(p, spec, num_rounds)
@@ -662,4 +671,25 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
         "accountant": "rdp",
         "conversion": spec.conversion.value,
         "neighboring_relation": "add_remove",
+        **(_lower_bound() if lower else {}),
     }
+
+
+def _lower_bound() -> dict[str, Any]:
+    """``epsilon_lower_bound`` of the Skellam analysis: not available.
+
+    The RDP bound (Agarwal, Kairouz, Liu arXiv:2110.04995, Theorem 3.5 / Corollary 3.6, with
+    Steinke's subsampling, arXiv:2210.00597) uses sensitivities Δ1, Δ2 that bound EVERY
+    conditionally rounded, rotated vector; a record realises a random rounded vector, rotated
+    by a per-round random sign pattern, and the release is the sum modulo ``2**bits``. A
+    valid lower bound needs the pmf of a statistic of that release for a realised pair. The
+    record ``c e_1`` with ``s c / sqrt(n)`` an integer is realised exactly (its rotated,
+    scaled coordinates are all ``±f``, no rounding), but the statistics whose pmfs are
+    computable lose the signal: the projection on the rotated record has noise ``sqrt(n)``
+    times a coordinate's, far beyond ``2**bits`` under the probabilistic rule (it folds to
+    nearly uniform), and one coordinate carries ``1/sqrt(n)`` of the signal; the whole vector
+    under Poisson sampling is a mixture of products, not a composition. A Gaussian of the
+    same variance is not a lower bound either (the Skellam pmf differs from the Gaussian's in
+    the tails that decide δ). None is computed here.
+    """
+    return lower_bound_entry(None, NO_LOWER_BOUND)

@@ -7,6 +7,15 @@ dict that always has ``"epsilon"`` and ``"delta"``, and raises
 :class:`fedpriv.common.errors.ConfigError` on bad input. Bad input exits with status 2 and ONE line
 on stderr naming the key and the value; a refused combination (``NotImplementedError``) too.
 
+Every analysis takes ``lower_bound=true``: the answer then has ``epsilon_lower_bound``, a
+lower bound on the ε of the same mechanism (a number <= ``epsilon``, or a sentence saying why
+none is available for that analysis; docs/accounting.md lists each).
+
+A reader that closes the pipe early (``fedpriv-account ... | head -1``) ends the command
+quietly with exit status 141 (128 + SIGPIPE, what a shell reports for a process that SIGPIPE
+ended), as the Python documentation recommends (the ``signal`` module's note on SIGPIPE):
+stdout is redirected to ``os.devnull`` so that the interpreter's final flush writes nothing.
+
 Examples
 --------
 ::
@@ -25,6 +34,7 @@ import importlib
 import inspect
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,11 +97,20 @@ def analysis_help(name: str) -> str:
     """
     func = load_analysis(name)
     doc = inspect.cleandoc(func.__doc__ or "").split("\nRaises\n", 1)[0].rstrip()
-    keys = getattr(sys.modules[func.__module__], "KEYS", None)
+    keys = analysis_keys(func)
     text = f"usage: fedpriv-account {name} key=value ... [--json]\n\n{doc}"
     if keys:
         text += "\n\nkeys: " + ", ".join(sorted(keys))
     return text
+
+
+def analysis_keys(func: Callable[..., Any]) -> tuple[str, ...] | None:
+    """The keys of an analysis: its module's ``KEYS_BY_FUNCTION[function name]`` (a module
+    that hosts several analyses) or its module's ``KEYS``; ``None`` when it states none."""
+    module = sys.modules[func.__module__]
+    by_function = getattr(module, "KEYS_BY_FUNCTION", {})
+    keys = by_function.get(func.__name__, getattr(module, "KEYS", None))
+    return None if keys is None else tuple(keys)
 
 
 def run(name: str, params: dict[str, str]) -> dict[str, Any]:
@@ -127,6 +146,9 @@ def format_summary(result: dict[str, Any]) -> str:
             f"  calibrated {key} = {result[key]:.6g} "
             f"for target_epsilon = {result['target_epsilon']:g}"
         )
+    bound = result.get("epsilon_lower_bound")
+    if isinstance(bound, (int, float)) and 0 < result["epsilon"] < math.inf:
+        lines.append(f"  lower bound / epsilon = {bound / result['epsilon']:.4g}")
     skip = {"analysis", "epsilon", "delta", "local_epsilon", "calibrated"}
     for key, value in result.items():
         if key in skip:
@@ -138,8 +160,25 @@ def format_summary(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: Exit status when the reader closes stdout early: 128 + SIGPIPE (13), as a shell reports.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry point; returns the exit status (0 ok, 2 bad arguments)."""
+    """Console entry point; returns the exit status (0 ok, 2 bad arguments, 141 when the
+    reader of stdout closed it early, e.g. ``| head -1``: no traceback, nothing on stderr)."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here when the output was buffered
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush goes nowhere
+        return EXIT_BROKEN_PIPE
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    """:func:`main` without the broken-pipe handling."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)

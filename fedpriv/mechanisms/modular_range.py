@@ -1,7 +1,10 @@
 """The range of a modular secure sum: how the Skellam mechanism picks its scale.
 
 A sum modulo ``2**bits`` decodes exactly while every coordinate of the true integer sum lies in
-``[-2**(bits-1), 2**(bits-1))``; a coordinate outside it *wraps*. A wrap costs accuracy on that
+``[-2**(bits-1), 2**(bits-1))``; a coordinate outside it *wraps*. Both the rule and the wrap
+bound use ONE symmetric range, ``|c| <= R`` with ``R = 2**(bits-1) - 1``
+(:func:`signed_reach`): every such ``c`` decodes, and the first values that may wrap are
+``|c| = R + 1``. A wrap costs accuracy on that
 coordinate, never privacy: the noise is added before the modular sum, and the release is a
 function of the noised sum whatever its decoding. Two rules (:class:`ScaleRule`) pick the scale
 ``s`` (real units × s = integer units):
@@ -18,7 +21,7 @@ function of the noised sum whatever its decoding. Two rules (:class:`ScaleRule`)
     most 1/4, and the noise of ``S`` steps has variance ``2 μ_S``. The range holds ``k``
     standard deviations of that coordinate::
 
-        2**(bits-1) = k sqrt(v(s)),   v(s) = s² C² G²/n + V/4 + 2 μ_S(s)
+        R = 2**(bits-1) - 1 = k sqrt(v(s)),   v(s) = s² C² G²/n + V/4 + 2 μ_S(s)
 
     with ``G`` the bound on the summed signal's norm in units of C (:class:`SignalGrowth`:
     ``V`` when the vectors may all point the same way, ``sqrt(V)`` for independent
@@ -63,10 +66,22 @@ class SignalGrowth(StrEnum):
 DEFAULT_WRAP_STDDEVS = 3.0
 
 
+def signed_reach(bits: int) -> int:
+    """``R = 2**(bits-1) - 1``: the largest ``|c|`` for which both ``c`` and ``-c`` decode
+    from a sum modulo ``2**bits`` (signed range ``[-2**(bits-1), 2**(bits-1))``).
+
+    The probabilistic rule puts ``k`` standard deviations at most at ``R``
+    (:func:`probabilistic_scale`); the wrap bound is the tail beyond ``R``, at ``R + 1``
+    (:attr:`fedpriv.mechanisms.skellam_noise.SkellamMechanism.wrap_bound`).
+    """
+    return (1 << (bits - 1)) - 1
+
+
 def probabilistic_scale(
     bits: int, wrap_stddevs: float, per_unit_variance: float, rounding_variance: float
 ) -> float:
-    """The scale ``s`` with ``k sqrt(s² a + r) = 2**(bits-1)``, or 0 if none is positive.
+    """The scale ``s`` with ``k sqrt(s² a + r) = R = 2**(bits-1) - 1`` (:func:`signed_reach`),
+    or 0 if none is positive.
 
     Parameters
     ----------
@@ -83,9 +98,9 @@ def probabilistic_scale(
     Returns
     -------
     float
-        ``sqrt((4**(bits-1)/k² − r)/a)``; 0.0 if ``r`` alone fills the range.
+        ``sqrt((R²/k² − r)/a)``; 0.0 if ``r`` alone fills the range.
     """
-    room = 4.0 ** (bits - 1) / wrap_stddevs**2 - rounding_variance
+    room = float(signed_reach(bits)) ** 2 / wrap_stddevs**2 - rounding_variance
     return math.sqrt(room / per_unit_variance) if room > 0 else 0.0
 
 

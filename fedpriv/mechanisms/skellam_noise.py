@@ -52,6 +52,7 @@ from fedpriv.mechanisms.modular_range import (
     SignalGrowth,
     coordinate_tail_bound,
     probabilistic_scale,
+    signed_reach,
 )
 
 #: Largest Poisson mean drawn: numpy's sampler (PTRS) is measured 2 % too wide in std at
@@ -440,14 +441,17 @@ class SkellamMechanism:
         """Bound on the probability that one coordinate of the sum wraps.
 
         ``probabilistic``: twice the Chernoff bound of :func:`coordinate_tail_bound` at
-        ``2**(bits-1)``, plus ``summand_tail`` (a bound under ``signal_growth=linear``; under
-        ``sqrt`` it holds for vectors in independent directions). ``no_wrap``:
+        ``R + 1 = 2**(bits-1)`` (:func:`~fedpriv.mechanisms.modular_range.signed_reach`: the
+        probability of leaving ``[-R, R]``, which holds every value the rule's ``k`` standard
+        deviations reach and contains every wrap), plus ``summand_tail`` (a bound under
+        ``signal_growth=linear``; under ``sqrt`` it holds for vectors in independent
+        directions). ``no_wrap``:
         ``wrap_probability / n`` (the noise tail's share of one coordinate).
         """
         if self.scale_rule is ScaleRule.NO_WRAP:
             return self.wrap_probability / self.padded_dim
-        half = float(1 << (self.bits - 1))
-        tail = coordinate_tail_bound(half, self.signal_variance, self.total_noise_mu)
+        beyond = float(signed_reach(self.bits) + 1)
+        tail = coordinate_tail_bound(beyond, self.signal_variance, self.total_noise_mu)
         return min(1.0, 2.0 * tail + self.summand_tail)
 
     @property
@@ -460,18 +464,19 @@ class SkellamMechanism:
             )
         return (
             f"{self.wrap_stddevs:g} standard deviations of a summed coordinate "
-            f"({self.wrap_stddevs * self.coordinate_std:.6g}) exceed 2**(bits-1)"
+            f"({self.wrap_stddevs * self.coordinate_std:.6g}) exceed 2**(bits-1) - 1"
         )
 
     @property
     def required_bits(self) -> int:
         """Smallest ``bits`` for the rule: ``no_wrap``: ``signal_bound + noise_tail <=
-        2**(bits-1) - 1``; ``probabilistic``: ``k × coordinate_std <= 2**(bits-1)`` (to
-        1e-12 relative, the closed-form scale's rounding)."""
+        2**(bits-1) - 1``; ``probabilistic``: ``k × coordinate_std <= 2**(bits-1) - 1`` (to
+        1e-12 relative, the closed-form scale's rounding): the same reach
+        (:func:`~fedpriv.mechanisms.modular_range.signed_reach`) both ways."""
         if self.scale_rule is ScaleRule.NO_WRAP:
             return (self.signal_bound + self.noise_tail).bit_length() + 1
         reach = self.wrap_stddevs * self.coordinate_std / (1.0 + 1e-12)
-        return max(2, math.ceil(math.log2(reach)) + 1) if reach > 1 else 2
+        return max(2, math.ceil(math.log2(reach + 1.0)) + 1)
 
     def wrapped_coordinates(self, signed_sum: ArrayLike) -> int:
         """How many coordinates of the TRUE integer sum (not reduced) lie outside
