@@ -7,16 +7,21 @@ sampler; tolerances are stated in each test.
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import numpy as np
 import pytest
-from scipy import stats
+from scipy import optimize, stats
 
 import fedpriv.accounting.without_replacement as wr
+from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.ledger import PrivacyLedger
 from fedpriv.accounting.lower_bound import epsilon_lower_bound
+from fedpriv.accounting.monte_carlo import allocation_epsilon_estimate, log_elementary_symmetric
 from fedpriv.accounting.pld_grid import relative_interval, sampled_gaussian_loss_rms
 from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
+from fedpriv.common.errors import ConfigError
 
 DELTA = 1e-5
 #: The issue's row: 12 of 6,000 clients, z = 7.558, 500 rounds, δ = 1e-5.
@@ -107,3 +112,97 @@ def test_lower_bound_at_small_epsilon_is_within_twenty_percent() -> None:
     assert lower is not None
     assert lower == pytest.approx(0.0339, abs=5e-4)
     assert lower <= upper <= 1.2 * lower
+
+
+# ---------------------------------------------------------------- Monte Carlo, k of t
+def test_log_elementary_symmetric_matches_the_sum_over_subsets() -> None:
+    """Every k of t = 6 on random rows: the sum over all k-subsets by itertools (rel. 1e-12)."""
+    a = np.random.default_rng(1).normal(0, 3, (5, 6))
+    for k in range(7):
+        brute = [
+            math.log(sum(math.exp(sum(row[list(s)])) for s in itertools.combinations(range(6), k)))
+            for row in a
+        ]
+        assert log_elementary_symmetric(a, k) == pytest.approx(brute, rel=1e-12)
+
+
+def exact_gaussian_epsilon(mu: float, delta: float) -> float:
+    """The ε of μ-GDP at δ (Dong, Roth, Su, Cor. 2.13), by scipy."""
+
+    def excess(eps: float) -> float:
+        return (
+            float(
+                stats.norm.cdf(-eps / mu + mu / 2)
+                - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+            )
+            - delta
+        )
+
+    return float(optimize.brentq(excess, 0.0, 50.0, xtol=1e-9))
+
+
+def test_k_equal_t_is_the_exact_gaussian_inside_the_interval() -> None:
+    """k = t = 2, σ = 1: the client is in both rounds, the pair is the Gaussian with
+    μ = √2 (3.0967 at δ = 1e-3): inside the 99 % interval, estimate within 1 %."""
+    est = allocation_epsilon_estimate([(RandomAllocationEvent(1.0, 2, 2), 1)], 1e-3)
+    exact = exact_gaussian_epsilon(math.sqrt(2), 1e-3)
+    assert est is not None
+    assert est.lower <= exact <= est.upper
+    assert est.epsilon == pytest.approx(exact, rel=0.01)
+
+
+def test_two_of_four_estimate_is_the_issue_figure_between_the_bounds() -> None:
+    """The issue's row (k = 2 of t = 4, σ = 1, δ = 1e-3, one epoch: ``num_rounds=4``): the
+    estimate is ≈ 3.545 (tolerance 1 %: the test's own sampler moves by 0.3 % across seeds),
+    its 99 % interval holds 3.545, lies above round 1's sure bound (2.272) and below the
+    budget (pld-accounting's decomposition, 3.725), and is at most ±2 % wide."""
+    events = [(RandomAllocationEvent(1.0, 4, 2), 1)]
+    est = allocation_epsilon_estimate(events, 1e-3)
+    assert est is not None and est.confidence == 0.99
+    assert est.epsilon == pytest.approx(3.545, rel=0.01)
+    assert 2.272 < est.lower <= 3.545 <= est.upper < 3.725
+    assert est.upper - est.lower < 0.04 * est.epsilon
+    assert epsilon_lower_bound(events, 1e-3) == est.lower
+
+
+@pytest.mark.parametrize("epochs", [1, pytest.param(3, marks=pytest.mark.slow)])
+def test_one_of_t_agrees_with_the_tight_pld_over_epochs(epochs) -> None:
+    """k = 1 of t = 4, σ = 1, δ = 1e-3, 1 and 3 epochs (losses summed over epochs):
+    pld-accounting's tight k = 1 PLD (composed by PLD) lies inside the 99 % interval of the
+    estimate (1 epoch: 1.897 in [1.863, 1.930])."""
+    event = RandomAllocationEvent(1.0, 4, 1)
+    est = allocation_epsilon_estimate([(event, epochs)], 1e-3)
+    assert est is not None
+    assert est.lower <= event.epsilon(1e-3, epochs) <= est.upper
+
+
+def test_the_estimate_is_seeded_and_refuses_what_it_cannot_sample() -> None:
+    """Same seed, same numbers; another seed moves the estimate by < 1 %; a partial epoch
+    (first rounds released) has no estimate; δ outside (0, 1) is refused in one line."""
+    events = [(RandomAllocationEvent(1.0, 4, 2), 1)]
+    a = allocation_epsilon_estimate(events, 1e-3, seed=3)
+    b = allocation_epsilon_estimate(events, 1e-3, seed=3)
+    c = allocation_epsilon_estimate(events, 1e-3, seed=4)
+    assert a == b and a is not None and c is not None
+    assert c.epsilon == pytest.approx(a.epsilon, rel=0.01)
+    partial = RandomAllocationEvent(1.0, 4, 1, released_rounds=2)
+    assert allocation_epsilon_estimate([(partial, 1)], 1e-3) is None
+    with pytest.raises(ConfigError, match="target_delta"):
+        allocation_epsilon_estimate(events, 1.5)
+
+
+def test_cli_prints_the_estimate_beside_the_budget() -> None:
+    """``fedpriv-account client-level`` for the issue's row: ε is the budget (3.725), the
+    estimate and its interval beside it, the lower bound from the 2-of-4 pair (> 3.4)."""
+    from fedpriv.cli.account import run
+
+    keys = {"num_clients": "6000", "client_sampling": "random_allocation"}
+    keys |= {"allocation_window": "4", "rounds_per_client": "2", "noise_multiplier": "1"}
+    out = run(
+        "client-level", {**keys, "num_rounds": "4", "target_delta": "1e-3", "lower_bound": "true"}
+    )
+    assert out["epsilon"] == pytest.approx(3.725, abs=1e-3)
+    assert out["epsilon_estimate"] == pytest.approx(3.545, rel=0.01)
+    assert "99% confidence" in out["epsilon_estimate_interval"]
+    assert 3.4 < out["epsilon_lower_bound"] < out["epsilon_estimate"] < out["epsilon"]
+    assert out["epsilon_lower_bound_confidence"].startswith("99%")
