@@ -206,3 +206,23 @@ def test_cli_prints_the_estimate_beside_the_budget() -> None:
     assert "99% confidence" in out["epsilon_estimate_interval"]
     assert 3.4 < out["epsilon_lower_bound"] < out["epsilon_estimate"] < out["epsilon"]
     assert out["epsilon_lower_bound_confidence"].startswith("99%")
+
+
+@pytest.mark.slow  # two allocation PLDs on a 1e-3 grid: ~6 s on 2 shared cores
+def test_allocation_at_small_epsilon_takes_a_finer_grid(monkeypatch) -> None:
+    """k = 1 of t = 50, σ = 20, 10 epochs, δ = 1e-5: 0.0878 on the absolute 5e-3 grid; on the
+    relative one (1e-3, its floor) 0.0704 (a 2e-4 grid gives 0.0671, 57 s): at most 0.81 times
+    the old answer, and above pld-accounting's lower PLD on the same grid."""
+    import fedpriv.accounting.allocation as alloc
+
+    event = RandomAllocationEvent(20.0, 50, 1)
+    assert alloc.allocation_interval(20.0, 50, 1) == alloc.ALLOCATION_FINEST
+    ours = event.epsilon(DELTA, 10)
+    lower = epsilon_lower_bound([(event, 10)], DELTA)
+    with monkeypatch.context() as patch:
+        patch.setattr(alloc, "allocation_interval", lambda sigma, t, k: 5e-3)
+        alloc._allocation_pld.cache_clear()
+        old = event.epsilon(DELTA, 10)
+    alloc._allocation_pld.cache_clear()
+    assert old == pytest.approx(0.0878, abs=5e-4)
+    assert lower is not None and lower <= ours <= 0.81 * old
