@@ -94,8 +94,21 @@ class EpsilonEstimate:
 
 
 def log_elementary_symmetric(a: np.ndarray, k: int) -> np.ndarray:
-    """``log e_k(exp(a_1), ..., exp(a_t))`` of each row of ``a`` (shape (n, t)): the
-    recursion ``e_j ← e_j + x_i e_(j−1)`` over the t columns, in log space (exact, O(t k))."""
+    """``log e_k(exp(a_1), ..., exp(a_t))`` of each row of ``a``: the recursion
+    ``e_j ← e_j + x_i e_(j−1)`` over the t columns, in log space (exact, O(t k)).
+
+    Parameters
+    ----------
+    a : numpy.ndarray
+        Shape (n, t), the logs of the polynomial's variables.
+    k : int
+        Degree, ``0 <= k <= t`` (``e_0 = 1``).
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (n,): ``log e_k`` per row (``-inf`` for k > t).
+    """
     n, t = a.shape
     log_e = np.full((k + 1, n), -np.inf)
     log_e[0] = 0.0
@@ -107,8 +120,22 @@ def log_elementary_symmetric(a: np.ndarray, k: int) -> np.ndarray:
 
 
 def allocation_loss(y: np.ndarray, noise_multiplier: float, k: int) -> np.ndarray:
-    """The privacy loss ``log p/q`` of the k-of-t allocation pair at outputs ``y`` (n, t):
-    see the module docstring."""
+    """The privacy loss ``log p/q`` of the k-of-t allocation pair (module docstring).
+
+    Parameters
+    ----------
+    y : numpy.ndarray
+        Shape (n, t): outputs in units of the noise std (one row per epoch drawn).
+    noise_multiplier : float
+        z > 0.
+    k : int
+        Rounds per client, ``1 <= k <= t``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (n,): ``L(y)`` per row.
+    """
     z, t = noise_multiplier, y.shape[1]
     log_count = math.lgamma(t + 1) - math.lgamma(k + 1) - math.lgamma(t - k + 1)
     return log_elementary_symmetric(y / z - 1 / (2 * z * z), k) - log_count
@@ -209,10 +236,25 @@ def allocation_epsilon_estimate(
     confidence: float = MC_CONFIDENCE,
     seed: int = 0,
 ) -> EpsilonEstimate | None:
-    """The Monte Carlo estimate of the ε at ``target_delta`` of whole random-allocation epochs
-    (``[(RandomAllocationEvent, count), ...]``), with its ``confidence`` interval; ``None``
-    when an event is not a whole epoch of random allocation. Cached per arguments (the
-    command line asks for the estimate and the lower bound).
+    """The Monte Carlo estimate of the ε at ``target_delta`` of whole random-allocation epochs,
+    with its ``confidence`` interval (module docstring). Cached per arguments (the command
+    line asks for the estimate and the lower bound).
+
+    Parameters
+    ----------
+    events : list of (RandomAllocationEvent, int)
+        Whole epochs and how many of each (their losses add up).
+    target_delta : float
+        δ in (0, 1).
+    confidence : float
+        Joint confidence of the interval, in (0, 1).
+    seed : int
+        Seed of the pilot and main samples (same seed, same answer).
+
+    Returns
+    -------
+    EpsilonEstimate or None
+        ``None`` when an event is not a whole epoch of random allocation.
 
     Raises
     ------

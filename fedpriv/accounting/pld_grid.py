@@ -43,7 +43,20 @@ def relative_interval(loss_rms: float, coarsest: float) -> float:
     """The loss grid for an occurrence whose privacy loss has root mean square ``loss_rms``:
     :data:`GRID_FRACTION_OF_LOSS` of it, at most ``coarsest``, at least
     :data:`FINEST_RELATIVE_GRID`. A deterministic function of its arguments, so an event's
-    PLD is the same in every ledger and after a resume."""
+    PLD is the same in every ledger and after a resume.
+
+    Parameters
+    ----------
+    loss_rms : float
+        Root mean square of one occurrence's privacy loss (nats), >= 0.
+    coarsest : float
+        The largest grid allowed (nats).
+
+    Returns
+    -------
+    float
+        The grid (nats), in [FINEST_RELATIVE_GRID, coarsest].
+    """
     return max(FINEST_RELATIVE_GRID, min(coarsest, GRID_FRACTION_OF_LOSS * loss_rms))
 
 
@@ -52,7 +65,20 @@ def sampled_gaussian_loss_rms(sigma: float, rate: float) -> float:
     ``sigma``, Poisson sampled at ``rate`` in (0, 1]: the larger of the remove pair's
     (``L = log(1 − q + q e^((2x − 1)/(2σ²)))``, x from the mixture ``(1 − q) N(0, σ²) +
     q N(1, σ²)``) and the add pair's (``−L``, x from ``N(0, σ²)``), by the trapezoid rule on
-    20,001 points over ±12σ (a grid scale: its accuracy does not bear on any bound)."""
+    20,001 points over ±12σ (a grid scale: its accuracy does not bear on any bound).
+
+    Parameters
+    ----------
+    sigma : float
+        Noise std per unit of sensitivity, > 0.
+    rate : float
+        Sampling probability q in (0, 1].
+
+    Returns
+    -------
+    float
+        ``sqrt(max(E_P L², E_Q L²))`` in nats.
+    """
     x = np.linspace(-12 * sigma, 12 * sigma + 1, 20_001)
     log_keep = math.log1p(-rate) if rate < 1 else -math.inf
     loss = np.logaddexp(log_keep, math.log(rate) + (2 * x - 1) / (2 * sigma**2))
