@@ -269,17 +269,19 @@ def monte_carlo_allocation_epsilon(sigma: float, t: int, k: int, delta: float) -
     return float(optimize.brentq(excess, 0.0, 20.0, xtol=1e-4))
 
 
+@pytest.mark.slow  # two Monte Carlo samplers of 10^6 draws: ~8 s on 2 shared cores
 def test_two_of_four_allocation_bounds_bracket_a_monte_carlo_estimate() -> None:
     """k = 2 of t = 4, σ = 1, δ = 1e-3: the reported ε (pld-accounting's decomposition, 3.725)
-    is above a Monte Carlo estimate of the true ε (~3.545) and the lower bound below it by
-    more than the estimate's error (pld-accounting's own lower PLD, 3.721, bounds the
-    decomposition, not the scheme, so it is not used)."""
+    is above this test's own Monte Carlo estimate of the true ε (~3.545) by more than the
+    estimate's error, and the lower bound (the 2-of-4 pair's 99 % Monte Carlo bound, 3.488;
+    round 1 alone gave 2.272) below it, within 5 % (pld-accounting's own lower PLD, 3.721,
+    bounds the decomposition, not the scheme, so it is not used)."""
     spec = client_level(
         "random_allocation", 1.0, delta=1e-3, allocation_window=4, rounds_per_client=2
     )
     truth = monte_carlo_allocation_epsilon(1.0, 4, 2, 1e-3)
     lower = epsilon_lower_bound(spec.events_after(4), 1e-3)
-    assert lower is not None and lower < 0.98 * truth < truth * 1.02 < spec.epsilon(4)
+    assert lower is not None and 0.95 * truth < lower < truth < truth * 1.02 < spec.epsilon(4)
 
 
 def test_a_run_charges_the_rounds_released_and_resumes_mid_epoch() -> None:

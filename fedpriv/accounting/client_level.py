@@ -47,6 +47,7 @@ from fedpriv.accounting.allocation import RandomAllocationEvent, charged_rounds
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.lower_bound import epsilon_lower_bound
+from fedpriv.accounting.monte_carlo import allocation_epsilon_estimate
 from fedpriv.accounting.params import Params, noise_or_target
 from fedpriv.accounting.privacy_spec import (
     EventRuns,
@@ -486,7 +487,9 @@ def run_cli(params: dict[str, str]) -> dict[str, Any]:
     :class:`ClientLevelSpec` a run builds, so a run's settings give the run's ε.
     ``lower_bound=true`` adds a computed lower bound on ε (``epsilon_lower_bound``: the room
     the answer leaves); fixed-size cohorts also print the looser RDP bound
-    (``epsilon_rdp``)."""
+    (``epsilon_rdp``); random allocation with ``rounds_per_client`` > 1 prints a Monte Carlo
+    estimate of ε with its confidence interval (``epsilon_estimate``,
+    ``epsilon_estimate_interval``), never used for the budget or calibration."""
     p = Params(params, "client-level", KEYS)
     spec = ClientLevelSpec.from_params(p)
     num_rounds = p.int("num_rounds", 1, ge=1)
@@ -515,6 +518,8 @@ def _other_bounds(spec: ClientLevelSpec, num_rounds: int, lower: bool) -> dict[s
     if fixed and spec.accountant is Accountant.PLD and not spec.non_private:
         rdp = dataclasses.replace(spec, accountant=Accountant.RDP)
         out["epsilon_rdp"] = rdp.epsilon(num_rounds)
+    if not spec.non_private:
+        out.update(_allocation_estimate(spec, num_rounds, lower))
     if lower:
         bound = (
             math.inf
@@ -522,4 +527,29 @@ def _other_bounds(spec: ClientLevelSpec, num_rounds: int, lower: bool) -> dict[s
             else epsilon_lower_bound(spec.events_after(num_rounds), spec.target_delta)
         )
         out["epsilon_lower_bound"] = "not available for this analysis" if bound is None else bound
+    return out
+
+
+def _allocation_estimate(spec: ClientLevelSpec, num_rounds: int, lower: bool) -> dict[str, Any]:
+    """Random allocation with k > 1: the Monte Carlo ESTIMATE of the scheme's ε and its
+    confidence interval (:mod:`fedpriv.accounting.monte_carlo`), beside the budget (the
+    decomposition bound, which stays the budget); with ``lower``, how the lower bound holds.
+    """
+    c = spec.bound_cohort
+    if c.client_sampling is not ClientSampling.RANDOM_ALLOCATION or c.rounds_per_client == 1:
+        return {}
+    est = allocation_epsilon_estimate(spec.events_after(num_rounds), spec.target_delta)
+    if est is None:
+        return {}
+    out: dict[str, Any] = {
+        "epsilon_estimate": est.epsilon,
+        "epsilon_estimate_interval": f"[{est.lower:.6g}, {est.upper:.6g}] at "
+        f"{est.confidence:.0%} confidence (Monte Carlo, {est.samples} samples per direction; "
+        "an estimate, not the budget)",
+    }
+    if lower:
+        out["epsilon_lower_bound_confidence"] = (
+            f"{est.confidence:.0%} (the larger of round 1's sure bound and the Monte Carlo "
+            "lower bound of the k-of-t pair)"
+        )
     return out

@@ -7,6 +7,14 @@ is rounded UP to the next multiple for an upper bound (pessimistic, δ(ε) can o
 the hockey stick E[(1 − e^(ε − L))₊] increases with every loss L), DOWN for a lower bound.
 The error added is at most one interval per composition.
 
+The dominating PLDs built here by pessimistic connect-the-dots (fixed-size cohorts) take a loss
+grid RELATIVE to the privacy loss of one occurrence (:func:`relative_interval`): an absolute
+grid of 1e-3 against a loss whose spread is 5e-4 (12 of 6,000 clients at z = 7.558) adds 21 %
+to ε, while a tenth of the spread costs under 0.2 % at 1, 100, 500 or 5,000 occurrences
+(connect-the-dots keeps each occurrence's mean loss, so its error does not pile up with the
+count; measured at four (z, γ) pairs). The grid is a function of the event alone, so the
+event's PLD, its cache, the ledger and a resumed run all answer the same ε.
+
 Reference: Meiser, Mohammadi, "Tight on budget? Tight bounds for r-fold approximate
 differential privacy" (CCS 2018), the rounding of privacy-loss buckets; dp-accounting's own
 pessimistic discretization does the same.
@@ -14,6 +22,7 @@ pessimistic discretization does the same.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -24,6 +33,60 @@ from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 #: The loss grid of an optimistic (lower-bound) PLD unless a caller asks for a finer one.
 LOWER_DISCRETIZATION = 1e-4
+#: A relative grid is this fraction of one occurrence's root-mean-square privacy loss...
+GRID_FRACTION_OF_LOSS = 0.1
+#: ...and never finer than this (the loss of one occurrence then spans few points anyway).
+FINEST_RELATIVE_GRID = 1e-7
+
+
+def relative_interval(loss_rms: float, coarsest: float) -> float:
+    """The loss grid for an occurrence whose privacy loss has root mean square ``loss_rms``:
+    :data:`GRID_FRACTION_OF_LOSS` of it, at most ``coarsest``, at least
+    :data:`FINEST_RELATIVE_GRID`. A deterministic function of its arguments, so an event's
+    PLD is the same in every ledger and after a resume.
+
+    Parameters
+    ----------
+    loss_rms : float
+        Root mean square of one occurrence's privacy loss (nats), >= 0.
+    coarsest : float
+        The largest grid allowed (nats).
+
+    Returns
+    -------
+    float
+        The grid (nats), in [FINEST_RELATIVE_GRID, coarsest].
+    """
+    return max(FINEST_RELATIVE_GRID, min(coarsest, GRID_FRACTION_OF_LOSS * loss_rms))
+
+
+def sampled_gaussian_loss_rms(sigma: float, rate: float) -> float:
+    """The root mean square of the privacy loss of the Gaussian with sensitivity 1 and std
+    ``sigma``, Poisson sampled at ``rate`` in (0, 1]: the larger of the remove pair's
+    (``L = log(1 − q + q e^((2x − 1)/(2σ²)))``, x from the mixture ``(1 − q) N(0, σ²) +
+    q N(1, σ²)``) and the add pair's (``−L``, x from ``N(0, σ²)``), by the trapezoid rule on
+    20,001 points over ±12σ (a grid scale: its accuracy does not bear on any bound).
+
+    Parameters
+    ----------
+    sigma : float
+        Noise std per unit of sensitivity, > 0.
+    rate : float
+        Sampling probability q in (0, 1].
+
+    Returns
+    -------
+    float
+        ``sqrt(max(E_P L², E_Q L²))`` in nats.
+    """
+    x = np.linspace(-12 * sigma, 12 * sigma + 1, 20_001)
+    log_keep = math.log1p(-rate) if rate < 1 else -math.inf
+    loss = np.logaddexp(log_keep, math.log(rate) + (2 * x - 1) / (2 * sigma**2))
+    base = np.exp(-0.5 * (x / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+    shifted = np.exp(-0.5 * ((x - 1) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+    mixture = (1 - rate) * base + rate * shifted
+    second = [np.trapezoid(loss**2 * w, x) for w in (mixture, base)]
+    return float(math.sqrt(max(second)))
 
 
 @lru_cache(maxsize=64)

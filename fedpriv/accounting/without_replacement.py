@@ -46,11 +46,17 @@ from dp_accounting.pld import pld_pmf, privacy_loss_mechanism
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from fedpriv.accounting.ledger import PldEvent
-from fedpriv.accounting.pld_grid import LOWER_DISCRETIZATION, optimistic_gaussian_pld
+from fedpriv.accounting.pld_grid import (
+    LOWER_DISCRETIZATION,
+    optimistic_gaussian_pld,
+    relative_interval,
+    sampled_gaussian_loss_rms,
+)
 from fedpriv.common.errors import check
 
-#: ε grid of the PLD (dp-accounting's value discretization): at N = 6,000, m = 120, z = 1, 500
-#: rounds, δ = 1e-5, ε = 19.49 at 1e-3 against 19.48 at 1e-4, ten times faster.
+#: The coarsest ε grid of the PLD (dp-accounting's value discretization): at N = 6,000,
+#: m = 120, z = 1, 500 rounds, δ = 1e-5, ε = 19.49 at 1e-3 against 19.48 at 1e-4, ten times
+#: faster. Finer where one round's loss is small (:func:`dominating_interval`).
 WITHOUT_REPLACEMENT_DISCRETIZATION = 1e-3
 
 
@@ -130,9 +136,28 @@ def _losses(z: float, gamma: float, pessimistic: bool) -> list[Any]:
     ]
 
 
+def dominating_interval(z: float, gamma: float) -> float:
+    """The ε grid of the dominating PLD of one round: a tenth of the root-mean-square privacy
+    loss of the two pairs (sensitivity 1 at std z/2, sampled at γ), at most
+    :data:`WITHOUT_REPLACEMENT_DISCRETIZATION` (:func:`~fedpriv.accounting.pld_grid.
+    relative_interval`). 12 of 6,000 clients, z = 7.558, 500 rounds, δ = 1e-5: 0.03725 on
+    its 5.4e-5 grid, 0.03722 on 1e-5, 0.04503 on the old absolute 1e-3.
+
+    The PLD is an upper bound at ANY grid: pessimistic connect-the-dots takes the pair's
+    profile δ(ε) at the grid points and puts mass only on them so that the PLD's hockey-stick
+    curve is the piecewise-linear interpolation of the profile in e^ε, which lies above the
+    profile because the profile is convex in e^ε (Doroshenko, Ghazi, Kamath, Kumar,
+    Manurangsi, arXiv:2207.04380, Thm. 3.3); the grid only sets how close, and since it
+    depends on (z, γ) alone the event's PLD is one fixed object for the ledger and a resume.
+    """
+    return relative_interval(
+        sampled_gaussian_loss_rms(z / 2, gamma), WITHOUT_REPLACEMENT_DISCRETIZATION
+    )
+
+
 @lru_cache(maxsize=32)
 def _dominating_pld(z: float, gamma: float) -> Any:
-    h = WITHOUT_REPLACEMENT_DISCRETIZATION
+    h = dominating_interval(z, gamma)
     losses = _losses(z, gamma, pessimistic=True)
     bounds = [loss.connect_dots_bounds() for loss in losses]
     lo = math.floor(min(b.epsilon_lower for b in bounds) / h)
