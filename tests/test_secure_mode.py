@@ -370,3 +370,32 @@ def test_checkin_float_run_unchanged_and_secure_cost_stated() -> None:
     want = float_plan.privacy.epsilon(plan.num_rounds)
     assert facts["epsilon_float_pld"] == pytest.approx(want, rel=1e-9)
     assert facts["epsilon_secure_planned"] > want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "config",
+    [
+        [*POISSON_PLD_SECURE, "num_rounds=1", "progress=false", "plot=false"],
+        [*CHECKIN_SECURE, "strategy=checkin", "num_rounds=1", "progress=false", "plot=false"],
+    ],
+    ids=["batch_clipping_poisson_pld", "checkin_gaussian"],
+)
+def test_secure_run_states_its_rdp_accounting(
+    config: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A one-round secure run completes with hardened noise; results.json's privacy block
+    says RDP, the planned RDP ε equals the spec's, the ledger's ε after the round is the
+    spec's (rel. 1e-9), and the one line is printed once."""
+    from fedpriv.run.runner import run_experiment
+
+    plan, _ = prepare(compose_config(config))
+    summary = run_experiment(compose_config(config), tmp_path)
+    assert summary["status"] == "complete"
+    p = json.loads((tmp_path / "results.json").read_text())["privacy"]
+    assert p["float_noise_hardened"] is True and p["secure_mode_accountant"] == "rdp"
+    assert p["epsilon_secure_planned"] == pytest.approx(plan.privacy.epsilon(1), rel=1e-9)
+    assert p["epsilon"] == pytest.approx(plan.privacy.epsilon(1), rel=1e-9)
+    assert p["epsilon_ratio"] > 1
+    err = capsys.readouterr().err
+    assert err.count("fedpriv: privacy.secure_mode=true: accounted by RDP") == 1, err

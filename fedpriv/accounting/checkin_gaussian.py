@@ -400,9 +400,11 @@ class CheckinGaussianSpec(PrivacySpec):
 
         Why the lattice event bounds a pass (add/remove one client, ``C = 1``): condition on
         the other clients' check-ins and slots (the same in both worlds). Given that the
-        client checks in and picks slot ``J``, the pass releases ``m`` independent discrete
-        Gaussian slot sums of which only slot ``J`` moves, by at most ``C(1 + 2^-20)`` after
-        rounding: for each ``J`` that is ``ρ = 1/(2z²)``-zCDP with ``z`` =
+        client checks in and picks slot ``J``, the pass releases ``m`` slot sums, each with
+        fresh discrete Gaussian noise, of which only slot ``J`` moves, by at most
+        ``C(1 + 2^-20)`` after rounding (the slots run one after another on models updated by
+        the earlier releases: by adaptive RDP composition the other slots add nothing): for
+        each ``J`` that is ``ρ = 1/(2z²)``-zCDP with ``z`` =
         :func:`~fedpriv.mechanisms.lattice_gaussian.lattice_noise_multiplier` (σ) (Canonne,
         Kamath, Steinke 2020, arXiv:2004.00010, Theorems 4 and 15: integer-valued query,
         independent coordinates), in both directions (the mechanism is symmetric). The
