@@ -45,6 +45,7 @@ from torch import nn
 from fedpriv.accounting.checkin_gaussian import CheckinGaussianSpec, CheckinNoise
 from fedpriv.accounting.checkin_spec import RUN_VARIANTS, CheckinSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.secure_mode import lattice_bound
 from fedpriv.common.errors import check
 from fedpriv.common.validate import parse_enum
 from fedpriv.common.wire import (
@@ -490,8 +491,17 @@ class CheckinGaussianClient(CheckinParticipant):
         set_(self, "noise", noise)
         set_(self, "variant", variant)
         check_spec(self, CheckinGaussianSpec)
+        if self.privacy.secure_mode and not self.privacy.lattice_noise:
+            set_(self, "privacy", lattice_bound(self.privacy))
         if self.privacy.num_rounds is not None:  # a spec bound to a run: bind this client's
             set_(self, "privacy", self.privacy.bound(num_slots=m))
+
+    @property
+    def hardened_noise(self) -> bool:  # type: ignore[override]
+        """``privacy.secure_mode``: the trusted aggregator rounds each slot's sum to a lattice
+        and adds discrete Gaussian noise (accounted by RDP,
+        :meth:`~fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec.pass_event`)."""
+        return self.privacy.lattice_noise
 
     def for_run(self, plan: RunPlan) -> CheckinGaussianClient:
         """Bind ``num_slots``, the run's clients and passes into the spec.

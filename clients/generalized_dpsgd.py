@@ -44,7 +44,7 @@ from torch import nn
 from clients.local_dpsgd import summed_cross_entropy
 from fedpriv.accounting.batch_clipping import Analysis, BatchClippingSpec
 from fedpriv.accounting.privacy_spec import PrivacySpec
-from fedpriv.accounting.vocabulary import Accountant
+from fedpriv.accounting.secure_mode import lattice_bound
 from fedpriv.common.errors import ConfigError, check, unknown_key
 from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.data.client_data import ClientData
@@ -65,6 +65,12 @@ from fedpriv.run.setup import build_model_for, partitions
 
 GROUP_UPDATES = ("minibatch", "sequential")
 LR_SCHEDULES = ("constant", "diminishing", "cosine")
+#: Why ``privacy.secure_mode=true`` refuses fixed-size groups, and what to use instead.
+SECURE_SAMPLER_REFUSAL = (
+    "has no lattice-noise analysis with privacy.secure_mode=true (fixed-size groups are "
+    "accounted by f-DP mixtures of the continuous Gaussian): use client.sampler=poisson "
+    "client.group_size=1 (lattice discrete Gaussian, accounted by RDP)"
+)
 Update = dict[str, torch.Tensor]
 #: From this many groups on, one vmap over the groups beats a loop of mini-batch gradients
 #: (measured on CPU, 1 thread, batch 64: tanh CNN 16.8 vs 12.1 ms a step at m = 4, 17.6 vs
@@ -261,19 +267,17 @@ class GeneralizedDPSGD(ClientAlgorithm):
             analysis=self.analysis,
             num_samples=None if sampler is SamplerKind.POISSON else self.num_samples,
         )
-        lattice = (
-            spec.secure_mode
-            and spec.is_poisson
-            and spec.accountant is Accountant.RDP
-            and not spec.non_private
-        )
-        set_(self, "privacy", spec.bound(lattice_noise=lattice))
+        if spec.secure_mode and not spec.non_private:
+            check(spec.is_poisson, "client.sampler", sampler.value, SECURE_SAMPLER_REFUSAL)
+            spec = lattice_bound(spec)
+        set_(self, "privacy", spec)
 
     @property
     def hardened_noise(self) -> bool:  # type: ignore[override]
-        """``privacy.secure_mode`` with Poisson sampling and RDP: each local round's noisy sum
-        is a lattice point with discrete Gaussian noise (safe against floating-point
-        attacks); every other setting draws float Gaussian noise."""
+        """``privacy.secure_mode`` (Poisson sampling; fixed-size groups are refused): each
+        local round's noisy sum is a lattice point with discrete Gaussian noise (safe against
+        floating-point attacks), accounted by RDP whatever ``privacy.accountant`` says
+        (:mod:`fedpriv.accounting.secure_mode`); otherwise float Gaussian noise."""
         return self.privacy.lattice_noise
 
     def _check_training(self) -> None:
@@ -349,18 +353,6 @@ class GeneralizedDPSGD(ClientAlgorithm):
         bound = replace(self, num_samples=n, seed=int(plan.seed))
         if self.group_size == 1:
             refuse_cross_sample(build_model_for(plan))
-        spec = bound.privacy
-        if (
-            spec.secure_mode
-            and spec.sampler is SamplerKind.SHUFFLE
-            and spec.rounds_per_server_round % spec.rounds_per_epoch
-        ):
-            raise ConfigError(
-                "client.local_rounds",
-                self.local_rounds,
-                f"must be a multiple of the {spec.rounds_per_epoch} rounds per epoch with "
-                "privacy.secure_mode=true and sampler=shuffle",
-            )
         return bound
 
     # ------------------------------------------------------------------ training

@@ -541,12 +541,19 @@ class CheckinStrategy(Strategy):
     ) -> dict[str, np.ndarray]:
         """Central-Gaussian slot (``client=checkin_gaussian``): the SUM of every checked-in
         client's clipped update plus the spec's ``N(0, σ² C² I)`` (an empty slot: the noise
-        alone, counted as a dummy), divided by the spec's public ``slot_divisor``."""
-        noise = spec.slot_noise(shapes, generator)
-        total = {k: v.astype(np.float64) for k, v in noise.items()}
+        alone, counted as a dummy), divided by the spec's public ``slot_divisor``. With the
+        spec's ``lattice_noise`` (``privacy.secure_mode``) the exact sum is rounded to the
+        lattice and discrete Gaussian noise added (``spec.lattice_release``, OS entropy)."""
+        if spec.lattice_noise:
+            total = {k: np.zeros(shape, dtype=np.float64) for k, shape in shapes.items()}
+        else:
+            noise = spec.slot_noise(shapes, generator)
+            total = {k: v.astype(np.float64) for k, v in noise.items()}
         for c in task.clients:  # in check-in (ticket) order: same sum on any layout
             for k, arr in rows[(c, task.slot)].items():
                 total[k] = total[k] + arr.astype(np.float64)
+        if spec.lattice_noise:
+            total = spec.lattice_release(total)
         stats["updates"] += len(task.clients)
         if not task.clients:
             stats["dummies"] += 1

@@ -127,6 +127,13 @@ class TestIndividualClippingPoissonSecure(TestIndividualClippingPoisson):
     ]
 
 
+class TestIndividualClippingPoissonPldSecure(TestIndividualClippingPoisson):
+    """Secure mode with the default ``privacy.accountant=pld`` (issue 40): the same lattice
+    noise, accounted by RDP instead (the PLD assumes continuous noise)."""
+
+    overrides = [*TestIndividualClippingPoisson.overrides, "privacy.secure_mode=true"]
+
+
 class TestCheckinFixed(ClientAlgorithmContract):
     """Random check-ins, fixed window (conf/client/checkin.yaml, privacy=checkin)."""
 
@@ -212,6 +219,14 @@ class TestCheckinGaussian(ClientAlgorithmContract):
         assert np.array_equal(a, b)
         assert float(np.linalg.norm(a)) == pytest.approx(0.001, rel=1e-6)
         assert algorithm.privacy.local_events() == []
+
+
+class TestCheckinGaussianSecure(TestCheckinGaussian):
+    """Secure mode (issue 40): the server's slot sums are lattice points with discrete Gaussian
+    noise, one Poisson(p0)-subsampled release per pass accounted by RDP; the client's reply
+    is the same clipped gradient."""
+
+    overrides = [*TestCheckinGaussian.overrides, "privacy.secure_mode=true"]
 
 
 # ---- the instrument itself, on two algorithms whose effective σ is known in closed form -----

@@ -173,13 +173,229 @@ def test_lattice_epsilon_is_never_below_the_gaussian_one() -> None:
     assert reference <= eps <= reference * 1.15, (eps, reference)
 
 
-def test_secure_mode_elsewhere_keeps_float_noise_and_warns() -> None:
-    for extra in (["privacy.accountant=pld"], ["client.sampler=shuffle"]):
-        cfg = [*POISSON, "num_clients=2", "privacy.secure_mode=true", *extra]
-        _, alg = prepare(compose_config(cfg))
-        assert not alg.hardened_noise
-        assert "client.sampler=poisson and privacy.accountant=rdp" in secure_mode_warning(alg)
+def test_fixed_size_groups_are_refused_in_one_line() -> None:
+    """Shuffled or fixed-size groups have no lattice-noise analysis: refused, naming the
+    sampler and what to use instead (the CLI exits with 2 on a ConfigError:
+    :func:`test_cli_exits_2_for_shuffled_groups`)."""
+    for sampler in ("shuffle", "subsample"):
+        cfg = ["client=batch_clipping", "model=logistic", "num_clients=2", f"sampler={sampler}"]
+        with pytest.raises(ConfigError) as info:
+            prepare(compose_config([*cfg, "privacy.secure_mode=true"]))
+        text = str(info.value)
+        assert text.startswith(f"client.sampler='{sampler}' has no lattice-noise analysis"), text
+        assert "use client.sampler=poisson" in text and "\n" not in text
+        _, alg = prepare(
+            compose_config([*cfg, "privacy.secure_mode=true", "privacy.noise_multiplier=0"])
+        )
+        assert not alg.hardened_noise  # non-private: no noise, nothing to harden
     from fedpriv.accounting.batch_clipping import BatchClippingSpec
 
     with pytest.raises(ConfigError, match="privacy.lattice_noise=True needs client.sampler"):
         BatchClippingSpec(lattice_noise=True, accountant=Accountant.RDP)
+
+
+@pytest.mark.slow
+def test_cli_exits_2_for_shuffled_groups(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    argv = ["client=batch_clipping", "privacy.secure_mode=true", f"hydra.run.dir={tmp_path}"]
+    code = "from fedpriv.cli.experiment import console_main; console_main()"
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 2, out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("fedpriv: error:")]
+    assert len(lines) == 1 and "client.sampler='shuffle'" in lines[0], out.stderr
+
+
+# ---- Poisson runs that would use PLD: lattice noise, accounted by RDP, the cost stated ------
+POISSON_PLD_SECURE = [*POISSON, "num_clients=2", "privacy.secure_mode=true"]
+
+
+def test_poisson_pld_run_is_lattice_and_rdp_with_its_cost_stated() -> None:
+    """privacy.accountant=pld (the default) in secure mode: lattice noise, RDP; results.json's
+    facts give the RDP ε and the float run's PLD ε at the same σ (the float run prepared
+    independently), in one line."""
+    from fedpriv.accounting.secure_mode import secure_accounting, secure_accounting_line
+
+    plan, alg = prepare(compose_config(POISSON_PLD_SECURE))
+    spec = plan.privacy
+    assert alg.hardened_noise and spec.lattice_noise and spec.accountant is Accountant.RDP
+    float_plan, float_alg = prepare(compose_config([*POISSON, "num_clients=2"]))
+    assert float_plan.privacy.accountant is Accountant.PLD and not float_alg.hardened_noise
+    facts = secure_accounting(spec, plan.num_rounds)
+    assert facts["secure_mode_accountant"] == "rdp"
+    assert facts["epsilon_secure_planned"] == pytest.approx(spec.epsilon(plan.num_rounds), 1e-12)
+    float_eps = float_plan.privacy.epsilon(plan.num_rounds)
+    assert facts["epsilon_float_pld"] == pytest.approx(float_eps, rel=1e-9)
+    assert 1.0 < facts["epsilon_ratio"] < 1.5  # RDP's conversion costs 10-20 % here
+    line = secure_accounting_line(facts, plan.num_rounds)
+    assert (
+        line.startswith("fedpriv: privacy.secure_mode=true: accounted by RDP (")
+        and "\n" not in line
+    )
+    assert f"after {plan.num_rounds} rounds" in line and "x the float Gaussian's PLD" in line
+    assert secure_accounting(float_plan.privacy, plan.num_rounds) == {}
+
+
+def _dp_accounting_epsilon(z: float, rate: float, count: int, delta: float) -> float:
+    """dp-accounting's RDP accountant at fedpriv's integer orders on the zCDP curve α/(2z²):
+    unsampled as a ZCDpEvent, Poisson-subsampled as the Gaussian of the same RDP curve (its
+    exact subsampled-Gaussian formula; dp-accounting does not subsample a ZCDpEvent)."""
+    import dp_accounting
+
+    from fedpriv.accounting.ledger import INTEGER_ORDERS
+
+    acc = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in INTEGER_ORDERS])
+    if rate == 1.0:
+        event: object = dp_accounting.ZCDpEvent(rho=1.0 / (2 * z * z))
+    else:
+        event = dp_accounting.PoissonSampledDpEvent(rate, dp_accounting.GaussianDpEvent(z))
+    acc.compose(event, count)
+    return float(acc.get_epsilon(delta))
+
+
+def test_poisson_lattice_epsilon_equals_dp_accounting() -> None:
+    """Tolerance 1e-6 relative: the same curve, two implementations of the subsampled RDP
+    (Steinke's general bound here, Mironov-Talwar-Zhang's Gaussian formula there)."""
+    from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
+
+    plan, _ = prepare(compose_config(POISSON_PLD_SECURE))
+    spec = plan.privacy
+    steps = plan.num_rounds * spec.rounds_per_server_round
+    z = lattice_noise_multiplier(spec.sigma)
+    want = _dp_accounting_epsilon(z, spec.sample_rate, steps, spec.target_delta)
+    assert spec.epsilon(plan.num_rounds) == pytest.approx(want, rel=1e-6)
+
+
+def test_poisson_lattice_release_is_on_one_lattice_with_the_accounted_std() -> None:
+    """Neighbouring sums (a record's clipped gradient, norm C, present or absent) are released
+    on the same lattice γZ^d; the noise measured from 20,000 released coordinates has std
+    >= the accounted σC (z = σ/(1+2^-20)) within 3 % (the sample std's relative standard
+    error is 0.5 %: 6 of them), and not above σC by more than 3 %."""
+    from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier, lattice_step
+    from fedpriv.run.algorithm import TrainContext
+
+    plan, alg = prepare(compose_config(POISSON_PLD_SECURE))
+    spec, clip, dim = plan.privacy, 1.0, 20_000
+    std = spec.noise_stddev(clip)
+    base = torch.linspace(-0.5, 0.5, dim, dtype=torch.float64)
+    record = torch.zeros(dim, dtype=torch.float64)
+    record[:2] = torch.tensor([0.6, -0.8])  # ||record|| = C
+    step = lattice_step(spec.sensitivity(clip), dim)
+    ctx = TrainContext(1, np.random.default_rng(5), torch.Generator(), torch.device("cpu"))
+    for u in (base, base + record):
+        out = alg.noisy({"w": u}, std, clip, ctx)["w"].numpy()  # type: ignore[attr-defined]
+        units = out / step
+        np.testing.assert_array_equal(units, np.rint(units))
+        measured = float(np.std(out - u.numpy()))
+        accounted = lattice_noise_multiplier(spec.sigma) * spec.sensitivity(clip)
+        assert accounted * 0.97 <= measured <= std * 1.03, (measured, accounted)
+
+
+# ---- check-ins with central noise: lattice slot sums, one subsampled release per pass ------
+CHECKIN_SECURE = [
+    "client=checkin_gaussian",
+    "model=logistic",
+    "num_clients=20",
+    "client.num_slots=4",
+    "num_rounds=3",
+    "privacy.secure_mode=true",
+]
+
+
+@pytest.mark.parametrize("p0", [1.0, 0.5])
+def test_checkin_lattice_epsilon_equals_dp_accounting(p0: float) -> None:
+    """One Poisson(p0)-subsampled discrete Gaussian per pass (CheckinGaussianSpec.pass_event
+    says why it bounds the check-in sampler), by RDP; p0 = 1 is dp-accounting's ZCDpEvent
+    itself. Tolerance 1e-6 relative."""
+    from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
+    from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
+
+    plan, alg = prepare(compose_config([*CHECKIN_SECURE, f"privacy.checkin_probability={p0}"]))
+    spec = plan.privacy
+    assert alg.hardened_noise and secure_mode_warning(alg) == ""
+    assert spec.accountant is Accountant.RDP
+    z = lattice_noise_multiplier(spec.sigma)
+    assert spec.pass_event() == DiscreteGaussianEvent(z, p0)
+    want = _dp_accounting_epsilon(z, p0, plan.num_rounds, spec.target_delta)
+    assert spec.epsilon(plan.num_rounds) == pytest.approx(want, rel=1e-6)
+    assert spec.summary()["epsilon_by_bound"][spec.summary()["bound"]] == pytest.approx(want, 1e-6)
+
+
+def test_checkin_lattice_slot_sums_share_the_lattice_and_carry_the_accounted_std() -> None:
+    """The server's released slot (times its public divisor), with and without one client's
+    clipped update: both on γZ^d; the noise measured over 20,000 coordinates has std >= the
+    accounted σC/(1+2^-20) within 3 % (6 standard errors) and <= σC + 3 %."""
+    from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier, lattice_step
+    from strategies.checkin_server import CheckinStrategy, SlotTask
+
+    plan, _ = prepare(compose_config(CHECKIN_SECURE))
+    spec = plan.privacy
+    dim = 20_000
+    shapes = {"w": (dim - 10,), "b": (10,)}
+    rng = np.random.default_rng(2)
+    rows = {(c, 0): {k: rng.normal(0, 0.005, s) for k, s in shapes.items()} for c in range(3)}
+    step = lattice_step(spec.clipping_norm, dim)
+    for clients in ((0, 1, 2), (0, 1)):  # client 2 present or absent
+        stats = {"updates": 0, "dummies": 0}
+        out = CheckinStrategy.central_slot(
+            spec, SlotTask(0, clients), rows, shapes, torch.Generator(), stats
+        )
+        exact = {k: sum(rows[(c, 0)][k] for c in clients) for k in shapes}
+        released = np.concatenate([out[k] * spec.slot_divisor for k in sorted(shapes)])
+        units = released / step
+        np.testing.assert_array_equal(units, np.rint(units))
+        noise = released - np.concatenate([exact[k] for k in sorted(shapes)])
+        measured = float(np.std(noise))
+        accounted = lattice_noise_multiplier(spec.sigma) * spec.clipping_norm
+        assert accounted * 0.97 <= measured <= spec.noise_stddev * 1.03, measured
+
+
+@pytest.mark.slow  # the random-allocation PLD of the float route
+def test_checkin_float_run_unchanged_and_secure_cost_stated() -> None:
+    """Without secure mode: float noise and the random-allocation PLD; in secure mode the
+    facts compare the RDP ε with that PLD ε (the lattice route forgoes the amplification by
+    the allocation, so it costs more)."""
+    from fedpriv.accounting.checkin_gaussian import ALLOCATION_BOUND, CheckinGaussianEvent
+    from fedpriv.accounting.secure_mode import secure_accounting
+
+    float_plan, float_alg = prepare(compose_config(CHECKIN_SECURE[:-1]))
+    assert not float_alg.hardened_noise and float_plan.privacy.accountant is Accountant.PLD
+    assert isinstance(float_plan.privacy.pass_event(), CheckinGaussianEvent)
+    assert float_plan.privacy.summary()["bound"] == ALLOCATION_BOUND
+    plan, _ = prepare(compose_config(CHECKIN_SECURE))
+    facts = secure_accounting(plan.privacy, plan.num_rounds)
+    want = float_plan.privacy.epsilon(plan.num_rounds)
+    assert facts["epsilon_float_pld"] == pytest.approx(want, rel=1e-9)
+    assert facts["epsilon_secure_planned"] > want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "config",
+    [
+        [*POISSON_PLD_SECURE, "num_rounds=1", "progress=false", "plot=false"],
+        [*CHECKIN_SECURE, "strategy=checkin", "num_rounds=1", "progress=false", "plot=false"],
+    ],
+    ids=["batch_clipping_poisson_pld", "checkin_gaussian"],
+)
+def test_secure_run_states_its_rdp_accounting(
+    config: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A one-round secure run completes with hardened noise; results.json's privacy block
+    says RDP, the planned RDP ε equals the spec's, the ledger's ε after the round is the
+    spec's (rel. 1e-9), and the one line is printed once."""
+    from fedpriv.run.runner import run_experiment
+
+    plan, _ = prepare(compose_config(config))
+    summary = run_experiment(compose_config(config), tmp_path)
+    assert summary["status"] == "complete"
+    p = json.loads((tmp_path / "results.json").read_text())["privacy"]
+    assert p["float_noise_hardened"] is True and p["secure_mode_accountant"] == "rdp"
+    assert p["epsilon_secure_planned"] == pytest.approx(plan.privacy.epsilon(1), rel=1e-9)
+    assert p["epsilon"] == pytest.approx(plan.privacy.epsilon(1), rel=1e-9)
+    assert p["epsilon_ratio"] > 1
+    err = capsys.readouterr().err
+    assert err.count("fedpriv: privacy.secure_mode=true: accounted by RDP") == 1, err

@@ -63,6 +63,7 @@ import numpy as np
 
 from fedpriv.accounting.allocation import RandomAllocationEvent, subsampled_allocation_pld
 from fedpriv.accounting.calibrate import bisect_noise
+from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.ledger import PldEvent
 from fedpriv.accounting.lower_bound import epsilon_lower_bound
 from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
@@ -72,6 +73,11 @@ from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, calibrated_v
 from fedpriv.accounting.vocabulary import Accountant, NeighboringRelation
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
+from fedpriv.mechanisms.lattice_gaussian import (
+    add_lattice_gaussian,
+    lattice_noise_multiplier,
+    lattice_step,
+)
 from fedpriv.mechanisms.noise import gaussian_noise_arrays
 
 if TYPE_CHECKING:
@@ -80,6 +86,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CheckinNoise",
     "ALLOCATION_BOUND",
+    "LATTICE_BOUND",
     "THEOREM_BOUND",
     "THEOREM_NOT_APPLICABLE",
     "CheckinGaussianEvent",
@@ -102,6 +109,11 @@ class CheckinNoise(StrEnum):
 
 #: The route that accounts a central-Gaussian check-in pass.
 ALLOCATION_BOUND = "random allocation (t = m, k = 1), Poisson(p0)-subsampled PLD"
+#: The route of ``privacy.secure_mode``'s lattice slot sums (:meth:`CheckinGaussianSpec.
+#: pass_event`): no amplification by the allocation, one subsampled release per pass.
+LATTICE_BOUND = (
+    "discrete Gaussian zCDP (CKS20 Thm 4/15), one release per pass, Poisson(p0)-subsampled RDP"
+)
 #: The paper's route, reported as not applicable.
 THEOREM_BOUND = "Theorem 3.2"
 #: Why :data:`THEOREM_BOUND` is not claimed for a slot that sums several clients.
@@ -210,8 +222,13 @@ class CheckinGaussianSpec(PrivacySpec):
     num_rounds : int or None
         The run's passes (bound from the run): :meth:`summary` states every route's ε after
         them.
+    lattice_noise : bool
+        ``privacy.secure_mode``: each slot's sum is rounded to the lattice ``γℤ^d`` and a
+        discrete Gaussian added (bound by the client; needs ``secure_mode`` and the ``rdp``
+        accountant, which :func:`fedpriv.accounting.secure_mode.lattice_bound` sets).
     (and the fields of :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`; the accountant
-    must be ``pld``: random allocation has no RDP curve here; the relation is add/remove.)
+    must be ``pld`` for float noise (random allocation has no RDP curve here) and is ``rdp``
+    for lattice noise (:meth:`pass_event`); the relation is add/remove.)
 
     Raises
     ------
@@ -230,6 +247,7 @@ class CheckinGaussianSpec(PrivacySpec):
         "num_slots",
         "num_clients",
         "num_rounds",
+        "lattice_noise",
     )
 
     noise_multiplier: float | None = 1.0
@@ -238,6 +256,7 @@ class CheckinGaussianSpec(PrivacySpec):
     num_slots: int = 1
     num_clients: int | None = None
     num_rounds: int | None = None
+    lattice_noise: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -266,12 +285,7 @@ class CheckinGaussianSpec(PrivacySpec):
                 n,
                 "must be an integer >= 1",
             )
-        check(
-            self.accountant is Accountant.PLD,
-            "privacy.accountant",
-            self.accountant.value,
-            "must be pld for central-Gaussian check-ins (random-allocation PLD)",
-        )
+        self._check_accountant()
         try:  # validates σ, m, p0
             CheckinGaussianEvent(
                 1.0 if sigma is None else sigma, self.num_slots, self.checkin_probability
@@ -279,6 +293,26 @@ class CheckinGaussianSpec(PrivacySpec):
         except ConfigError as exc:
             name = _BARE.get(exc.field, f"privacy.{exc.field}")
             raise ConfigError(name, exc.value, exc.allowed) from None
+
+    def _check_accountant(self) -> None:
+        """PLD for float noise; RDP for lattice noise (secure mode, which binds it)."""
+        check(
+            self.accountant is Accountant.PLD or self.secure_mode,
+            "privacy.accountant",
+            self.accountant.value,
+            "must be pld for central-Gaussian check-ins (random-allocation PLD; with "
+            "privacy.secure_mode=true the lattice slot sums are accounted by rdp)",
+        )
+        check(
+            isinstance(self.lattice_noise, bool)
+            and (
+                not self.lattice_noise or (self.secure_mode and self.accountant is Accountant.RDP)
+            ),
+            "privacy.lattice_noise",
+            self.lattice_noise,
+            "needs privacy.secure_mode=true and privacy.accountant=rdp (the discrete Gaussian "
+            "has no random-allocation PLD here)",
+        )
 
     @classmethod
     def from_params(cls, p: Params) -> CheckinGaussianSpec:
@@ -336,6 +370,24 @@ class CheckinGaussianSpec(PrivacySpec):
         (:func:`fedpriv.mechanisms.noise.gaussian_noise_arrays`)."""
         return gaussian_noise_arrays(shapes, self.noise_stddev, generator)
 
+    def lattice_release(
+        self, total: Mapping[str, np.ndarray], rng: np.random.Generator | None = None
+    ) -> dict[str, np.ndarray]:
+        """ONE slot's release with :attr:`lattice_noise`, before the public division:
+        ``γ (round(total/γ) + K)``, ``total`` the exact sum of the slot's clipped updates,
+        ``K ~ N_ℤ(0, (σC/γ)²)`` per entry, ``γ`` the lattice step for sensitivity ``C`` and
+        the total dimension (``rng``: OS entropy when ``None``).
+
+        Raises
+        ------
+        ConfigError
+            Without :attr:`lattice_noise` (the float path adds :meth:`slot_noise`).
+        """
+        check(self.lattice_noise, "privacy.lattice_noise", self.lattice_noise, "must be true")
+        dim = sum(int(np.size(v)) for v in total.values())
+        step = lattice_step(float(self.clipping_norm), dim)
+        return add_lattice_gaussian(total, self.noise_stddev, step, rng or np.random.default_rng())
+
     def expected_empty_slots(self) -> float | None:
         """``m (1 - p0/m)^n`` slots per pass that release noise only (None without ``n``)."""
         if self.num_clients is None:
@@ -344,8 +396,35 @@ class CheckinGaussianSpec(PrivacySpec):
         return float(m * (1.0 - p0 / m) ** self.num_clients)
 
     # ---- events ----------------------------------------------------------------------
-    def pass_event(self) -> CheckinGaussianEvent:
-        """The ledger event of one pass."""
+    def pass_event(self) -> CheckinGaussianEvent | DiscreteGaussianEvent:
+        """The ledger event of one pass: the random-allocation PLD event, or with
+        :attr:`lattice_noise` the discrete Gaussian of ONE release per pass at rate ``p0``.
+
+        Why the lattice event bounds a pass (add/remove one client, ``C = 1``): condition on
+        the other clients' check-ins and slots (the same in both worlds). Given that the
+        client checks in and picks slot ``J``, the pass releases ``m`` slot sums, each with
+        fresh discrete Gaussian noise, of which only slot ``J`` moves, by at most
+        ``C(1 + 2^-20)`` after rounding (the slots run one after another on models updated by
+        the earlier releases: by adaptive RDP composition the other slots add nothing): for
+        each ``J`` that is ``ρ = 1/(2z²)``-zCDP with ``z`` =
+        :func:`~fedpriv.mechanisms.lattice_gaussian.lattice_noise_multiplier` (σ) (Canonne,
+        Kamath, Steinke 2020, arXiv:2004.00010, Theorems 4 and 15: integer-valued query,
+        independent coordinates), in both directions (the mechanism is symmetric). The
+        uniform ``J`` is a mixture; by the joint convexity of ``exp((α-1) D_α)`` the mixture's
+        Rényi divergence (either direction) is at most the largest ``J``'s. So the pass
+        without its check-in draw is a mechanism with RDP ``α/(2z²)`` in both directions on
+        the checked-in clients, which the client joins with probability ``p0``
+        independently of everyone: the Poisson-subsampled RDP bound (Steinke 2022,
+        arXiv:2210.00597; hypothesis: the base curve bounds both orders of the divergence)
+        applies at rate ``p0``
+        (:class:`~fedpriv.accounting.discrete_gaussian.DiscreteGaussianEvent`). It forgoes
+        the amplification by the allocation over the ``m`` slots (no RDP analysis of random
+        allocation for the discrete Gaussian is used), so it is above the float route's ε.
+        """
+        if self.lattice_noise:
+            return DiscreteGaussianEvent(
+                lattice_noise_multiplier(self.sigma), float(self.checkin_probability)
+            )
         return CheckinGaussianEvent(self.sigma, self.num_slots, self.checkin_probability)
 
     def round_events(self) -> EventRuns:
@@ -370,11 +449,13 @@ class CheckinGaussianSpec(PrivacySpec):
             "bound_reason": {route: why not}, "neighboring_relation"}`` (results.json, CLI).
         """
         eps = self.epsilon(passes, target_delta)
+        bound = LATTICE_BOUND if self.lattice_noise else ALLOCATION_BOUND
+        how = "RDP " if self.lattice_noise else "PLD self-"
         return {
             "epsilon": eps,
-            "bound": ALLOCATION_BOUND,
-            "composition": "PLD self-composition over passes" if passes > 1 else "single pass",
-            "epsilon_by_bound": {ALLOCATION_BOUND: eps, THEOREM_BOUND: None},
+            "bound": bound,
+            "composition": f"{how}composition over passes" if passes > 1 else "single pass",
+            "epsilon_by_bound": {bound: eps, THEOREM_BOUND: None},
             "bound_reason": {THEOREM_BOUND: THEOREM_NOT_APPLICABLE},
             "neighboring_relation": NeighboringRelation.ADD_REMOVE.value,
         }
@@ -408,7 +489,7 @@ class CheckinGaussianSpec(PrivacySpec):
             eps_of,
             target,
             field="privacy.noise_multiplier",
-            hint=self._hint(target, num_rounds),
+            hint=None if self.lattice_noise else self._hint(target, num_rounds),
             rtol=3e-3,
         )
         return self.with_noise(z, target)
@@ -435,6 +516,7 @@ class CheckinGaussianSpec(PrivacySpec):
         out: dict[str, Any] = {
             "variant": "fixed",
             "noise": CheckinNoise.CENTRAL_GAUSSIAN.value,
+            "mechanism": "discrete_gaussian" if self.lattice_noise else "gaussian",
             "noise_multiplier": self.sigma,
             "noise_stddev": self.noise_stddev,
             "sensitivity": float(self.clipping_norm),

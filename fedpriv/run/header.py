@@ -46,8 +46,8 @@ def secure_mode_warning(algorithm: ClientAlgorithm) -> str:
         f"fedpriv: warning: privacy.secure_mode=true: {type(algorithm).__name__} draws float "
         "noise, not hardened against floating-point attacks (float_noise_hardened=false); "
         "hardened: client=client_level (the trusted aggregator's lattice discrete Gaussian), "
-        "client=individual_clipping with client.sampler=poisson and privacy.accountant=rdp "
-        "(lattice discrete Gaussian), client=dpsgd (runs as skellam_dpsgd), "
+        "client=individual_clipping with client.sampler=poisson, client=checkin_gaussian "
+        "(lattice discrete Gaussian, RDP), client=dpsgd (runs as skellam_dpsgd), "
         "client=skellam_dpsgd, client=client_level_skellam (integer Skellam noise)"
     )
 

@@ -25,6 +25,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.task_identity import TaskIdentity
 from omegaconf import DictConfig, OmegaConf
 
+from fedpriv.accounting.secure_mode import secure_accounting, secure_accounting_line
 from fedpriv.common.notices import quiet_known_notices
 from fedpriv.data.shared import unshare
 from fedpriv.report.display import RoundDisplay
@@ -160,6 +161,9 @@ def make_recorder(
         print(warning, file=sys.stderr)
     if facts["non_private"]:
         print(NON_PRIVATE_WARNING, file=sys.stderr)
+    secure = secure_accounting(plan.privacy, plan.num_rounds)
+    if line := secure_accounting_line(secure, plan.num_rounds):
+        print(line, file=sys.stderr)
     config = {**plan.to_config(), "resume": None}
     (run.out_dir / "config_resolved.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
     saved = {} if run.ckpt is None else run.ckpt.meta
@@ -175,6 +179,7 @@ def make_recorder(
         "num_sampled_clients": cohort.num_sampled_clients,
         **algorithm.privacy_summary(),
         **facts,
+        **secure,
         **{
             k: saved["recorder_privacy"][k]
             for k in ("epsilon", "local_epsilon", "rounds_released", "ledger")
