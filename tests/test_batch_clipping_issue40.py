@@ -180,7 +180,7 @@ def test_full_shift_monte_carlo_is_below_the_exact_gaussian() -> None:
     ("key", "value", "message"),
     [
         ("analysis", "exact", "analysis='exact' must be one of: auto, without-replacement, paper"),
-        ("analysis", "poisson-gaussian", "client.analysis='poisson-gaussian' does not cover"),
+        ("analysis", "poisson-gaussian", "analysis='poisson-gaussian' does not cover"),
         ("accountant", "gdp", "accountant='gdp' must be one of: pld, rdp"),
     ],
 )

@@ -710,6 +710,31 @@ class Analysis(StrEnum):
         return cls.PAPER if value == "batch-clipping" else None
 
 
+def check_fixed_size_analysis(analysis: Analysis, sampler: SamplerKind, field_name: str) -> None:
+    """Refuse an analysis that does not cover fixed-size batches from ``sampler``.
+
+    Raises
+    ------
+    ConfigError
+        ``poisson-gaussian`` (under-reports ε for fixed-size batches), or
+        ``without-replacement`` with shuffling (its rounds are not independent draws).
+    """
+    check(
+        analysis is not Analysis.POISSON_GAUSSIAN,
+        field_name,
+        analysis.value,
+        f"does not cover sampler={sampler.value!r}: the Poisson analysis under-reports "
+        "epsilon for shuffled or fixed-size batches; use analysis=auto or analysis=paper",
+    )
+    check(
+        analysis is not Analysis.WITHOUT_REPLACEMENT or sampler is SamplerKind.SUBSAMPLE,
+        field_name,
+        analysis.value,
+        f"does not cover sampler={sampler.value!r}: a shuffled epoch's rounds are not "
+        "independent draws; use analysis=auto or analysis=paper",
+    )
+
+
 def _int_at_least(field_name: str, value: Any, lo: int = 1) -> int:
     check(
         bool(isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo),
@@ -875,21 +900,7 @@ class BatchClippingSpec(PrivacySpec):
                 "analysis (noise N(0,(C sigma)^2))",
             )
             return
-        check(
-            analysis is not Analysis.POISSON_GAUSSIAN,
-            "client.analysis",
-            analysis.value,
-            f"does not cover sampler={self.sampler.value!r}: the Poisson analysis "
-            "under-reports epsilon for shuffled or fixed-size batches; use "
-            "analysis=auto or analysis=paper",
-        )
-        check(
-            analysis is not Analysis.WITHOUT_REPLACEMENT or self.sampler is SamplerKind.SUBSAMPLE,
-            "client.analysis",
-            analysis.value,
-            f"does not cover sampler={self.sampler.value!r}: a shuffled epoch's rounds are "
-            "not independent draws; use analysis=auto or analysis=paper",
-        )
+        check_fixed_size_analysis(analysis, self.sampler, "client.analysis")
 
     def _check_batch_fits(self) -> None:
         """``m s <= N`` and every group size <= ``N`` (fixed-size batches)."""
@@ -1184,11 +1195,16 @@ class BatchClippingSpec(PrivacySpec):
             return lambda sig: spec.with_noise(sig).group_epsilon(group_privacy, count)
 
         hint = None
-        if self.is_poisson and self.accountant is Accountant.PLD:  # (without replacement:
-            # dp-accounting's RDP takes seconds per σ, more than the PLD itself)
+        if self.is_poisson and self.accountant is Accountant.PLD:
             rdp = replace(self, accountant=Accountant.RDP, conversion=Conversion.DEFAULT)
             sigma_rdp = bisect_noise(eps_of(rdp), target_epsilon, field=name, rtol=0.01)
             hint = (0.75 * sigma_rdp, sigma_rdp)
+        elif self.analysis_name is Analysis.WITHOUT_REPLACEMENT and self.accountant is not (
+            Accountant.PLD
+        ):  # dp-accounting's RDP without replacement takes seconds per σ: bracket by the PLD
+            pld = replace(self, accountant=Accountant.PLD, conversion=Conversion.DEFAULT)
+            sigma_pld = bisect_noise(eps_of(pld), target_epsilon, field=name, rtol=0.01)
+            hint = (sigma_pld, 1.5 * sigma_pld)
         return bisect_noise(eps_of(self), target_epsilon, field=name, hint=hint)
 
     def calibrated(self, target_epsilon: float, num_rounds: int) -> BatchClippingSpec:
@@ -1260,6 +1276,7 @@ class BatchClippingSpec(PrivacySpec):
         analysis = parse_enum(Analysis, "analysis", p.str("analysis", "auto"))
         accountant = Accountant(p.choice("accountant", tuple(Accountant), "pld"))
         _validate(sampling, n, m, s, g)
+        check_fixed_size_analysis(analysis, SamplerKind(sampling), "analysis")
         return cls(
             analysis=analysis,
             accountant=accountant,
