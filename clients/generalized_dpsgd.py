@@ -11,9 +11,10 @@ releases that are each private on their own, so no secure aggregation is assumed
 batch clipping. With the Poisson sampler (individual clipping only) the noise is
 ``N(0, (C sigma)^2 I)``, every record of the client is drawn with probability ``q``,
 ``U_bar = (U + noise) / m`` (``m`` = the public expected batch size) and the standard
-Poisson-subsampled Gaussian analysis (add/remove relation) applies; shuffling and subsampling
-are accounted by the exact f-DP mixture of :mod:`fedpriv.accounting.batch_clipping`
-(replace-one relation).
+Poisson-subsampled Gaussian analysis (add/remove relation) applies; shuffling is accounted by
+the exact f-DP mixture of :mod:`fedpriv.accounting.batch_clipping` and subsampling by the
+fixed-size sampled Gaussian (replace-one relation, sensitivity 2C; ``analysis=paper``: the
+mixture).
 
 The divisor ``m`` (:attr:`GeneralizedDPSGD.normalizer`) is a public constant of the config,
 the same for every client and never a client's data size; every client runs the same number
@@ -184,8 +185,12 @@ class GeneralizedDPSGD(ClientAlgorithm):
         ``lr_period`` local rounds).
     clipping_norms : list of float, optional
         ``C`` per server round (last value repeated); default ``privacy.clipping_norm``.
-    analysis : {"auto", "batch-clipping", "poisson-gaussian"}
-        Refused unless it matches the sampler.
+    analysis : {"auto", "without-replacement", "paper", "poisson-gaussian"}
+        ``auto`` (default): the tightest valid analysis for the sampler (subsampling: the
+        fixed-size sampled Gaussian; shuffling: the paper's mixture; Poisson: the
+        Poisson-sampled Gaussian); ``paper`` the paper's f-DP mixture (``batch-clipping``, its
+        earlier name, still accepted). Refused unless it covers the sampler
+        (:class:`fedpriv.accounting.batch_clipping.Analysis`).
     num_samples : int, optional
         ``N`` used by every client (the smallest partition; bound by :meth:`for_run`; unused
         with Poisson sampling).

@@ -264,6 +264,7 @@ def test_calibration_round_trip() -> None:
             "group_privacy": "2",
             "target_epsilon": "3",
             "target_delta": "1e-5",
+            "analysis": "paper",  # the mixture alone (default: test_batch_clipping_issue40.py)
         }
     )
     sigma = out["noise_multiplier"]

@@ -21,6 +21,8 @@ from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting import gdp
 from fedpriv.accounting.batch_clipping import BatchClippingSpec
 from fedpriv.accounting.dpsgd import DPSGDSpec
+from fedpriv.accounting.ledger import PrivacyLedger
+from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.data.client_data import ClientData
 from fedpriv.models.zoo import build_model
@@ -278,9 +280,9 @@ def test_step_size_schedules() -> None:
             [
                 "client=individual_clipping",
                 "client.sampler=poisson",
-                "client.analysis=batch-clipping",
+                "client.analysis=paper",
             ],
-            "client.analysis='batch-clipping' does not cover sampler='poisson'",
+            "client.analysis='paper' does not cover sampler='poisson'",
         ),
         (["client.sampler=nope"], "client.sampler='nope' must be one of"),
         (
@@ -406,7 +408,8 @@ def test_flower_run_epsilon_equals_engine_batch_clipping_analysis(tmp_path: Path
         assert row["epsilon"] == pytest.approx(gdp.gdp_epsilon(1e-5, math.sqrt(r) / 1.5), rel=1e-6)
         assert row["epsilon"] == pytest.approx(row["epsilon_g1"], rel=1e-9)
     assert summary["privacy"]["epsilon"] == pytest.approx(rounds[-1]["epsilon"], rel=1e-12)
-    assert summary["privacy"]["accounting"] == bc.OWN_ANALYSIS  # the accountant does not apply
+    # the paper's mixture answers for shuffling (the accountant does not apply)
+    assert summary["privacy"]["accounting"] == bc.PAPER_ACCOUNTING + bc.GROUP_RULE
     assert summary["privacy"]["normalizer"] == 1.0  # m: the public divisor
 
 
@@ -433,9 +436,11 @@ def test_experiment_config_runs_on_small_slice(tmp_path: Path, shared_data: Path
     ]
     row = table.run_variant(overrides, tmp_path)
     assert row["status"] == "complete" and 0.0 <= row["accuracy"] <= 1.0
-    # (b): 2 clients x 200 records, m = 20 groups of 1, subsampling, 10 local rounds (1 epoch)
-    law = bc.sum_squares_law("subsample", 200, 20, 1, 10, 1)
-    assert row["epsilon"] == pytest.approx(bc.batch_clipping_epsilon(law, 2.0, 1e-5), rel=1e-9)
+    # (b): 2 clients x 200 records, m = 20 groups of 1, subsampling, 10 local rounds (1 epoch):
+    # the fixed-size sampled Gaussian (issue 40), z = 2 sigma, composed directly
+    ledger = PrivacyLedger(neighboring_relation="replace_one")
+    ledger.record(WithoutReplacementGaussianEvent(4.0, 20, 200), 10)
+    assert row["epsilon"] == pytest.approx(ledger.get_epsilon(1e-5), rel=1e-9)
     assert row["epsilon_g8"] > row["epsilon_g4"] > row["epsilon_g2"] > row["epsilon_g1"]
     row.update(clients=2, variant="b")
     assert "| 2 | b |" in table.format_table([row])

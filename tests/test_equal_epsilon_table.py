@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpriv.accounting import batch_clipping as bc
 from fedpriv.accounting.gdp import gdp_epsilon
+from fedpriv.accounting.ledger import PrivacyLedger
+from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.data.idx import read_idx
 from fedpriv.run.plan import RunPlan
@@ -86,10 +87,10 @@ def test_tiny_table_runs_calibrated_rows_and_resumes(tmp_path: Path, shared_data
         assert res["epsilon"] == pytest.approx(res["epsilon_g1"], rel=1e-9)
         if row["sampler"] == "shuffle":  # m = 1: exactly G_{sqrt(E)/sigma} (paper, Table 1)
             assert res["epsilon"] == pytest.approx(gdp_epsilon(1e-5, 1 / res["sigma"]), rel=1e-6)
-        else:  # the exact f-DP mixture, computed independently of the run's ledger
-            law = bc.sum_squares_law("subsample", n, 64, 1, n // 64, 1)
-            want = bc.batch_clipping_epsilon(law, res["sigma"], 1e-5)
-            assert res["epsilon"] == pytest.approx(want, rel=1e-9)
+        else:  # issue 40: the fixed-size sampled Gaussian (z = 2 sigma), composed directly
+            ledger = PrivacyLedger(neighboring_relation="replace_one")
+            ledger.record(WithoutReplacementGaussianEvent(2 * res["sigma"], 64, n), n // 64)
+            assert res["epsilon"] == pytest.approx(ledger.get_epsilon(1e-5), rel=1e-9)
         assert res["epsilon_g8"] > res["epsilon_g4"] > res["epsilon_g2"] > res["epsilon_g1"]
     summary = json.loads((out / "table.json").read_text())
     assert [e["row"]["sampler"] for e in summary] == ["shuffle", "subsample"]

@@ -476,18 +476,20 @@ def test_full_batch_rounds_are_the_exact_gaussian_from_both_sides(sampling) -> N
 @pytest.mark.parametrize(
     ("sampling", "m", "s", "epochs", "sigma", "ratio"),
     [
-        ("shuffle", 1, 60, 1, 2.0, 5.5),
+        ("shuffle", 1, 60, 1, 2.0, 3.8),
         ("shuffle", 10, 6, 3, 1.0, 4.1),
-        ("subsample", 1, 60, 1, 2.0, 4.35),
-        ("subsample", 10, 6, 3, 1.0, 3.1),
+        ("subsample", 1, 60, 1, 2.0, 1.03),
+        ("subsample", 10, 6, 3, 1.0, 1.06),
     ],
 )
 def test_generalized_dpsgd_between_its_lower_bound_and_a_stated_factor(
     sampling, m, s, epochs, sigma, ratio
 ) -> None:
-    """N = 600, 10 rounds per epoch: the paper's analysis reveals which rounds hold the
-    record (the mixture over c), so it sits 3-6x above the realised pairs (the factors
-    measured, +1 %); never below."""
+    """N = 600, 10 rounds per epoch. Shuffling: the paper's analysis reveals which rounds hold
+    the record (the mixture over c), so it sits about 4x above the realised pairs (the full
+    ±C shift's Monte Carlo bound since issue 40; factors measured, +1 %). Subsampling: the
+    fixed-size sampled Gaussian (issue 40) is within 2.4 % and 5.6 % of its realised pair
+    (before: 4.3x and 3.1x with the mixture). Never below."""
     out = batch_clipping(sampling, 600, m, s, epochs, sigma)
     lower = out["epsilon_lower_bound"]
     assert lower <= out["epsilon"] <= ratio * lower
@@ -495,9 +497,10 @@ def test_generalized_dpsgd_between_its_lower_bound_and_a_stated_factor(
 
 @pytest.mark.slow
 def test_subsampling_at_mnist_scale_leaves_fifty_times_room() -> None:
-    """Full MNIST (N = 60,000, 64 records a round, 10 epochs, σ = 1): 23.43 reported against
-    a lower bound of 0.468 (the Poisson-sampled Gaussian's PLD at q = 64/60,000, μ = 1 per
-    inclusion, gives 0.49): the room a tighter analysis of subsampling would take."""
+    """Full MNIST (N = 60,000, 64 records a round, 10 epochs, σ = 1): the paper's mixture
+    (23.43) left fifty times room above the lower bound 0.468; the default since issue 40,
+    the fixed-size sampled Gaussian, reports 0.644."""
     out = batch_clipping("subsample", 60000, 64, 1, 10, 1.0)
     assert 0.4 <= out["epsilon_lower_bound"] <= 0.5
-    assert out["epsilon"] == pytest.approx(23.43, abs=0.01)
+    assert out["paper_epsilon"] == pytest.approx(23.43, abs=0.01)
+    assert out["epsilon"] == pytest.approx(0.644, abs=0.005)

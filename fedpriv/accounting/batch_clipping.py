@@ -1,4 +1,40 @@
-"""Exact f-DP accounting of generalized DP-SGD with shuffling / subsampling and batch clipping.
+"""Accounting of generalized DP-SGD with shuffling / subsampling and batch clipping.
+
+Which analysis answers (:class:`Analysis`; ``auto``, the default, is the tightest valid one):
+
+* subsampling (each round draws its ``m s`` of ``N`` records without replacement,
+  independently): the fixed-size sampled Gaussian, replace-one, sensitivity ``2C``, noise std
+  ``2 C sigma`` (multiplier ``z = 2 sigma`` per unit ``C``): one
+  :class:`~fedpriv.accounting.without_replacement.WithoutReplacementGaussianEvent` per round
+  composed by the PLD ledger (its dominating pair, Lebeda et al. arXiv:2405.20769), or with
+  ``privacy.accountant=rdp`` dp-accounting's ``SampledWithoutReplacementDpEvent`` (Wang, Balle,
+  Kasiviswanathan arXiv:1808.00087, Thm. 9); the event is built by
+  :func:`~fedpriv.accounting.without_replacement.fixed_size_gaussian_event`, as for
+  client-level fixed-size cohorts. Hypotheses: the rounds' batches are independent uniform
+  ``m s``-subsets; a replaced record changes one group's update, whose clip bounds the change
+  of ``U`` by ``2C`` whatever the (non-linear) local optimizer. ``analysis=without-replacement``.
+* shuffling: the paper's f-DP mixture below (``analysis=paper``). No random-allocation
+  reduction is adopted, because none was found valid for this relation: the allocation
+  analyses (Feldman, Shenfeld arXiv:2602.17284) bound an add/remove pair in which the rest
+  of the output does not depend on where the unit lands. In a shuffled epoch under
+  replace-one, the position of the replaced record also decides which other records fill
+  every round (the permutation places them around it), so the other
+  rounds' releases are a mixture that depends on the record's round; each round releases a
+  sum of CLIPPED group updates, non-linear in the group's records, so those baselines do not
+  cancel; and ``N - R m s`` records are left out of each epoch. A dominating pair for that
+  mixture (e.g. "record in round i shifts round i by ``2C``, the rest fixed") would need a
+  proof that the round-dependent baselines cannot help the adversary; we have none, and a
+  Monte Carlo check cannot replace it, so shuffling keeps the paper's analysis (an upper
+  bound) and :mod:`.batch_clipping_lower` reports how far it may be from the truth.
+* groups of ``g > 1`` records (``auto`` and ``without-replacement``): the SMALLER of two valid
+  bounds, the paper's exact mixture for ``g`` and group privacy (:mod:`.group_privacy`, Vadhan
+  2017 Lemma 2.2: ``(ε, δ)`` for one record gives ``(g ε, g e^{(g-1) ε} δ)`` for ``g``
+  replaced records) applied to the ``g = 1`` profile of the analysis; ``analysis=paper``
+  reports the mixture alone.
+* Poisson sampling: dp-accounting's Poisson-sampled Gaussian (``analysis=poisson-gaussian``,
+  add/remove, noise ``N(0, (C sigma)^2)``).
+
+The paper's analysis (``analysis=paper``):
 
 A client holds ``N = num_samples`` records. Each epoch has ``R = N // (m s)`` local rounds
 (``m = num_groups`` groups of ``s = group_size`` records per round; the ``N - R m s`` records
@@ -48,10 +84,12 @@ from fedpriv.accounting.batch_clipping_lower import batch_clipping_lower_bound
 from fedpriv.accounting.calibrate import bisect_noise
 from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
-from fedpriv.accounting.ledger import FedprivEvent
+from fedpriv.accounting.group_privacy import group_privacy_delta, group_privacy_epsilon
+from fedpriv.accounting.ledger import FedprivEvent, PrivacyLedger
 from fedpriv.accounting.params import Params
 from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, calibrated_value
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
+from fedpriv.accounting.without_replacement import fixed_size_gaussian_event
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
@@ -377,6 +415,7 @@ def _lcomb(n: int, k: int) -> float:
 
 
 # --------------------------------------------------------------------------- whole run
+@lru_cache(maxsize=64)  # calibration asks for the same law at every σ it tries
 def sum_squares_law(
     sampling: str,
     num_samples: int,
@@ -616,10 +655,17 @@ class BatchClippingEvent(FedprivEvent):
 # --------------------------------------------------------------------------- the family spec
 #: Group sizes ``g`` whose ε is reported when ``privacy.group_sizes`` is null.
 DEFAULT_GROUP_SIZES = (1, 2, 4, 8)
-#: What answers for ε with fixed-size batches (shuffling or subsampling), whatever the accountant.
-OWN_ANALYSIS = (
-    "batch-clipping f-DP mixture (own analysis, arXiv:2212.05796 Sec. 5); "
-    "privacy.accountant and privacy.conversion do not apply"
+#: What answers for ε under ``analysis=paper`` (shuffling or subsampling), whatever the accountant.
+PAPER_ACCOUNTING = (
+    "the paper's f-DP mixture (arXiv:2212.05796 Sec. 5, replace-one; the adversary learns "
+    "c^2 = sum k^2); privacy.accountant and privacy.conversion do not apply"
+)
+#: What answers for ε under ``analysis=without-replacement`` (``{}``: PLD or RDP (conversion)).
+SAMPLED_ACCOUNTING = "fixed-size sampled Gaussian {} (replace-one, sensitivity 2C)"
+#: Appended when groups g > 1 take the smaller of two bounds.
+GROUP_RULE = (
+    "; groups g > 1: the smaller of the paper's f-DP mixture for g and group privacy "
+    "(Vadhan 2017, Lemma 2.2) of g = 1"
 )
 #: ``fedpriv-account batch-clipping``'s keys.
 KEYS = (
@@ -635,20 +681,33 @@ KEYS = (
     "target_epsilon",
     "target_delta",
     "lower_bound",
+    "analysis",
+    "accountant",
 )
 
 
 class Analysis(StrEnum):
-    """Which analysis accounts a :class:`BatchClippingSpec`.
+    """Which analysis accounts a :class:`BatchClippingSpec` (see the module docstring).
 
-    ``auto`` picks the one that fits the sampler: ``batch-clipping`` (the exact f-DP mixture,
-    fixed-size batches, replace-one) or ``poisson-gaussian`` (dp-accounting's Poisson-sampled
-    Gaussian, add/remove). Any other pairing is refused: it would under-report ε.
+    ``auto`` (default): the tightest valid one for the sampler: ``without-replacement`` for
+    subsampling, ``paper`` for shuffling, ``poisson-gaussian`` for Poisson, and for groups
+    ``g > 1`` the smaller of the mixture and group privacy of ``g = 1``.
+    ``without-replacement``: the fixed-size sampled Gaussian (subsampling only).
+    ``paper``: the first paper's exact f-DP mixture (fixed-size batches, replace-one; its
+    earlier spelling ``batch-clipping`` is still accepted). ``poisson-gaussian``: dp-accounting's
+    Poisson-sampled Gaussian (Poisson sampling, add/remove). Any other pairing is refused: it
+    would under-report ε.
     """
 
     AUTO = "auto"
-    BATCH_CLIPPING = "batch-clipping"
+    WITHOUT_REPLACEMENT = "without-replacement"
+    PAPER = "paper"
     POISSON_GAUSSIAN = "poisson-gaussian"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Analysis | None:
+        """``batch-clipping`` (the name before issue 40) is the paper's mixture."""
+        return cls.PAPER if value == "batch-clipping" else None
 
 
 def _int_at_least(field_name: str, value: Any, lo: int = 1) -> int:
@@ -802,7 +861,7 @@ class BatchClippingSpec(PrivacySpec):
         analysis = self.analysis
         if self.is_poisson:
             check(
-                analysis is not Analysis.BATCH_CLIPPING,
+                analysis in (Analysis.AUTO, Analysis.POISSON_GAUSSIAN),
                 "client.analysis",
                 analysis.value,
                 "does not cover sampler='poisson' (variable-size batches); "
@@ -822,7 +881,14 @@ class BatchClippingSpec(PrivacySpec):
             analysis.value,
             f"does not cover sampler={self.sampler.value!r}: the Poisson analysis "
             "under-reports epsilon for shuffled or fixed-size batches; use "
-            "analysis=batch-clipping",
+            "analysis=auto or analysis=paper",
+        )
+        check(
+            analysis is not Analysis.WITHOUT_REPLACEMENT or self.sampler is SamplerKind.SUBSAMPLE,
+            "client.analysis",
+            analysis.value,
+            f"does not cover sampler={self.sampler.value!r}: a shuffled epoch's rounds are "
+            "not independent draws; use analysis=auto or analysis=paper",
         )
 
     def _check_batch_fits(self) -> None:
@@ -897,8 +963,15 @@ class BatchClippingSpec(PrivacySpec):
 
     @property
     def analysis_name(self) -> Analysis:
-        """The analysis that accounts this spec (``auto`` resolved)."""
-        return Analysis.POISSON_GAUSSIAN if self.is_poisson else Analysis.BATCH_CLIPPING
+        """The analysis that accounts one record (``auto`` resolved): ``poisson-gaussian``
+        (Poisson), ``without-replacement`` (subsampling), ``paper`` (shuffling)."""
+        if self.is_poisson:
+            return Analysis.POISSON_GAUSSIAN
+        if self.analysis is not Analysis.AUTO:
+            return self.analysis
+        if self.sampler is SamplerKind.SUBSAMPLE:
+            return Analysis.WITHOUT_REPLACEMENT
+        return Analysis.PAPER
 
     @property
     def report_group_sizes(self) -> tuple[int, ...]:
@@ -958,15 +1031,29 @@ class BatchClippingSpec(PrivacySpec):
         return c if self.is_poisson else 2.0 * c
 
     # ------------------------------------------------------------------ events and ε
-    def event(self, group_privacy: int = 1) -> Any:
-        """One local round's privacy event (``group_privacy`` records, fixed-size batches);
-        with :attr:`lattice_noise` the Poisson-subsampled discrete Gaussian, its sensitivity
-        grown by the rounding to the lattice (CKS20, arXiv:2004.00010, Thm 15)."""
+    def event(self) -> Any:
+        """One local round's privacy event for one record, under :attr:`analysis_name`: the
+        fixed-size sampled Gaussian (z = 2σ per unit C, ``m s`` of ``N``;
+        :func:`~fedpriv.accounting.without_replacement.fixed_size_gaussian_event`), the
+        paper's mixture (:meth:`mixture_event`; also for σ = 0), or for Poisson the
+        Poisson-sampled Gaussian; with :attr:`lattice_noise` the Poisson-subsampled discrete
+        Gaussian, its sensitivity grown by the rounding to the lattice (CKS20,
+        arXiv:2004.00010, Thm 15)."""
         if self.lattice_noise:
             z = lattice_noise_multiplier(self.sigma)
             return DiscreteGaussianEvent(z, self.sample_rate)
         if self.is_poisson:
             return poisson_gaussian_event(self.sigma, self.sample_rate)
+        if self.analysis_name is Analysis.PAPER or self.sigma == 0:
+            return self.mixture_event(1)
+        batch = self.num_groups * self.group_size
+        return fixed_size_gaussian_event(
+            2.0 * self.sigma, batch, self.samples_used, self.accountant
+        )
+
+    def mixture_event(self, group_privacy: int = 1) -> BatchClippingEvent:
+        """One local round under the paper's f-DP mixture for groups of ``group_privacy``
+        records (fixed-size batches)."""
         return BatchClippingEvent(
             self.sampler.value,
             self.samples_used,
@@ -987,13 +1074,19 @@ class BatchClippingSpec(PrivacySpec):
         return self.round_events()
 
     def accounting_description(self) -> str:
-        """What answers for ε: :data:`OWN_ANALYSIS` for fixed-size batches (accountant and
-        conversion unused), else the ledger's ``"pld"`` / ``"rdp (CONVERSION)"``."""
-        if not self.is_poisson:
-            return OWN_ANALYSIS
-        ledger = self.accounting.ledger()
-        ledger.record(self.event(), 1)
-        return str(ledger.analysis())
+        """What answers for ε: :data:`PAPER_ACCOUNTING` or :data:`SAMPLED_ACCOUNTING` (with the
+        group rule :data:`GROUP_RULE` unless ``analysis=paper``) for fixed-size batches, else
+        the ledger's ``"pld"`` / ``"rdp (CONVERSION)"``."""
+        if self.is_poisson:
+            ledger = self.accounting.ledger()
+            ledger.record(self.event(), 1)
+            return str(ledger.analysis())
+        if self.analysis_name is Analysis.PAPER:
+            text = PAPER_ACCOUNTING
+        else:
+            kind = "PLD" if self.accountant is Accountant.PLD else f"RDP ({self.conversion})"
+            text = SAMPLED_ACCOUNTING.format(kind)
+        return text if self.analysis is Analysis.PAPER else text + GROUP_RULE
 
     def law(self, num_local_rounds: int, group_privacy: int = 1) -> SumSquaresLaw:
         """The law ``q`` of ``c^2`` after ``num_local_rounds`` (fixed-size batches only; the
@@ -1009,13 +1102,15 @@ class BatchClippingSpec(PrivacySpec):
         )
 
     def report(self, rounds: int) -> dict[str, float]:
-        """``epsilon_g{g}`` (exact mixture) and ``epsilon_g{g}_closed`` (Table 1 closed form)
-        for each ``g`` in :attr:`report_group_sizes` after ``rounds`` server rounds, at
-        ``target_delta``; ``{}`` for Poisson or before any round.
+        """``epsilon_g{g}`` (:meth:`group_epsilon`: the analysis of one record for g = 1, the
+        group rule for g > 1) and ``epsilon_g{g}_closed`` (Table 1 closed form) for each ``g``
+        in :attr:`report_group_sizes` after ``rounds`` server rounds, at ``target_delta``;
+        ``{}`` for Poisson or before any round.
 
         References
         ----------
-        arXiv:2212.05796, Sec. 5 (group privacy, Theorems 5.5/5.6) and Table 1.
+        arXiv:2212.05796, Sec. 5 (group privacy, Theorems 5.5/5.6) and Table 1; Vadhan 2017,
+        Lemma 2.2 (group privacy).
         """
         if self.is_poisson or rounds < 1:
             return {}
@@ -1024,16 +1119,83 @@ class BatchClippingSpec(PrivacySpec):
         delta = self.target_delta
         out: dict[str, float] = {}
         for g in self.report_group_sizes:
-            out[f"epsilon_g{g}"] = self.event(g).epsilon(delta, count)
+            out[f"epsilon_g{g}"] = self.group_epsilon(g, count)
             mu, _ = table1_mu(self.num_groups, self.group_size, epochs, self.sigma, g)
             out[f"epsilon_g{g}_closed"] = gdp.gdp_epsilon(delta, mu)
         return out
 
+    def _ledger(self, count: int) -> PrivacyLedger:
+        """The ledger of ``count`` local rounds for one record (what a run composes)."""
+        ledger = self.accounting.ledger()
+        ledger.record(self.event(), int(count))
+        return ledger
+
+    def group_epsilon(
+        self, group_privacy: int, count: int, target_delta: float | None = None
+    ) -> float:
+        """ε at ``target_delta`` (default the spec's) after ``count`` local rounds for groups of
+        ``group_privacy`` records: g = 1 the run's ledger; g > 1 with ``analysis=paper`` the
+        paper's mixture for g, otherwise the smaller of that mixture and group privacy
+        (:func:`~fedpriv.accounting.group_privacy.group_privacy_epsilon`) of the g = 1 profile.
+
+        References
+        ----------
+        arXiv:2212.05796, Sec. 5 (the mixture for g); Vadhan 2017, Lemma 2.2 (group privacy;
+        hypothesis: g replaced records are g replace-one steps).
+        """
+        delta = self.target_delta if target_delta is None else float(target_delta)
+        if count == 0:
+            return 0.0
+        ledger = self._ledger(count)
+        if group_privacy == 1:
+            return float(ledger.get_epsilon(delta))
+        mixture = self.mixture_event(group_privacy).epsilon(delta, count)
+        if self.analysis is Analysis.PAPER:
+            return mixture
+        return min(mixture, group_privacy_epsilon(ledger.get_delta, group_privacy, delta))
+
+    def group_delta(self, group_privacy: int, count: int, target_epsilon: float) -> float:
+        """δ at ``target_epsilon`` after ``count`` local rounds for groups of
+        ``group_privacy`` records, by the rule of :meth:`group_epsilon` (the smaller of the two
+        valid δ for g > 1 unless ``analysis=paper``)."""
+        if count == 0:
+            return 0.0
+        ledger = self._ledger(count)
+        if group_privacy == 1:
+            return float(ledger.get_delta(target_epsilon))
+        mixture = self.mixture_event(group_privacy).delta(target_epsilon, count)
+        if self.analysis is Analysis.PAPER:
+            return mixture
+        return min(mixture, group_privacy_delta(ledger.get_delta, group_privacy, target_epsilon))
+
+    def calibrated_sigma(self, target_epsilon: float, count: int, group_privacy: int = 1) -> float:
+        """The smallest σ (to 0.1 %) whose :meth:`group_epsilon` after ``count`` local rounds
+        is <= ``target_epsilon``: the very function the run and the CLI report (a Poisson
+        PLD is bracketed first with the fast RDP answer).
+
+        Raises
+        ------
+        ConfigError
+            If the target cannot be reached.
+        """
+        name = "privacy.noise_multiplier"
+
+        def eps_of(spec: BatchClippingSpec) -> Any:
+            return lambda sig: spec.with_noise(sig).group_epsilon(group_privacy, count)
+
+        hint = None
+        if self.is_poisson and self.accountant is Accountant.PLD:  # (without replacement:
+            # dp-accounting's RDP takes seconds per σ, more than the PLD itself)
+            rdp = replace(self, accountant=Accountant.RDP, conversion=Conversion.DEFAULT)
+            sigma_rdp = bisect_noise(eps_of(rdp), target_epsilon, field=name, rtol=0.01)
+            hint = (0.75 * sigma_rdp, sigma_rdp)
+        return bisect_noise(eps_of(self), target_epsilon, field=name, hint=hint)
+
     def calibrated(self, target_epsilon: float, num_rounds: int) -> BatchClippingSpec:
-        """A NEW spec whose σ is the smallest (to 0.1 %) with :meth:`epsilon` ``(num_rounds)``
-        <= ``target_epsilon``, evaluated on the very function the run reports (so accountant
-        AND conversion are honoured for Poisson; for fixed-size batches the own analysis
-        answers whatever they are).
+        """A NEW spec whose σ is the smallest (to 0.1 %) with ε after ``num_rounds`` <=
+        ``target_epsilon`` (:meth:`calibrated_sigma`, one record), evaluated on the very
+        function the run reports (accountant AND conversion honoured, except under the
+        paper's mixture, which answers whatever they are).
 
         Raises
         ------
@@ -1045,25 +1207,7 @@ class BatchClippingSpec(PrivacySpec):
         )
         check(target > 0, "privacy.target_epsilon", target, "must be > 0")
         rounds = _int_at_least("num_rounds", num_rounds)
-        name = "privacy.noise_multiplier"
-        if not self.is_poisson:
-            law = self.law(rounds * self.rounds_per_server_round)
-            delta = self.target_delta
-
-            def eps(sig: float) -> float:  # == BatchClippingEvent.epsilon, what the ledger calls
-                return batch_clipping_epsilon(law, sig, delta)
-
-            return self.with_noise(bisect_noise(eps, target, field=name), target)
-
-        def eps_of(spec: BatchClippingSpec) -> Any:
-            return lambda sig: spec.with_noise(sig).epsilon(rounds)
-
-        hint = None
-        if self.accountant is Accountant.PLD:  # bracket with the fast RDP answer
-            rdp = replace(self, accountant=Accountant.RDP, conversion=Conversion.DEFAULT)
-            sigma_rdp = bisect_noise(eps_of(rdp), target, field=name, rtol=0.01)
-            hint = (0.75 * sigma_rdp, sigma_rdp)
-        sigma = bisect_noise(eps_of(self), target, field=name, hint=hint)
+        sigma = self.calibrated_sigma(target, rounds * self.rounds_per_server_round)
         return self.with_noise(sigma, target)
 
     def extra_summary(self) -> dict[str, Any]:
@@ -1093,9 +1237,10 @@ class BatchClippingSpec(PrivacySpec):
         Keys read here: ``sampling`` (shuffle | subsample), ``num_samples``, ``num_groups``,
         ``group_size``, ``epochs`` (per server round) | ``local_rounds`` (per server round),
         ``group_privacy`` (default 1: ``group_sizes = (g,)``), ``noise_multiplier`` (0 when
-        absent: the CLI calibrates it) and ``target_delta`` (default 1e-5). With the values of
-        a run (``epochs`` or ``local_rounds`` of its client) the spec's events are exactly
-        the run's.
+        absent: the CLI calibrates it), ``target_delta`` (default 1e-5), ``analysis`` (auto |
+        without-replacement | paper, as ``client.analysis``) and ``accountant`` (pld | rdp, as
+        ``privacy.accountant``). With the values of a run (``epochs`` or ``local_rounds`` of
+        its client) the spec's events are exactly the run's.
 
         Raises
         ------
@@ -1112,8 +1257,12 @@ class BatchClippingSpec(PrivacySpec):
         g = p.int("group_privacy", 1, ge=1)
         sigma = p.float("noise_multiplier", 0.0, ge=0.0)
         delta = p.delta("target_delta", 1e-5)
+        analysis = parse_enum(Analysis, "analysis", p.str("analysis", "auto"))
+        accountant = Accountant(p.choice("accountant", tuple(Accountant), "pld"))
         _validate(sampling, n, m, s, g)
         return cls(
+            analysis=analysis,
+            accountant=accountant,
             sampler=SamplerKind(sampling),
             num_groups=m,
             group_size=s,
@@ -1133,17 +1282,20 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     Keys (see :meth:`BatchClippingSpec.from_params`): ``sampling`` (shuffle | subsample),
     ``num_samples``, ``num_groups``, ``group_size``, ``epochs`` | ``local_rounds`` (per
     server round), ``num_rounds`` (default 1), ``noise_multiplier``, ``group_privacy``
-    (default 1), ``target_delta`` | ``target_epsilon``, ``lower_bound`` (``true``: a lower
-    bound on ε for one record, :mod:`fedpriv.accounting.batch_clipping_lower`). Without
-    ``noise_multiplier`` but with both targets the smallest noise multiplier meeting them (for
-    ``group_privacy`` records) is returned (``"calibrated": "noise_multiplier"``).
+    (default 1), ``target_delta`` | ``target_epsilon``, ``analysis`` (auto |
+    without-replacement | paper; default auto, the tightest valid), ``accountant`` (pld |
+    rdp), ``lower_bound`` (``true``: a lower bound on ε for one record,
+    :mod:`fedpriv.accounting.batch_clipping_lower`). Without ``noise_multiplier`` but with
+    both targets the smallest noise multiplier meeting them (for ``group_privacy`` records,
+    under the same analysis) is returned (``"calibrated": "noise_multiplier"``).
 
     Returns
     -------
     dict
-        ``epsilon``, ``delta``, ``q_E`` ({"t": probability} with ``t = c^2 = sum k^2``),
-        ``rounds`` (local rounds in all), the Table 1 closed form (``closed_form``), the worst
-        case and ``accounting`` (the own analysis answers; no accountant is involved).
+        ``epsilon``, ``delta``, ``analysis_used`` (``auto`` resolved) and ``accounting``
+        (what answers), ``rounds`` (local rounds in all), the paper's mixture ε
+        (``paper_epsilon``) and its law ``q_E`` ({"t": probability}, ``t = c^2 = sum k^2``),
+        the Table 1 closed form (``closed_form``) and the worst case.
 
     Raises
     ------
@@ -1168,46 +1320,53 @@ def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
     g = spec.report_group_sizes[0]
     rounds = num_rounds * spec.rounds_per_server_round
     law = spec.law(rounds, g)
-    out: dict[str, Any] = {
-        "analysis": "batch-clipping",
-        "accounting": OWN_ANALYSIS,
+    out: dict[str, Any] = {"analysis": "batch-clipping"}
+    if calibrate:
+        assert eps_t is not None and delta_t is not None
+        sigma = 0.0 if law.t_max == 0 else spec.calibrated_sigma(eps_t, rounds, g)
+        spec = spec.with_noise(sigma)
+        out["calibrated"], out["target_epsilon"] = "noise_multiplier", eps_t
+    out.update(_cli_facts(spec, rounds, g))
+    if delta_t is not None and not calibrate:
+        out["epsilon"], out["delta"] = spec.group_epsilon(g, rounds, delta_t), delta_t
+    else:
+        assert eps_t is not None
+        out["epsilon"], out["delta"] = eps_t, spec.group_delta(g, rounds, eps_t)
+    d = out["delta"]
+    out["paper_epsilon"] = batch_clipping_epsilon(law, spec.sigma, d) if 0 < d < 1 else None
+    out.update(_cli_closed_forms(spec, law, spec.sigma, g, rounds / spec.rounds_per_epoch, d))
+    if lower:
+        out.update(_cli_lower_bound(spec, rounds, d))
+    return out
+
+
+def _cli_facts(spec: BatchClippingSpec, rounds: int, g: int) -> dict[str, Any]:
+    """The analysis used and the mechanism's sizes, for the CLI's output."""
+    return {
+        "analysis_used": spec.analysis_name.value,
+        "accounting": spec.accounting_description(),
         "sampling": spec.sampler.value,
         "rounds_per_epoch": spec.rounds_per_epoch,
         "rounds": rounds,
         "group_privacy": g,
         "normalizer": spec.normalizer,
+        "noise_multiplier": spec.sigma,
     }
-    sigma = spec.sigma
-    if calibrate:
-        assert eps_t is not None and delta_t is not None
-        sigma = _cli_sigma(law, eps_t, delta_t)
-        out["calibrated"] = "noise_multiplier"
-        out["target_epsilon"] = eps_t
-    out["noise_multiplier"] = sigma
-    if delta_t is not None and not calibrate:
-        out["epsilon"], out["delta"] = batch_clipping_epsilon(law, sigma, delta_t), delta_t
-    else:
-        assert eps_t is not None
-        out["epsilon"], out["delta"] = eps_t, batch_clipping_delta(law, sigma, eps_t)
-    out.update(_cli_closed_forms(spec, law, sigma, g, rounds / spec.rounds_per_epoch, out["delta"]))
-    if lower:
-        batch = spec.num_groups * spec.group_size
-        n = spec.num_samples
-        assert n is not None  # the CLI's spec states num_samples
-        bound = batch_clipping_lower_bound(spec.sampler, n, batch, rounds, sigma, out["delta"])
-        out["epsilon_lower_bound"] = "not available for this sampler" if bound is None else bound
-    return out
 
 
-def _cli_sigma(law: SumSquaresLaw, target_epsilon: float, target_delta: float) -> float:
-    """The smallest σ (to 0.1 %) whose mixture ε at ``target_delta`` is <= the target."""
-    if law.components()[0].max() == 0.0:
-        return 0.0
-    return bisect_noise(
-        lambda sig: batch_clipping_epsilon(law, sig, target_delta),
-        target_epsilon,
-        field="noise_multiplier",
+def _cli_lower_bound(spec: BatchClippingSpec, rounds: int, delta: float) -> dict[str, Any]:
+    """``epsilon_lower_bound`` (one record) and how it was obtained, for the CLI's output."""
+    batch = spec.num_groups * spec.group_size
+    bound = batch_clipping_lower_bound(
+        spec.sampler, spec.samples_used, batch, rounds, spec.sigma, delta
     )
+    if bound is None:
+        return {"epsilon_lower_bound": "not available for this sampler"}
+    return {
+        "epsilon_lower_bound": bound.epsilon,
+        "epsilon_lower_bound_confidence": bound.confidence,
+        "lower_bound_detail": bound.detail,
+    }
 
 
 def _cli_closed_forms(

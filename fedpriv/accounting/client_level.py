@@ -55,7 +55,7 @@ from fedpriv.accounting.privacy_spec import (
     calibrated_value,
 )
 from fedpriv.accounting.vocabulary import Accountant, Conversion, NeighboringRelation
-from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
+from fedpriv.accounting.without_replacement import fixed_size_gaussian_event
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_positive
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
@@ -303,11 +303,7 @@ class ClientLevelSpec(PrivacySpec):
         (:mod:`fedpriv.accounting.without_replacement`) or, with ``accountant=rdp``,
         dp-accounting's RDP bound (Wang, Balle, Kasiviswanathan, Thm. 9) at z/2."""
         m, n = int(c.num_sampled_clients), c.num_clients  # type: ignore[arg-type]
-        if m == n and self.accountant is Accountant.PLD:
-            return dp_event.GaussianDpEvent(z / 2)
-        if self.accountant is Accountant.PLD:
-            return WithoutReplacementGaussianEvent(z, m, n)
-        return dp_event.SampledWithoutReplacementDpEvent(n, m, dp_event.GaussianDpEvent(z / 2))
+        return fixed_size_gaussian_event(z, m, n, self.accountant)
 
     def degraded_round_events(self, contributors: int) -> EventRuns:
         """The trusted aggregator's noise: the full events (its noise does not depend on who

@@ -42,11 +42,13 @@ from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
+from dp_accounting import dp_event
 from dp_accounting.pld import pld_pmf, privacy_loss_mechanism
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from fedpriv.accounting.ledger import PldEvent
 from fedpriv.accounting.pld_grid import LOWER_DISCRETIZATION, optimistic_gaussian_pld
+from fedpriv.accounting.vocabulary import Accountant
 from fedpriv.common.errors import check
 
 #: ε grid of the PLD (dp-accounting's value discretization): at N = 6,000, m = 120, z = 1, 500
@@ -111,6 +113,33 @@ class WithoutReplacementGaussianEvent(PldEvent):
         (remove and add directions) that datasets realise, optimistically discretized on a
         loss grid of ``interval`` (the finer, the closer from below)."""
         return optimistic_gaussian_pld(float(self.noise_multiplier) / 2, self.sample_rate, interval)
+
+
+def fixed_size_gaussian_event(
+    noise_multiplier: float, sample_size: int, population: int, accountant: Accountant
+) -> Any:
+    """One round of a Gaussian sum over ``sample_size`` of ``population`` units drawn without
+    replacement, replace-one (a replaced unit moves the sum by up to 2C), noise std
+    ``noise_multiplier`` per unit C: the Gaussian itself when every unit is drawn and the
+    accountant is PLD (exact), else :class:`WithoutReplacementGaussianEvent` (PLD) or, with
+    ``accountant=rdp``, dp-accounting's ``SampledWithoutReplacementDpEvent`` at z/2 (Wang,
+    Balle, Kasiviswanathan, arXiv:1808.00087, Thm. 9).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        z > 0, noise std per unit C.
+    sample_size, population : int
+        m of N units per round (1 <= m <= N).
+    accountant : Accountant
+        The ledger's accountant.
+    """
+    z, m, n = float(noise_multiplier), int(sample_size), int(population)
+    if m == n and accountant is Accountant.PLD:
+        return dp_event.GaussianDpEvent(z / 2)
+    if accountant is Accountant.PLD:
+        return WithoutReplacementGaussianEvent(z, m, n)
+    return dp_event.SampledWithoutReplacementDpEvent(n, m, dp_event.GaussianDpEvent(z / 2))
 
 
 def _losses(z: float, gamma: float, pessimistic: bool) -> list[Any]:
