@@ -4,9 +4,15 @@ van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (arXiv:
 Algorithm 1 on MNIST: E epochs, a batch of B = 64 records per step split into m groups of
 s = B/m records, each group's mini-batch gradient clipped to C and the sum noised with
 N(0, (2Cσ)²). Rows: batch clipping with shuffling for m in 1, 4, 16, 64 (m = 64 is
-individual clipping) and individual clipping with subsampling (m = 64), for each model and
-target ε. For every row σ is calibrated to the target ε at δ = 1e-5 by the accountant of its
-sampler (the exact f-DP mixture of fedpriv.accounting.batch_clipping, Sec. 5 of the paper).
+individual clipping), individual clipping with subsampling (m = 64), and plain DP-SGD (the
+literature's baseline: Poisson sampling at rate B / N, individual clipping, noise N(0, (Cσ)²),
+the Poisson-subsampled Gaussian, add/remove), for each model and target ε. For every row σ is
+calibrated to the target ε at δ = 1e-5 by the row's own privacy spec (the run's
+``privacy.target_epsilon``: whatever analysis ``BatchClippingSpec`` defaults to for the
+sampler); the table states that analysis and its neighbouring relation (the run's
+``results.json`` ``privacy`` block) and, beside the σ used, the σ the first paper's f-DP
+mixture (Sec. 5, ``sum_squares_law`` + ``calibrate_noise_multiplier``) needs at the same ε
+("n/a (not covered)" for Poisson).
 
 Protocol: the step size of each row is tuned on a validation split carved from the training
 set (the last ``--val-size`` training images; tuning trains on the rest, seed 0; the grid
@@ -22,14 +28,18 @@ one process without Flower: the same ``train_client`` call as a Flower node, its
 boundaries as typed payloads (``RunPlan.to_payload``). Every run is validated (and σ
 calibrated) before the first trains; ``runs.jsonl``, ``table.md``, ``table.json`` and
 ``equal_epsilon.png`` are rewritten after each run, and a rerun with the same ``--out`` skips
-the runs already recorded.
+the runs already recorded. ``settings.json`` holds the settings of ``--out`` (epochs, batch,
+sizes, overrides, the seeds asked for): a rerun with other settings, or whose rows calibrate
+another σ than their recorded runs (another default analysis), is refused; a row whose
+finals do not cover those seeds is marked unfinished in the table and left out of the plot.
 
 Usage::
 
     .venv/bin/python scripts/get_full_mnist.py --out data/mnist-full     # once: 60k/10k files
     .venv/bin/python scripts/batch_clipping_equal_epsilon.py --data-dir data/mnist-full \
         --out outputs/bc_equal_epsilon [--models logistic tanh_cnn] [--epsilons 1 3 8] \
-        [--variants shuffle:1 shuffle:4 shuffle:16 shuffle:64 subsample:64] [--seeds 0 1 2] \
+        [--rows shuffle:1 shuffle:4 shuffle:16 shuffle:64 subsample:64 poisson:64] \
+        [--seeds 0 1 2] \
         [--jobs 2] [--epochs 10] [--batch 64] [--val-size 5000] [--train-size N]
     .venv/bin/python scripts/batch_clipping_equal_epsilon.py --render outputs/bc_equal_epsilon
 """
