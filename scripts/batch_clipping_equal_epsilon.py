@@ -4,9 +4,15 @@ van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (arXiv:
 Algorithm 1 on MNIST: E epochs, a batch of B = 64 records per step split into m groups of
 s = B/m records, each group's mini-batch gradient clipped to C and the sum noised with
 N(0, (2Cσ)²). Rows: batch clipping with shuffling for m in 1, 4, 16, 64 (m = 64 is
-individual clipping) and individual clipping with subsampling (m = 64), for each model and
-target ε. For every row σ is calibrated to the target ε at δ = 1e-5 by the accountant of its
-sampler (the exact f-DP mixture of fedpriv.accounting.batch_clipping, Sec. 5 of the paper).
+individual clipping), individual clipping with subsampling (m = 64), and plain DP-SGD (the
+literature's baseline: Poisson sampling at rate B / N, individual clipping, noise N(0, (Cσ)²),
+the Poisson-subsampled Gaussian, add/remove), for each model and target ε. For every row σ is
+calibrated to the target ε at δ = 1e-5 by the row's own privacy spec (the run's
+``privacy.target_epsilon``: whatever analysis ``BatchClippingSpec`` defaults to for the
+sampler); the table states that analysis and its neighbouring relation (the run's
+``results.json`` ``privacy`` block) and, beside the σ used, the σ the first paper's f-DP
+mixture (Sec. 5, ``sum_squares_law`` + ``calibrate_noise_multiplier``) needs at the same ε
+("n/a (not covered)" for Poisson).
 
 Protocol: the step size of each row is tuned on a validation split carved from the training
 set (the last ``--val-size`` training images; tuning trains on the rest, seed 0; the grid
@@ -22,14 +28,18 @@ one process without Flower: the same ``train_client`` call as a Flower node, its
 boundaries as typed payloads (``RunPlan.to_payload``). Every run is validated (and σ
 calibrated) before the first trains; ``runs.jsonl``, ``table.md``, ``table.json`` and
 ``equal_epsilon.png`` are rewritten after each run, and a rerun with the same ``--out`` skips
-the runs already recorded.
+the runs already recorded. ``settings.json`` holds the settings of ``--out`` (epochs, batch,
+sizes, overrides, the seeds asked for): a rerun with other settings, or whose rows calibrate
+another σ than their recorded runs (another default analysis), is refused; a row whose
+finals do not cover those seeds is marked unfinished in the table and left out of the plot.
 
 Usage::
 
     .venv/bin/python scripts/get_full_mnist.py --out data/mnist-full     # once: 60k/10k files
     .venv/bin/python scripts/batch_clipping_equal_epsilon.py --data-dir data/mnist-full \
         --out outputs/bc_equal_epsilon [--models logistic tanh_cnn] [--epsilons 1 3 8] \
-        [--variants shuffle:1 shuffle:4 shuffle:16 shuffle:64 subsample:64] [--seeds 0 1 2] \
+        [--rows shuffle:1 shuffle:4 shuffle:16 shuffle:64 subsample:64 poisson:64] \
+        [--seeds 0 1 2] \
         [--jobs 2] [--epochs 10] [--batch 64] [--val-size 5000] [--train-size N]
     .venv/bin/python scripts/batch_clipping_equal_epsilon.py --render outputs/bc_equal_epsilon
 """
@@ -50,11 +60,16 @@ from typing import TYPE_CHECKING, Any
 from fedpriv.common.errors import ConfigError, check
 
 if TYPE_CHECKING:
+    from fedpriv.accounting.batch_clipping import BatchClippingSpec
     from fedpriv.run.plan import RunPlan
 
 GROUPS = (1, 2, 4, 8)
-VARIANTS = ("shuffle:1", "shuffle:4", "shuffle:16", "shuffle:64", "subsample:64")
-#: Step size per unit of m / σ at the centre of a row's first grid (the grid widens as needed).
+SAMPLERS = ("shuffle", "subsample", "poisson")
+VARIANTS = ("shuffle:1", "shuffle:4", "shuffle:16", "shuffle:64", "subsample:64", "poisson:64")
+#: Run settings a resumed ``--out`` must share (``settings.json``): they change every run.
+SETTINGS = ("epochs", "batch", "val_size", "train_size", "overrides")
+#: Step size per unit of m / σ at the centre of a row's first grid (the grid widens as needed),
+#: σ of a noise N(0, (2Cσ)²): a row with another noise std per unit C is centred alike.
 LR_SCALE = {"logistic": 1e-3, "tanh_cnn": 3e-4}
 #: Steps run before the cost measurement starts (lazy initialisation, first allocations).
 WARMUP_STEPS = 5
@@ -79,15 +94,22 @@ class Row:
 
 
 def parse_variant(text: str, batch: int) -> tuple[str, int]:
-    """``"shuffle:4"`` -> ``("shuffle", 4)``; refuse a sampler or an m that does not divide B."""
+    """``"shuffle:4"`` -> ``("shuffle", 4)``; refuse a sampler or an m that does not divide B,
+    and Poisson with groups (only individual clipping, m = B, has a Poisson analysis)."""
     sampler, _, m = text.partition(":")
     check(
-        sampler in ("shuffle", "subsample") and m.isdigit() and int(m) >= 1,
-        "--variants",
+        sampler in SAMPLERS and m.isdigit() and int(m) >= 1,
+        "--rows",
         text,
-        "must be SAMPLER:M with SAMPLER shuffle|subsample and M an integer >= 1",
+        f"must be SAMPLER:M with SAMPLER {'|'.join(SAMPLERS)} and M an integer >= 1",
     )
-    check(batch % int(m) == 0, "--variants", text, f"M must divide --batch {batch}")
+    check(batch % int(m) == 0, "--rows", text, f"M must divide --batch {batch}")
+    check(
+        sampler != "poisson" or int(m) == batch,
+        "--rows",
+        text,
+        f"M must be --batch {batch} with poisson (individual clipping)",
+    )
     return sampler, int(m)
 
 
@@ -95,6 +117,10 @@ def overrides(args: argparse.Namespace, row: Row, split: str, lr: float, seed: i
     """Hydra overrides of one run; ``split`` is ``tune`` (train minus validation) or ``final``."""
     n = args.train_size - (args.val_size if split == "tune" else 0)
     client = "individual_clipping" if row.s == 1 else "batch_clipping"
+    poisson = [  # rate B / N, the same expected batch; no group ε for Poisson
+        f"privacy.sample_rate={row.m * row.s / n!r}",
+        "privacy.group_sizes=null",
+    ]
     return [
         "+experiment=batch_clipping_vs_dpsgd",
         f"client={client}",
@@ -111,6 +137,7 @@ def overrides(args: argparse.Namespace, row: Row, split: str, lr: float, seed: i
         f"privacy.target_epsilon={row.epsilon}",
         "privacy.noise_multiplier=null",
         "progress=false",
+        *(poisson if row.sampler == "poisson" else []),
         *args.overrides,
     ]
 
@@ -159,9 +186,43 @@ def plan(args: argparse.Namespace) -> dict[Row, dict[str, RunPlan]]:
     return {r: {sp: prepared(args, r, sp, 1.0, 0) for sp in ("tune", "final")} for r in rows}
 
 
-def lr_grid(row: Row, sigma: float, width: int) -> list[float]:
-    """``width`` step sizes half a decade apart around ``LR_SCALE * m / σ``."""
-    k = round(2 * math.log10(LR_SCALE[row.model] * row.m / sigma))
+def batch_spec(spec: Any) -> BatchClippingSpec:
+    """A plan's or client's privacy spec, typed (every row's client holds a
+    ``BatchClippingSpec``)."""
+    from fedpriv.accounting.batch_clipping import BatchClippingSpec
+
+    assert isinstance(spec, BatchClippingSpec), type(spec)
+    return spec
+
+
+def paper_sigma(plan: RunPlan) -> float | None:
+    """σ the first paper's f-DP mixture needs for the plan's target ε over its whole run
+    (``sum_squares_law`` + ``calibrate_noise_multiplier``), whatever analysis the spec
+    defaults to; ``None`` for Poisson sampling, which that analysis does not cover."""
+    from fedpriv.accounting.batch_clipping import calibrate_noise_multiplier, sum_squares_law
+
+    spec = batch_spec(plan.privacy)
+    if spec.is_poisson:
+        return None
+    rounds = plan.num_rounds * spec.rounds_per_server_round
+    law = sum_squares_law(
+        spec.sampler.value, spec.samples_used, spec.num_groups, spec.group_size, rounds
+    )
+    target = spec.calibrated_from_target_epsilon
+    assert target is not None, "every row's σ is calibrated to its target ε"
+    return calibrate_noise_multiplier(law, target, spec.target_delta)
+
+
+def paper_sigmas(rows: dict[Row, dict[str, RunPlan]]) -> dict[Row, float | None]:
+    """:func:`paper_sigma` of every row's final config."""
+    return {row: paper_sigma(cfgs["final"]) for row, cfgs in rows.items()}
+
+
+def lr_grid(row: Row, noise: float, width: int) -> list[float]:
+    """``width`` step sizes half a decade apart around ``LR_SCALE * m / σ``, with ``σ`` =
+    ``noise / 2`` (``noise``: the noise std per unit clipping norm, ``2σ`` for fixed-size
+    batches, ``σ`` for Poisson)."""
+    k = round(2 * math.log10(LR_SCALE[row.model] * row.m * 2 / noise))
     return [half_decade(k + i - width // 2) for i in range(width)]
 
 
@@ -221,7 +282,7 @@ class Schedule:
         self.tuned = {r: dict((known or {}).get(r, {})) for r in rows}
         self.waiting: dict[Row, int] = {}
         for r, cfgs in rows.items():
-            grid = lr_grid(r, cfgs["tune"].privacy.sigma, width)
+            grid = lr_grid(r, batch_spec(cfgs["tune"].privacy).noise_stddev(1.0), width)
             new = [lr for lr in grid if lr not in self.tuned[r]]
             self.todo += [Run(r, "tune", lr, 0) for lr in new]
             self.waiting[r] = len(new)
@@ -362,11 +423,19 @@ def train_one(plan_json: str, split: str, val_size: int) -> dict[str, Any]:
         "accuracy": accuracy,
         "epsilon": privacy.epsilon(),
         **algorithm.privacy.report(privacy.rounds),
-        "sigma": algorithm.privacy.sigma,
+        **analysis_of(algorithm.privacy),
+        "sigma": batch_spec(algorithm.privacy).sigma,
         "wall_s_per_epoch": wall,
         "peak_mib": peak,
         "device": device.type,
     }
+
+
+def analysis_of(spec: Any) -> dict[str, Any]:
+    """``analysis``, ``neighboring_relation`` and ``accounting`` of the run's ``results.json``
+    ``privacy`` block (the spec's summary: whatever analysis its family defaults to)."""
+    summary = spec.summary()
+    return {k: summary.get(k) for k in ("analysis", "neighboring_relation", "accounting")}
 
 
 def measure_cost(plan_json: str, steps: int) -> dict[str, Any]:
@@ -380,7 +449,7 @@ def measure_cost(plan_json: str, steps: int) -> dict[str, Any]:
     from fedpriv.run.setup import build_algorithm
 
     plan = RunPlan.from_payload(plan_json)
-    per_epoch = build_algorithm(plan).privacy.rounds_per_epoch
+    per_epoch = batch_spec(build_algorithm(plan).privacy).rounds_per_epoch
     device, data, model = client_setup(plan)
     runs = []
     for n in (WARMUP_STEPS, steps):  # the first steps pay one-time set-up: not measured
@@ -418,10 +487,15 @@ def measure_costs(args: argparse.Namespace, rows: dict[Row, dict[str, RunPlan]])
 
 
 def summarize(
-    records: list[dict[str, Any]], costs: Sequence[dict[str, Any]] = ()
+    records: list[dict[str, Any]],
+    costs: Sequence[dict[str, Any]] = (),
+    seeds: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per row (:func:`row_order`): tuned step size (best validation accuracy),
-    test accuracy mean and SEM over the finals at it, σ, time, memory and group ε."""
+    test accuracy mean and SEM over the finals at it, σ, time, memory and group ε, and
+    ``complete``: its finals cover ``seeds`` (default: every seed of any final recorded)."""
+    if seeds is None:
+        seeds = sorted({rec["seed"] for rec in records if rec["split"] == "final"})
     rows: dict[str, dict[str, Any]] = {}
     for rec in records:
         entry = rows.setdefault(
@@ -442,6 +516,8 @@ def summarize(
                 "grid": sorted(entry["tune"]),
                 "val_accuracy": entry["tune"].get(best),
                 **final_stats(finals),
+                "seeds_expected": len(seeds),
+                "complete": bool(finals) and set(seeds) <= {r["seed"] for r in finals},
                 "cost": cost_of(entry["row"], costs),
             }
         )
@@ -456,8 +532,8 @@ def cost_of(row: dict[str, Any], costs: Sequence[dict[str, Any]]) -> dict[str, A
 
 
 def row_order(row: dict[str, Any]) -> tuple[Any, ...]:
-    """Table order: model, ε, shuffling before subsampling, m."""
-    return (row["model"] != "logistic", row["epsilon"], row["sampler"] != "shuffle", row["m"])
+    """Table order: model, ε, shuffling, subsampling, Poisson, m."""
+    return (row["model"] != "logistic", row["epsilon"], SAMPLERS.index(row["sampler"]), row["m"])
 
 
 def final_stats(finals: list[dict[str, Any]]) -> dict[str, Any]:
@@ -478,6 +554,9 @@ def final_stats(finals: list[dict[str, Any]]) -> dict[str, Any]:
         "accuracy": mean,
         "sem": sem,
         "sigma": res["sigma"],
+        "paper_sigma": finals[0].get("paper_sigma", math.nan),  # NaN: not recorded
+        "analysis": res.get("analysis"),
+        "neighboring_relation": res.get("neighboring_relation"),
         "wall_s_per_epoch": sum(f["result"]["wall_s_per_epoch"] for f in finals) / len(finals),
         "peak_mib": max(peaks) if peaks else None,
         **{f"epsilon_g{g}": res.get(f"epsilon_g{g}") for g in GROUPS},
@@ -485,33 +564,52 @@ def final_stats(finals: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def format_table(summary: list[dict[str, Any]]) -> str:
-    """Markdown table of :func:`summarize`'s entries."""
+    """Markdown table of :func:`summarize`'s entries (an unfinished row says so)."""
     head = (
-        "| model | sampler, m groups × s | target ε | σ | tuned η (grid) | val. acc. | test acc. "
-        "(mean ± SEM, seeds) | s / epoch | peak MiB | "
-        + " | ".join(f"ε g={g}" for g in GROUPS)
-        + " |"
+        "| model | sampler, m groups × s | target ε | analysis (relation) | σ | "
+        "σ (paper's analysis) | tuned η (grid) | val. acc. | test acc. (mean ± SEM, seeds) | "
+        "s / epoch | peak MiB | " + " | ".join(f"ε g={g}" for g in GROUPS) + " |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for e in summary:
         r = e["row"]
         cells = [r["model"], f"{r['sampler']}, {r['m']} × {r['s']}", f"{r['epsilon']:g}"]
         if not e["seeds"]:
-            lines.append("| " + " | ".join(cells) + " | tuning ... |")
+            lines.append("| " + " | ".join(cells) + " | tuning (unfinished) ... |")
             continue
-        grid = f"{e['lr']:g} ({e['grid'][0]:g}–{e['grid'][-1]:g})"
         wall, peak = cost_cells(e)
         cells += [
+            f"{e['analysis'] or '—'} ({e['neighboring_relation'] or '—'})",
             f"{e['sigma']:.3f}",
-            grid,
+            paper_sigma_cell(e["paper_sigma"]),
+            f"{e['lr']:g} ({e['grid'][0]:g}–{e['grid'][-1]:g})",
             f"{100 * e['val_accuracy']:.1f}%",
-            f"{100 * e['accuracy']:.1f} ± {100 * e['sem']:.1f}% ({e['seeds']})",
+            f"{100 * e['accuracy']:.1f} ± {100 * e['sem']:.1f}% {seeds_cell(e)}",
             wall,
             peak,
         ]
-        cells += [f"{e[f'epsilon_g{g}']:.2f}" for g in GROUPS]
+        cells += [number_cell(e[f"epsilon_g{g}"]) for g in GROUPS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def seeds_cell(e: dict[str, Any]) -> str:
+    """``(3)``, or ``(1 of 3 seeds: unfinished)`` for a row whose finals are not all in."""
+    if e["complete"]:
+        return f"({e['seeds']})"
+    return f"({e['seeds']} of {e['seeds_expected']} seeds: unfinished)"
+
+
+def paper_sigma_cell(sigma: float | None) -> str:
+    """The paper's σ; ``n/a (not covered)`` for Poisson (``None``), ``—`` if not recorded."""
+    if sigma is None:
+        return "n/a (not covered)"
+    return number_cell(sigma, ".3f")
+
+
+def number_cell(x: float | None, fmt: str = ".2f") -> str:
+    """``x`` formatted, ``—`` for ``None`` or NaN (not computed)."""
+    return "—" if x is None or math.isnan(x) else format(x, fmt)
 
 
 def cost_cells(e: dict[str, Any]) -> tuple[str, str]:
@@ -537,11 +635,11 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    done = [e for e in summary if e["seeds"]]
+    done = [e for e in summary if e["complete"]]
     models = sorted({e["row"]["model"] for e in done})
     if not models:
         return
-    by_m = sorted(done, key=lambda e: (e["row"]["sampler"] != "shuffle", e["row"]["m"]))
+    by_m = sorted(done, key=lambda e: (SAMPLERS.index(e["row"]["sampler"]), e["row"]["m"]))
     labels = list(dict.fromkeys(line_label(e["row"]) for e in by_m))
     colors = {label: f"C{i}" for i, label in enumerate(labels)}  # the same colour in each panel
     epsilons = sorted({e["row"]["epsilon"] for e in done})
@@ -585,10 +683,61 @@ def load_jsonl(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def load_settings(out: Path) -> dict[str, Any]:
+    """``settings.json`` of ``out`` (``{}`` if none: made before it existed, or new)."""
+    path = out / "settings.json"
+    return dict(json.loads(path.read_text())) if path.is_file() else {}
+
+
+def check_resumable(
+    args: argparse.Namespace, rows: dict[Row, dict[str, RunPlan]], records: list[dict[str, Any]]
+) -> None:
+    """Refuse to add runs to an ``--out`` made with other :data:`SETTINGS`, or holding runs of
+    a planned row at another σ (another default analysis, say): they would mix unmarked.
+
+    Raises
+    ------
+    ConfigError
+        Naming the differing setting (or ``--out``) and its value.
+    """
+    old = load_settings(args.out)
+    for key in SETTINGS:
+        flag = key if key == "overrides" else "--" + key.replace("_", "-")
+        new = getattr(args, key)
+        check(
+            old.get(key, new) == new,
+            flag,
+            new,
+            f"differs from {old.get(key)!r}, the value --out {args.out} was made with: "
+            "use another --out",
+        )
+    for rec in records:
+        row = Row(**rec["row"])
+        if row not in rows:
+            continue
+        got, want = rec["result"]["sigma"], batch_spec(rows[row][rec["split"]].privacy).sigma
+        check(
+            math.isclose(got, want, rel_tol=1e-6),
+            "--out",
+            str(args.out),
+            f"holds {row.model} {row.label} ε={row.epsilon:g} runs at σ={got:.4f} where this "
+            f"plan calibrates σ={want:.4f} (another analysis or setting): use another --out",
+        )
+
+
+def write_settings(args: argparse.Namespace) -> None:
+    """Record :data:`SETTINGS` and the seeds asked for so far (their union: the seeds every
+    row's finals must cover to count as finished) in ``settings.json``."""
+    seeds = sorted(set(load_settings(args.out).get("seeds", [])) | set(args.seeds))
+    settings = {key: getattr(args, key) for key in SETTINGS} | {"seeds": seeds}
+    (args.out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+
+
 def save(out: Path) -> str:
     """Rewrite ``table.md``, ``table.json`` and ``equal_epsilon.png`` from ``runs.jsonl`` and
-    ``costs.jsonl``; return the table."""
-    summary = summarize(load_jsonl(out / "runs.jsonl"), load_jsonl(out / "costs.jsonl"))
+    ``costs.jsonl`` (rows finished against the seeds of ``settings.json``); return the table."""
+    runs, costs = load_jsonl(out / "runs.jsonl"), load_jsonl(out / "costs.jsonl")
+    summary = summarize(runs, costs, load_settings(out).get("seeds"))
     table = format_table(summary)
     (out / "table.md").write_text(table + "\n")
     (out / "table.json").write_text(json.dumps(summary, indent=2))
@@ -596,9 +745,14 @@ def save(out: Path) -> str:
     return table
 
 
-def execute(args: argparse.Namespace, rows: dict[Row, dict[str, RunPlan]]) -> list[dict[str, Any]]:
-    """Train every run (``--jobs`` processes), appending each to ``runs.jsonl`` and rewriting
-    the table as it finishes; runs already in ``runs.jsonl`` are not trained again."""
+def execute(
+    args: argparse.Namespace,
+    rows: dict[Row, dict[str, RunPlan]],
+    paper: dict[Row, float | None],
+) -> list[dict[str, Any]]:
+    """Train every run (``--jobs`` processes), appending each to ``runs.jsonl`` (finals with
+    the row's ``paper`` σ) and rewriting the table as it finishes; runs already in
+    ``runs.jsonl`` are not trained again."""
     records = load_jsonl(args.out / "runs.jsonl")
     done = {rec["key"]: rec for rec in records}
     known: dict[Row, dict[float, float]] = {}
@@ -620,21 +774,29 @@ def execute(args: argparse.Namespace, rows: dict[Row, dict[str, RunPlan]]) -> li
                 return records
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in finished:
-                run, result = pending.pop(fut), fut.result()
-                rec: dict[str, Any] = {
-                    "key": run.key(),
-                    "row": asdict(run.row),
-                    "split": run.split,
-                    "lr": run.lr,
-                    "seed": run.seed,
-                    "result": result,
-                }
+                run = pending.pop(fut)
+                rec = run_record(run, fut.result(), paper[run.row])
                 with (args.out / "runs.jsonl").open("a") as f:
                     f.write(json.dumps(rec) + "\n")
                 records.append(rec)
-                sched.finish(run, result)
+                sched.finish(run, rec["result"])
                 save(args.out)
                 print(progress_line(rec), flush=True)
+
+
+def run_record(run: Run, result: dict[str, Any], paper: float | None) -> dict[str, Any]:
+    """The ``runs.jsonl`` line of a finished run; a final holds its row's ``paper_sigma``."""
+    rec: dict[str, Any] = {
+        "key": run.key(),
+        "row": asdict(run.row),
+        "split": run.split,
+        "lr": run.lr,
+        "seed": run.seed,
+        "result": result,
+    }
+    if run.split == "final":
+        rec["paper_sigma"] = paper
+    return rec
 
 
 def progress_line(rec: dict[str, Any]) -> str:
@@ -646,13 +808,30 @@ def progress_line(rec: dict[str, Any]) -> str:
     )
 
 
+def plan_line(row: Row, final: RunPlan, paper: float | None) -> str:
+    """A row's calibrated σ, its analysis and relation, and the paper's σ."""
+    facts = analysis_of(final.privacy)
+    return (
+        f"{row.model} {row.label} ε={row.epsilon:g}: σ = {batch_spec(final.privacy).sigma:.3f} "
+        f"({facts['analysis']}, {facts['neighboring_relation']}), paper's analysis: "
+        f"{paper_sigma_cell(paper)}"
+    )
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--data-dir", default="data/mnist-full", help="the four MNIST IDX files")
     ap.add_argument("--out", type=Path, default=Path("outputs/bc_equal_epsilon"))
     ap.add_argument("--models", nargs="+", default=["logistic", "tanh_cnn"])
     ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 8.0])
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), help="SAMPLER:M")
+    ap.add_argument(
+        "--rows",
+        "--variants",
+        dest="variants",
+        nargs="+",
+        default=list(VARIANTS),
+        help="SAMPLER:M rows (SAMPLER shuffle|subsample|poisson)",
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64, help="records per step, m × s")
@@ -676,17 +855,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check(args.grid >= 2, "--grid", args.grid, "must be >= 2")
         rows = plan(args)
+        paper = paper_sigmas(rows)
+        check_resumable(args, rows, load_jsonl(args.out / "runs.jsonl"))
     except ConfigError as exc:
         print(f"batch_clipping_equal_epsilon: error: {exc}", file=sys.stderr)
         return 2
     for row, cfgs in rows.items():
-        sigma = cfgs["final"].privacy.sigma
-        print(f"{row.model} {row.label} ε={row.epsilon:g}: σ = {sigma:.3f}", flush=True)
+        print(plan_line(row, cfgs["final"], paper[row]), flush=True)
     if args.validate_only:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    write_settings(args)
     if not args.cost_only:
-        execute(args, rows)
+        execute(args, rows, paper)
     measure_costs(args, rows)
     print(save(args.out))
     return 0

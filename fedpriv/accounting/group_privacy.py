@@ -50,9 +50,11 @@ def group_privacy_delta(
     """
     g = _check_group(group_privacy)
     eps1 = float(target_epsilon) / g
-    if g == 1:
-        return min(1.0, float(delta_of(eps1)))
-    return min(1.0, g * math.exp((g - 1) * eps1) * float(delta_of(eps1)))
+    delta1 = float(delta_of(eps1))
+    if g == 1 or delta1 <= 0.0:
+        return min(1.0, delta1)
+    log_delta = math.log(g) + (g - 1) * eps1 + math.log(delta1)  # no overflow at large ε₁
+    return 1.0 if log_delta >= 0.0 else math.exp(log_delta)
 
 
 def group_privacy_epsilon(
