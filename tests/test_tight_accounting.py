@@ -501,8 +501,8 @@ def test_generalized_dpsgd_between_its_lower_bound_and_a_stated_factor(
 def test_subsampling_at_mnist_scale_leaves_fifty_times_room() -> None:
     """Full MNIST (N = 60,000, 64 records a round, 10 epochs, σ = 1): the paper's mixture
     (23.43) left fifty times room above the lower bound 0.468; the default since issue 40,
-    the fixed-size sampled Gaussian, reports 0.644."""
+    the fixed-size sampled Gaussian, reports 0.634 (0.644 on the old absolute ε grid)."""
     out = batch_clipping("subsample", 60000, 64, 1, 10, 1.0)
     assert 0.4 <= out["epsilon_lower_bound"] <= 0.5
     assert out["paper_epsilon"] == pytest.approx(23.43, abs=0.01)
-    assert out["epsilon"] == pytest.approx(0.644, abs=0.005)
+    assert out["epsilon"] == pytest.approx(0.634, abs=0.002)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ _spec = importlib.util.spec_from_file_location(
 )
 assert _spec is not None and _spec.loader is not None
 tt = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = tt  # its dataclasses look their module up
 _spec.loader.exec_module(tt)
 
 
