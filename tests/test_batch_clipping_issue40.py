@@ -53,7 +53,8 @@ def _spec(
 def test_subsample_default_is_the_fixed_size_sampled_gaussian_composed_directly() -> None:
     """0.634 (the issue's 0.644 was on the old absolute 1e-3 ε grid; the relative grid of the
     same PLD is finer here), equal to the without-replacement event composed by its own PLD
-    (z = 2σ per unit C, 64 of 60,000, 9,370 rounds) to 1e-9, within 0.002 of 0.634; ``analysis=paper`` gives the paper's 23.43 (to 0.01) on the same call."""
+    (z = 2σ per unit C, 64 of 60,000, 9,370 rounds) to 1e-9, within 0.002 of 0.634;
+    ``analysis=paper`` gives the paper's 23.43 (to 0.01) on the same call."""
     out = bc.run_cli(MNIST)
     direct = WithoutReplacementGaussianEvent(2.0, 64, 60000).pld().self_compose(9370)
     assert out["epsilon"] == pytest.approx(direct.get_epsilon_for_delta(DELTA), rel=1e-9)
