@@ -68,8 +68,9 @@ GROUP_UPDATES = ("minibatch", "sequential")
 LR_SCHEDULES = ("constant", "diminishing", "cosine")
 #: Why ``privacy.secure_mode=true`` refuses fixed-size groups, and what to use instead.
 SECURE_SAMPLER_REFUSAL = (
-    "has no lattice-noise analysis with privacy.secure_mode=true (fixed-size groups are "
-    "accounted by f-DP mixtures of the continuous Gaussian): use client.sampler=poisson "
+    "has no lattice-noise analysis with privacy.secure_mode=true (shuffled and subsampled "
+    "groups are accounted by the continuous Gaussian's f-DP mixture or fixed-size PLD): use "
+    "client.sampler=poisson "
     "client.group_size=1 (lattice discrete Gaussian, accounted by RDP)"
 )
 Update = dict[str, torch.Tensor]

@@ -211,3 +211,19 @@ def test_closed_pipe_ends_quietly(reader):
         assert lines[0].startswith("gdp: epsilon = 4.3771") and lines[1] in ("rc=0", "rc=141")
     else:
         assert lines == [f"rc={cli.EXIT_BROKEN_PIPE}"]
+
+
+def test_lower_bound_at_tiny_delta_is_answered_at_the_smallest_resolved_delta() -> None:
+    """Below ``LOWER_MIN_DELTA`` dp-accounting's FFT rounding noise is of the order of δ: at
+    δ = 1e-14 (10 Poisson steps, q = 0.01, z = 1) the optimistic PLD answered 3.029, above the
+    exact ε, which lies in [3.0126, 3.0151] (direct convolution of the loss values rounded up
+    and down on a 2e-4 grid, computed outside fedpriv). The bound is now the one at 1e-8, valid
+    since ε(δ) falls in δ."""
+    from fedpriv.accounting.lower_bound import LOWER_MIN_DELTA
+
+    common = {"sample_rate": "0.01", "steps": "10", "noise_multiplier": "1", "lower_bound": "1"}
+    tiny = cli.run("poisson-gaussian", {**common, "target_delta": "1e-14"})
+    floor = cli.run("poisson-gaussian", {**common, "target_delta": str(LOWER_MIN_DELTA)})
+    assert tiny["epsilon_lower_bound"] == floor["epsilon_lower_bound"]
+    assert tiny["epsilon_lower_bound"] <= 3.0126 <= tiny["epsilon"]
+    assert floor["epsilon_lower_bound"] <= floor["epsilon"]

@@ -724,14 +724,15 @@ def check_fixed_size_analysis(analysis: Analysis, sampler: SamplerKind, field_na
         field_name,
         analysis.value,
         f"does not cover sampler={sampler.value!r}: the Poisson analysis under-reports "
-        "epsilon for shuffled or fixed-size batches; use analysis=auto or analysis=paper",
+        f"epsilon for shuffled or fixed-size batches; use {field_name}=auto or "
+        f"{field_name}=paper",
     )
     check(
         analysis is not Analysis.WITHOUT_REPLACEMENT or sampler is SamplerKind.SUBSAMPLE,
         field_name,
         analysis.value,
         f"does not cover sampler={sampler.value!r}: a shuffled epoch's rounds are not "
-        "independent draws; use analysis=auto or analysis=paper",
+        f"independent draws; use {field_name}=auto or {field_name}=paper",
     )
 
 
@@ -890,7 +891,7 @@ class BatchClippingSpec(PrivacySpec):
                 "client.analysis",
                 analysis.value,
                 "does not cover sampler='poisson' (variable-size batches); "
-                "use analysis=poisson-gaussian",
+                "use client.analysis=poisson-gaussian",
             )
             check(
                 self.group_size == 1,
