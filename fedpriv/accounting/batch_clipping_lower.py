@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.special import logsumexp
 
 from fedpriv.accounting.allocation import RandomAllocationEvent
 from fedpriv.accounting.lower_bound import epsilon_lower_bound
@@ -202,15 +203,8 @@ def _epoch_losses(
         y[np.flatnonzero(hit), where[hit].astype(int)] += 1.0
         y /= z**2  # ln N(y; ±e_i, z²)/N(y; 0, z²) = ±y_i/z² − 1/(2z²)
         shift = math.log(rate) - 0.5 / z**2
-        up, down = _logsumexp_rows(y) + shift, _logsumexp_rows(-y) + shift
+        up, down = logsumexp(y, axis=1) + shift, logsumexp(-y, axis=1) + shift
         out[start : start + k] = np.logaddexp(log_p0, up) - np.logaddexp(log_p0, down)
-    return out
-
-
-def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
-    """ln Σ_j e^{a_ij} for each row i (stabilised by the row's maximum)."""
-    top: np.ndarray = a.max(axis=1)
-    out: np.ndarray = top + np.log(np.exp(a - top[:, None]).sum(axis=1))
     return out
 
 
