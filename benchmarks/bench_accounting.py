@@ -72,8 +72,8 @@ def poisson_gaussian() -> None:
 
 
 def ledger_runs() -> None:
+    from fedpriv.accounting.core.ledger import PrivacyLedger
     from fedpriv.accounting.dpsgd import poisson_gaussian_event
-    from fedpriv.accounting.ledger import PrivacyLedger
 
     def ten_runs() -> float:
         ledger = PrivacyLedger()
@@ -105,7 +105,7 @@ def calibration() -> None:
 
 
 def skellam_secagg() -> None:
-    from fedpriv.accounting.secagg import secagg_dpsgd
+    from fedpriv.accounting.secagg.spec import secagg_dpsgd
 
     timed(
         "secagg skellam eps, 10 clients, 1e5 steps, 16 bits, d=1e5",

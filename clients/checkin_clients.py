@@ -13,7 +13,7 @@ its mean loss over its own data and:
 
 * :class:`CheckinClient` (``client=checkin``, ``privacy=checkin``) clips it to
   ``privacy.clipping_norm`` L and applies the local randomizer of its spec
-  (:attr:`fedpriv.accounting.checkin_spec.CheckinSpec.local_randomizer`): ``gaussian`` (l2
+  (:attr:`fedpriv.accounting.checkin.spec.CheckinSpec.local_randomizer`): ``gaussian`` (l2
   clip, analytic Gaussian calibrated to (``local_epsilon``, ``local_delta``) at l2
   sensitivity ``2L``) or ``laplace`` (l1 clip, ``Laplace(2L / local_epsilon)``, pure
   ``local_epsilon``-DP). The report is sent as it is: nothing divides it (``normalizer = 1``),
@@ -21,7 +21,7 @@ its mean loss over its own data and:
   before clipping, so the clipped report lies in the ball of radius L whatever the data.
 * :class:`CheckinGaussianClient` (``client=checkin_gaussian``, ``privacy=checkin_gaussian``)
   sends it L2-clipped, without local noise; the trusted aggregator adds the Gaussian to each
-  slot's sum (:class:`fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec`).
+  slot's sum (:class:`fedpriv.accounting.checkin.gaussian.CheckinGaussianSpec`).
 
 Each client holds its run's spec, bound to the client's protocol (variant, slots, window,
 randomizer) and the run (clients, passes) by :meth:`~fedpriv.run.algorithm.ClientAlgorithm.
@@ -42,9 +42,9 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from torch import nn
 
-from fedpriv.accounting.checkin_gaussian import CheckinGaussianSpec, CheckinNoise
-from fedpriv.accounting.checkin_spec import RUN_VARIANTS, CheckinSpec
-from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.checkin.gaussian import CheckinGaussianSpec, CheckinNoise
+from fedpriv.accounting.checkin.spec import RUN_VARIANTS, CheckinSpec
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.accounting.secure_mode import lattice_bound
 from fedpriv.common.errors import check
 from fedpriv.common.validate import parse_enum
@@ -317,7 +317,7 @@ class CheckinClient(CheckinParticipant):
     ------
     ConfigError
         One line naming the field (the spec's checks:
-        :class:`~fedpriv.accounting.checkin_spec.CheckinSpec`).
+        :class:`~fedpriv.accounting.checkin.spec.CheckinSpec`).
     """
 
     spec_type: ClassVar[type[PrivacySpec]] = CheckinSpec
@@ -412,11 +412,11 @@ class CheckinGaussianClient(CheckinParticipant):
     loss at the slot's model, L2-clipped to ``privacy.clipping_norm`` ``C``, WITHOUT local
     noise: EVERY checked-in client of a slot sends, and the trusted aggregator releases the
     slot's sum plus ``N(0, σ² C² I)`` (``privacy.noise_multiplier`` σ), drawn by
-    :meth:`~fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec.slot_noise` of the same
+    :meth:`~fedpriv.accounting.checkin.gaussian.CheckinGaussianSpec.slot_noise` of the same
     spec that states the events; empty slots release the noise alone. The server divides by
     the public constant ``max(1, n p0 / m)``.
 
-    Accounting (:mod:`fedpriv.accounting.checkin_gaussian`): the Poisson(``p0``)-subsampled
+    Accounting (:mod:`fedpriv.accounting.checkin.gaussian`): the Poisson(``p0``)-subsampled
     random-allocation PLD, add/remove one client; the paper's Theorem 3.2 is reported as not
     applicable (a slot sums several clients). Both routes are in ``results.json``.
 
@@ -500,7 +500,7 @@ class CheckinGaussianClient(CheckinParticipant):
     def hardened_noise(self) -> bool:  # type: ignore[override]
         """``privacy.secure_mode``: the trusted aggregator rounds each slot's sum to a lattice
         and adds discrete Gaussian noise (accounted by RDP,
-        :meth:`~fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec.pass_event`)."""
+        :meth:`~fedpriv.accounting.checkin.gaussian.CheckinGaussianSpec.pass_event`)."""
         return self.privacy.lattice_noise
 
     def for_run(self, plan: RunPlan) -> CheckinGaussianClient:

@@ -13,7 +13,8 @@ Adaptive clipping (``target_unclipped_quantile`` γ set): each client also sends
 ``b̃ = (Σ (b − 1/2) + N(0, σ_b²)) / m + 1/2`` and sets ``C ← C · exp(−η_C (b̃ − γ))`` for the
 next round (geometric update, ``clip_learning_rate`` η_C). Both releases are accounted as one
 Gaussian mechanism of the configured ``privacy.noise_multiplier`` z (σ_Δ follows from z and
-``privacy.count_noise_multiplier`` σ_b: :class:`fedpriv.accounting.client_level.ClientLevelSpec`).
+``privacy.count_noise_multiplier`` σ_b:
+:class:`fedpriv.accounting.client_level.spec.ClientLevelSpec`).
 
 References
 ----------
@@ -34,8 +35,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedpriv.accounting.client_level import ClientLevelSpec
-from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.client_level.spec import ClientLevelSpec
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.data.augment import augment_views, check_augmult, check_images, view_draws, views_key

@@ -3,7 +3,7 @@
 Each participating client trains locally and clips its whole delta to C, as in
 :class:`clients.client_level_dpfedavg.ClientLevelDPFedAvg` (any local optimizer). The trusted
 aggregator adds to round t's sum ``z · C · s₁ · w_t``, where ``w_t`` is row t of the
-factorization's streaming noise ``M Z`` (:class:`fedpriv.accounting.ftrl.FTRLSpec`, the same
+factorization's streaming noise ``M Z`` (:class:`fedpriv.accounting.ftrl.spec.FTRLSpec`, the same
 spec that states the events). The fresh draws of round t come from the run's server noise
 generator for (seed, t), in the same order and dtype as DP-FedAvg's, so the identity
 factorization adds exactly DP-FedAvg's noise. The stream is a deterministic function of the
@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from clients.client_level_dpfedavg import ClientLevelDPFedAvg, NoisePlacement
-from fedpriv.accounting.ftrl import FTRLSpec
-from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
+from fedpriv.accounting.ftrl.spec import FTRLSpec
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.correlated_noise import NoiseStream
 from fedpriv.mechanisms.enforced_cohort import AvailabilityTrace, EnforcedCohort

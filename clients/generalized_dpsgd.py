@@ -12,7 +12,7 @@ batch clipping. With the Poisson sampler (individual clipping only) the noise is
 ``N(0, (C sigma)^2 I)``, every record of the client is drawn with probability ``q``,
 ``U_bar = (U + noise) / m`` (``m`` = the public expected batch size) and the standard
 Poisson-subsampled Gaussian analysis (add/remove relation) applies; shuffling is accounted by
-the exact f-DP mixture of :mod:`fedpriv.accounting.batch_clipping` and subsampling by the
+the exact f-DP mixture of :mod:`fedpriv.accounting.batch_clipping.spec` and subsampling by the
 fixed-size sampled Gaussian (replace-one relation, sensitivity 2C; ``analysis=paper``: the
 mixture).
 
@@ -43,8 +43,8 @@ import torch
 from torch import nn
 
 from clients.local_dpsgd import summed_cross_entropy
-from fedpriv.accounting.batch_clipping import Analysis, BatchClippingSpec
-from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.batch_clipping.spec import Analysis, BatchClippingSpec
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.accounting.secure_mode import lattice_bound
 from fedpriv.common.errors import ConfigError, check, unknown_key
 from fedpriv.common.validate import check_finite, parse_enum
@@ -162,7 +162,7 @@ class GeneralizedDPSGD(ClientAlgorithm):
     """Algorithm 1 of the batch-clipping paper as a fedpriv client algorithm (batch clipping:
     ``client=batch_clipping``, whose defaults are this class's).
 
-    The mechanism is the run's :class:`fedpriv.accounting.batch_clipping.BatchClippingSpec`
+    The mechanism is the run's :class:`fedpriv.accounting.batch_clipping.spec.BatchClippingSpec`
     (``privacy=batch_clipping``: σ, C, q, group sizes, accounting) with this client's sampler,
     sizes, rounds and analysis bound into it (and ``N`` by :meth:`for_run`): events, ε, group
     ε, calibration and the public :attr:`normalizer` are the spec's. ``fedpriv-account
@@ -197,7 +197,7 @@ class GeneralizedDPSGD(ClientAlgorithm):
         fixed-size sampled Gaussian; shuffling: the paper's mixture; Poisson: the
         Poisson-sampled Gaussian); ``paper`` the paper's f-DP mixture (``batch-clipping``, its
         earlier name, still accepted). Refused unless it covers the sampler
-        (:class:`fedpriv.accounting.batch_clipping.Analysis`).
+        (:class:`fedpriv.accounting.batch_clipping.spec.Analysis`).
     num_samples : int, optional
         ``N`` used by every client (the smallest partition; bound by :meth:`for_run`; unused
         with Poisson sampling).

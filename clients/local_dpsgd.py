@@ -21,8 +21,8 @@ from typing import Any, ClassVar, Self
 import torch
 from torch import nn
 
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite
 from fedpriv.data.augment import (

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from clients.local_dpsgd import LocalDPSGD, summed_cross_entropy
-from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.common.errors import check
 from fedpriv.data.augment import Draws, augment_views, view_draws, views_key

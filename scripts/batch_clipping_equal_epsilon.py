@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 from fedpriv.common.errors import ConfigError, check
 
 if TYPE_CHECKING:
-    from fedpriv.accounting.batch_clipping import BatchClippingSpec
+    from fedpriv.accounting.batch_clipping.spec import BatchClippingSpec
     from fedpriv.run.plan import RunPlan
 
 GROUPS = (1, 2, 4, 8)
@@ -189,7 +189,7 @@ def plan(args: argparse.Namespace) -> dict[Row, dict[str, RunPlan]]:
 def batch_spec(spec: Any) -> BatchClippingSpec:
     """A plan's or client's privacy spec, typed (every row's client holds a
     ``BatchClippingSpec``)."""
-    from fedpriv.accounting.batch_clipping import BatchClippingSpec
+    from fedpriv.accounting.batch_clipping.spec import BatchClippingSpec
 
     assert isinstance(spec, BatchClippingSpec), type(spec)
     return spec
@@ -199,7 +199,7 @@ def paper_sigma(plan: RunPlan) -> float | None:
     """σ the first paper's f-DP mixture needs for the plan's target ε over its whole run
     (``sum_squares_law`` + ``calibrate_noise_multiplier``), whatever analysis the spec
     defaults to; ``None`` for Poisson sampling, which that analysis does not cover."""
-    from fedpriv.accounting.batch_clipping import calibrate_noise_multiplier, sum_squares_law
+    from fedpriv.accounting.batch_clipping.spec import calibrate_noise_multiplier, sum_squares_law
 
     spec = batch_spec(plan.privacy)
     if spec.is_poisson:

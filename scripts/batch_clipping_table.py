@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpriv.accounting.gdp import gdp_mu
+from fedpriv.accounting.accountants.gdp import gdp_mu
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.run.config import compose_config
 from fedpriv.run.prepare import prepare

@@ -179,7 +179,7 @@ def _replace_one_note(rows: list[dict[str, Any]]) -> str:
         return ""
     from dp_accounting import dp_event
 
-    from fedpriv.accounting.ledger import PrivacyLedger
+    from fedpriv.accounting.core.ledger import PrivacyLedger
 
     parts = []
     for t in TARGETS:

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fedpriv.accounting.calibrate import bisect_noise
-from fedpriv.accounting.secagg import secagg_dpsgd
+from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.secagg.spec import secagg_dpsgd
 from fedpriv.common.errors import check
 
 #: The paper's Table 1 (Appendix A.7): (label, local steps, parties, σ total, avg model ε), printed

@@ -3,8 +3,8 @@
 "Privacy Amplification via Random Check-Ins" (Balle et al., arXiv:2007.06605). A server round
 is one PASS of the protocol with fresh check-ins (the repetition behind Corollary 3.3); the
 run's ledger composes the per-pass event of the run's spec
-(:class:`fedpriv.accounting.checkin_spec.CheckinSpec` or
-:class:`fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec`, bound by the client
+(:class:`fedpriv.accounting.checkin.spec.CheckinSpec` or
+:class:`fedpriv.accounting.checkin.gaussian.CheckinGaussianSpec`, bound by the client
 algorithm). The strategy reads the protocol from that typed spec (``job.spec``: variant, slots,
 probabilities, the dummy update's randomizer, the slot noise and its public divisor), never
 from the client algorithm, and overrides one hook of the round loop of
@@ -62,10 +62,10 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from fedpriv.accounting.checkin_gaussian import CheckinGaussianSpec
-from fedpriv.accounting.checkin_spec import CheckinSpec
-from fedpriv.accounting.checkin_theorems import expected_dummy_updates
-from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.checkin.gaussian import CheckinGaussianSpec
+from fedpriv.accounting.checkin.spec import CheckinSpec
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
+from fedpriv.accounting.samplers.checkin import expected_dummy_updates
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.wire import ABSTAIN, CHECKIN_KEY, CLIENTS_KEY, CONFIG_KEY, MODEL_KEY
 from fedpriv.mechanisms.checkin_draw import CheckinVariant

@@ -33,7 +33,7 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from scipy.stats import norm
 
-from fedpriv.accounting.ledger import IncompatibleEventsError, IntegerRdpEvent, PrivacyLedger
+from fedpriv.accounting.core.ledger import IncompatibleEventsError, IntegerRdpEvent, PrivacyLedger
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
 
@@ -606,7 +606,7 @@ class AggregatorContract:
 
 
 class PrivacySpecContract:
-    """Contract of one privacy family's spec (:class:`fedpriv.accounting.privacy_spec.
+    """Contract of one privacy family's spec (:class:`fedpriv.accounting.core.privacy_spec.
     PrivacySpec`); subclass and fill the hooks.
 
     Hooks
@@ -643,7 +643,7 @@ class PrivacySpecContract:
         assert spec.family and spec.family == self.spec_class.family
 
     def test_payload_round_trip_gives_the_same_spec_and_events(self) -> None:
-        from fedpriv.accounting.privacy_spec import PrivacySpec
+        from fedpriv.accounting.core.privacy_spec import PrivacySpec
         from fedpriv.common import payload
 
         spec = self.make_spec()
@@ -661,7 +661,7 @@ class PrivacySpecContract:
     def test_config_schema_is_the_unbound_fields_with_the_spec_defaults(self) -> None:
         import dataclasses
 
-        from fedpriv.accounting.privacy_spec import config_schema
+        from fedpriv.accounting.core.privacy_spec import config_schema
 
         schema = {f.name: f for f in dataclasses.fields(config_schema(self.spec_class))}
         fields = {f.name: f for f in dataclasses.fields(self.spec_class) if f.init}
@@ -704,7 +704,7 @@ class PrivacySpecContract:
         assert err.value.field == f"privacy.{spec.calibrates}"
 
     def test_a_degraded_round_never_costs_less(self) -> None:
-        from fedpriv.accounting.privacy_spec import UnaccountableRound
+        from fedpriv.accounting.core.privacy_spec import UnaccountableRound
 
         spec = self.make_spec()
         try:
@@ -730,7 +730,7 @@ class PrivacySpecContract:
         params = self.cli_params(spec)
         if params is None:
             pytest.skip(f"{type(spec).__name__}: no fedpriv-account parameters for this spec")
-        from fedpriv.accounting.params import Params
+        from fedpriv.accounting.core.params import Params
 
         built = type(spec).from_params(Params(params, spec.family))
         assert built.round_events() == spec.round_events()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.accounting.calibrate import bisect_noise
+from fedpriv.accounting.core.calibrate import bisect_noise
 from fedpriv.accounting.dpsgd import calibrate_noise_multiplier, poisson_gaussian_epsilon
 from fedpriv.common.errors import ConfigError
 

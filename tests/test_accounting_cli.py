@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from fedpriv.accounting.core.params import Params, parse_assignments
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
-from fedpriv.accounting.params import Params, parse_assignments
 from fedpriv.cli import account as cli
 from fedpriv.common.errors import ConfigError
 
@@ -289,7 +289,7 @@ def test_ambiguous_or_unresolvable_input_one_line_exit_2(capsys, args, needle):
 
 def test_one_target_with_the_noise_still_answers(capsys):
     """gaussian: sqrt(1)/1 = mu 1; eps at 1e-5 is the exact G_1 profile (Dong, Roth, Su)."""
-    from fedpriv.accounting.gdp import gdp_epsilon
+    from fedpriv.accounting.accountants.gdp import gdp_epsilon
 
     out = run_json(capsys, ["gaussian", "noise_multiplier=1", "target_delta=1e-5"])
     assert out["epsilon"] == pytest.approx(gdp_epsilon(1e-5, 1.0), rel=1e-12)

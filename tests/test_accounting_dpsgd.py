@@ -15,9 +15,9 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedpriv.accounting.core.ledger import PrivacyLedger
+from fedpriv.accounting.core.privacy_spec import UnaccountableRound
 from fedpriv.accounting.dpsgd import DPSGDSpec, poisson_gaussian_epsilon, poisson_gaussian_event
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.privacy_spec import UnaccountableRound
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)

@@ -12,14 +12,14 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from fedpriv.accounting.dpsgd import poisson_gaussian_event
-from fedpriv.accounting.ledger import (
+from fedpriv.accounting.core.ledger import (
     FedprivEvent,
     IncompatibleEventsError,
     PrivacyLedger,
     event_from_dict,
     event_to_dict,
 )
+from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.common.errors import ConfigError
 
 CONFIGS = [("pld", "default"), ("rdp", "default"), ("rdp", "mironov")]
@@ -208,7 +208,7 @@ def test_event_from_dict_only_loads_event_classes():
 
 
 def test_analysis_names_what_answers_for_epsilon():
-    from fedpriv.accounting.batch_clipping import BatchClippingEvent
+    from fedpriv.accounting.batch_clipping.spec import BatchClippingEvent
     from fedpriv.accounting.skellam import SkellamEvent
 
     assert PrivacyLedger().analysis() == "none"

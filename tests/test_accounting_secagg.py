@@ -8,7 +8,7 @@ import math
 import pytest
 
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
-from fedpriv.accounting.secagg import secagg_dpsgd
+from fedpriv.accounting.secagg.spec import secagg_dpsgd
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -163,7 +163,7 @@ def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
     # A run's Skellam settings, with the run's own σ (noise_multiplier is σ of the sum in both),
     # give the run's central and local ε: the CLI builds the run's SkellamSpec (same scale
     # rule).
-    from fedpriv.accounting.secagg import run_cli
+    from fedpriv.accounting.secagg.spec import run_cli
     from fedpriv.run.config import compose_config
     from fedpriv.run.prepare import prepare
     from fedpriv.run.run_privacy import RunPrivacy
@@ -215,8 +215,8 @@ def test_noise_multiplier_means_what_it_means_in_a_run(num_clients, honest_but_c
     # One name, one meaning: the run's DPSGDSpec with privacy.noise_multiplier = 1.2 and
     # secagg_dpsgd(noise_multiplier=1.2) state the same events, so the same central and local ε
     # (rel 1e-9: the same ledger arithmetic; σ_i = 1.2/√m computed by both).
+    from fedpriv.accounting.core.vocabulary import Accountant
     from fedpriv.accounting.dpsgd import DPSGDSpec
-    from fedpriv.accounting.vocabulary import Accountant
 
     run = DPSGDSpec(
         noise_multiplier=1.2,

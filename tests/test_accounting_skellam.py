@@ -11,8 +11,9 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special, stats
 
+from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
+from fedpriv.accounting.core.vocabulary import Accountant, Conversion
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
-from fedpriv.accounting.ledger import IncompatibleEventsError, PrivacyLedger
 from fedpriv.accounting.skellam import (
     SkellamEvent,
     SkellamSpec,
@@ -20,7 +21,6 @@ from fedpriv.accounting.skellam import (
     rounded_sensitivities,
     skellam_rdp,
 )
-from fedpriv.accounting.vocabulary import Accountant, Conversion
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)

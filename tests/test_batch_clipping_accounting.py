@@ -14,9 +14,9 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.accounting import batch_clipping as bc
-from fedpriv.accounting import gdp
-from fedpriv.accounting.ledger import IncompatibleEventsError, PrivacyLedger
+from fedpriv.accounting.accountants import gdp
+from fedpriv.accounting.batch_clipping import spec as bc
+from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
 from fedpriv.common.errors import ConfigError
 
 

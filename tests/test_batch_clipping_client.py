@@ -17,12 +17,12 @@ from torch import nn
 from clients import generalized_dpsgd as batch_clipping
 from clients.generalized_dpsgd import GeneralizedDPSGD, step_size
 from clients.local_dpsgd import LocalDPSGD
-from fedpriv.accounting import batch_clipping as bc
-from fedpriv.accounting import gdp
-from fedpriv.accounting.batch_clipping import BatchClippingSpec
+from fedpriv.accounting.accountants import gdp
+from fedpriv.accounting.batch_clipping import spec as bc
+from fedpriv.accounting.batch_clipping.spec import BatchClippingSpec
+from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
+from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.data.client_data import ClientData
 from fedpriv.models.zoo import build_model

@@ -11,15 +11,15 @@ import math
 
 import pytest
 
-from fedpriv.accounting import batch_clipping as bc
-from fedpriv.accounting import gdp
-from fedpriv.accounting.batch_clipping_lower import (
+from fedpriv.accounting.accountants import gdp
+from fedpriv.accounting.batch_clipping import spec as bc
+from fedpriv.accounting.batch_clipping.lower import (
     batch_clipping_lower_bound,
     full_shift_lower_bound,
 )
-from fedpriv.accounting.group_privacy import group_privacy_delta, group_privacy_epsilon
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
+from fedpriv.accounting.core.group_privacy import group_privacy_delta, group_privacy_epsilon
+from fedpriv.accounting.core.ledger import PrivacyLedger
+from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.samplers import SamplerKind
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from clients.generalized_dpsgd import GeneralizedDPSGD
-from fedpriv.accounting import batch_clipping as bc
+from fedpriv.accounting.batch_clipping import spec as bc
+from fedpriv.accounting.core.params import Params
+from fedpriv.accounting.core.vocabulary import NeighboringRelation
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
-from fedpriv.accounting.params import Params
-from fedpriv.accounting.vocabulary import NeighboringRelation
 from fedpriv.cli.account import main as cli_main
 from fedpriv.cli.account import run as cli_run
 from fedpriv.common.errors import ConfigError
@@ -260,7 +260,7 @@ def test_old_clip_key_is_refused_naming_the_new_one(capsys: pytest.CaptureFixtur
         "fedpriv: error: privacy.max_grad_norm='2' was renamed (privacy=batch_clipping: the "
         "clip of a group's update): use privacy.clipping_norm (docs/migration.md)"
     )
-    target = "fedpriv.accounting.batch_clipping.BatchClippingSpec"
+    target = "fedpriv.accounting.batch_clipping.spec.BatchClippingSpec"
     with pytest.raises(ConfigError, match="use privacy.clipping_norm"):
         check_migrated({"privacy": {"_target_": target, "max_grad_norm": 2.0}})
     check_migrated({"privacy": {"_target_": "fedpriv.accounting.dpsgd.DPSGDSpec",

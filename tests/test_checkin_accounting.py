@@ -13,21 +13,21 @@ from dp_accounting.pld import common, privacy_loss_distribution
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.accounting.checkin_composition import (
+from fedpriv.accounting.accountants.composition import (
     advanced_composition_epsilon,
     optimal_composition_delta,
 )
-from fedpriv.accounting.checkin_events import CheckinEvent
-from fedpriv.accounting.checkin_spec import run_cli
-from fedpriv.accounting.checkin_theorems import (
+from fedpriv.accounting.checkin.events import CheckinEvent
+from fedpriv.accounting.checkin.spec import run_cli
+from fedpriv.accounting.core.ledger import PrivacyLedger
+from fedpriv.accounting.samplers.checkin import (
     VARIANTS,
     delta0_bound,
     expected_dummy_updates,
     min_delta1,
     pure_epsilon,
 )
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.shuffle import shuffle_epsilon
+from fedpriv.accounting.samplers.shuffle import shuffle_epsilon
 from fedpriv.common.errors import ConfigError
 
 mp.mp.dps = 40

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from fedpriv.accounting.allocation import RandomAllocationEvent
-from fedpriv.accounting.checkin_gaussian import (
+from fedpriv.accounting.checkin.gaussian import (
     ALLOCATION_BOUND,
     THEOREM_BOUND,
     CheckinGaussianEvent,
     CheckinGaussianSpec,
 )
+from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent
 from fedpriv.cli import account as cli
 from fedpriv.common.errors import ConfigError
 from tests.contracts import EventContract

@@ -15,11 +15,11 @@ import scipy.stats
 import torch
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
-from fedpriv.accounting.checkin_events import CheckinEvent, PoissonLocalEvent
-from fedpriv.accounting.checkin_spec import CheckinSpec
-from fedpriv.accounting.checkin_theorems import expected_dummy_updates
-from fedpriv.accounting.gdp import analytic_gaussian_sigma
-from fedpriv.accounting.local_release import calibrated_randomizer
+from fedpriv.accounting.accountants.gdp import analytic_gaussian_sigma
+from fedpriv.accounting.checkin.events import CheckinEvent, PoissonLocalEvent
+from fedpriv.accounting.checkin.spec import CheckinSpec
+from fedpriv.accounting.loss_models.local_randomizer import calibrated_randomizer
+from fedpriv.accounting.samplers.checkin import expected_dummy_updates
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import ABSTAIN, CHECKIN_KEY
 from fedpriv.mechanisms.checkin_draw import (

@@ -30,10 +30,10 @@ from clients.checkin_clients import (
     mean_cross_entropy,
     slot_update,
 )
-from fedpriv.accounting.checkin_events import LOCAL_CAP
-from fedpriv.accounting.checkin_spec import RUN_VARIANTS, CheckinSpec
-from fedpriv.accounting.checkin_theorems import delta0_bound
-from fedpriv.accounting.local_release import calibrated_randomizer, release_event
+from fedpriv.accounting.checkin.events import LOCAL_CAP
+from fedpriv.accounting.checkin.spec import RUN_VARIANTS, CheckinSpec
+from fedpriv.accounting.loss_models.local_randomizer import calibrated_randomizer, release_event
+from fedpriv.accounting.samplers.checkin import delta0_bound
 from fedpriv.cli.account import main
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import CONFIG_KEY, METRICS_KEY, MODEL_KEY, UPDATE_KEY
@@ -429,12 +429,12 @@ def test_imports_go_one_way() -> None:
     core = [
         "fedpriv/mechanisms/checkin_draw.py",
         "fedpriv/mechanisms/randomizers.py",
-        "fedpriv/accounting/checkin_theorems.py",
-        "fedpriv/accounting/checkin_composition.py",
-        "fedpriv/accounting/checkin_events.py",
-        "fedpriv/accounting/checkin_spec.py",
-        "fedpriv/accounting/checkin_gaussian.py",
-        "fedpriv/accounting/local_release.py",
+        "fedpriv/accounting/samplers/checkin.py",
+        "fedpriv/accounting/accountants/composition.py",
+        "fedpriv/accounting/checkin/events.py",
+        "fedpriv/accounting/checkin/spec.py",
+        "fedpriv/accounting/checkin/gaussian.py",
+        "fedpriv/accounting/loss_models/local_randomizer.py",
     ]
     for rel in core:
         bad = {m for m in _imports(REPO / rel) if m.split(".")[0] in ("clients", "strategies")}
@@ -444,11 +444,11 @@ def test_imports_go_one_way() -> None:
         assert not bad, (rel, bad)
     server = _imports(REPO / "strategies/checkin_server.py")
     assert not {m for m in server if m.split(".")[0] == "clients"}
-    assert {"fedpriv.common.wire", "fedpriv.accounting.checkin_spec"} <= server
+    assert {"fedpriv.common.wire", "fedpriv.accounting.checkin.spec"} <= server
     client = _imports(REPO / "clients/checkin_clients.py")
     assert {
         "fedpriv.mechanisms.checkin_draw",
         "fedpriv.mechanisms.randomizers",
-        "fedpriv.accounting.checkin_spec",
+        "fedpriv.accounting.checkin.spec",
     } <= client
     assert not (REPO / "fedpriv/accounting/checkin.py").exists()  # split by concept

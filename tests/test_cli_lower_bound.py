@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fedpriv.accounting.lower_report import NOT_AVAILABLE
+from fedpriv.accounting.core.lower_report import NOT_AVAILABLE
 from fedpriv.cli import account as cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,9 +109,9 @@ def test_secagg_gaussian_lower_bound(capsys, args, least):
 
 def test_summed_local_steps_pair_is_the_sampled_gaussian_at_one_step():
     """S = 1: the pair is the Poisson-subsampled Gaussian; S = 2 binned: below its PLD."""
+    from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
     from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
-    from fedpriv.accounting.local_steps_lower import LocalStepsGaussianRound
-    from fedpriv.accounting.lower_bound import epsilon_lower_bound
+    from fedpriv.accounting.secagg.lower import LocalStepsGaussianRound
 
     one = epsilon_lower_bound([(LocalStepsGaussianRound(2.0, 0.1, 1), 1)], 1e-5)
     two = epsilon_lower_bound([(LocalStepsGaussianRound(2.0, 0.1, 2), 1)], 1e-5)
@@ -154,8 +154,8 @@ def test_checkin_local_lower_bound(capsys, args, least):
 def test_checkin_count_pair_is_the_randomizer_alone_for_one_client():
     """n = 1 shuffled report: the count pair is (Bern(1/2), Bern(e^-eps0 / 2)), whose ε at δ
     is eps0 + log(1 - 2δ) (closed form), here to the optimistic grid's 1e-4."""
-    from fedpriv.accounting.checkin_lower import checkin_lower_bound
-    from fedpriv.accounting.local_release import calibrated_randomizer
+    from fedpriv.accounting.checkin.lower import checkin_lower_bound
+    from fedpriv.accounting.loss_models.local_randomizer import calibrated_randomizer
     from fedpriv.mechanisms.checkin_draw import CheckinVariant
     from fedpriv.mechanisms.randomizers import RandomizerKind
 
@@ -219,7 +219,7 @@ def test_lower_bound_at_tiny_delta_is_answered_at_the_smallest_resolved_delta() 
     exact ε, which lies in [3.0126, 3.0151] (direct convolution of the loss values rounded up
     and down on a 2e-4 grid, computed outside fedpriv). The bound is now the one at 1e-8, valid
     since ε(δ) falls in δ."""
-    from fedpriv.accounting.lower_bound import LOWER_MIN_DELTA
+    from fedpriv.accounting.core.lower_bound import LOWER_MIN_DELTA
 
     common = {"sample_rate": "0.01", "steps": "10", "noise_multiplier": "1", "lower_bound": "1"}
     tiny = cli.run("poisson-gaussian", {**common, "target_delta": "1e-14"})

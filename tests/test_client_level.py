@@ -24,8 +24,8 @@ from flwr.common.serde import recorddict_to_proto
 from scipy import integrate, optimize, stats
 
 from clients.client_level_dpfedavg import UNCLIPPED_KEY, ClientLevelDPFedAvg
-from fedpriv.accounting.accountant import AccountingSpec
-from fedpriv.accounting.client_level import ClientLevelSpec
+from fedpriv.accounting.client_level.spec import ClientLevelSpec
+from fedpriv.accounting.core.accounting_spec import AccountingSpec
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.run import client_app

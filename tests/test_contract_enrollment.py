@@ -18,8 +18,8 @@ from dp_accounting import dp_event
 
 import fedpriv
 import strategies
-from fedpriv.accounting.ledger import FedprivEvent, IntegerRdpEvent, PldEvent
-from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.core.ledger import FedprivEvent, IntegerRdpEvent, PldEvent
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.run.aggregation import Aggregator
 from fedpriv.run.config import conf_dir
 from tests.contracts import (

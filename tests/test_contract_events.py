@@ -11,15 +11,15 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from fedpriv.accounting.allocation import RandomAllocationEvent
-from fedpriv.accounting.batch_clipping import BatchClippingEvent
-from fedpriv.accounting.checkin_events import CheckinEvent, LocalCapEvent, PoissonLocalEvent
-from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
+from fedpriv.accounting.batch_clipping.spec import BatchClippingEvent
+from fedpriv.accounting.checkin.events import CheckinEvent, LocalCapEvent, PoissonLocalEvent
+from fedpriv.accounting.core.ledger import INTEGER_ORDERS
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
-from fedpriv.accounting.ledger import INTEGER_ORDERS
-from fedpriv.accounting.local_release import LocalReleaseEvent
+from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
+from fedpriv.accounting.loss_models.local_randomizer import LocalReleaseEvent
+from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
+from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent
 from fedpriv.accounting.skellam import SkellamEvent
-from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
 from tests.contracts import EventContract, gaussian_epsilon
 
 DELTA = 1e-5
@@ -394,7 +394,7 @@ class TestRandomAllocationEvent(EventContract):
 
 class TestWithoutReplacementGaussianEvent(EventContract):
     """Fixed-size cohorts (m of N without replacement), replace-one: the dominating pair's PLD
-    (:mod:`fedpriv.accounting.without_replacement`), PLD only."""
+    (:mod:`fedpriv.accounting.samplers.fixed_size`), PLD only."""
 
     event_class = WithoutReplacementGaussianEvent
 

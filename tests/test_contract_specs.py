@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from fedpriv.accounting.batch_clipping import BatchClippingSpec
-from fedpriv.accounting.checkin_gaussian import CheckinGaussianSpec
-from fedpriv.accounting.checkin_spec import CheckinSpec
-from fedpriv.accounting.client_level import ClientLevelSpec
-from fedpriv.accounting.client_skellam import ClientLevelSkellamSpec
+from fedpriv.accounting.batch_clipping.spec import BatchClippingSpec
+from fedpriv.accounting.checkin.gaussian import CheckinGaussianSpec
+from fedpriv.accounting.checkin.spec import CheckinSpec
+from fedpriv.accounting.client_level.skellam import ClientLevelSkellamSpec
+from fedpriv.accounting.client_level.spec import ClientLevelSpec
+from fedpriv.accounting.core.vocabulary import Accountant
 from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.ftrl import FTRLSpec
+from fedpriv.accounting.ftrl.spec import FTRLSpec
 from fedpriv.accounting.skellam import SkellamSpec
-from fedpriv.accounting.vocabulary import Accountant
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from tests.contracts import PrivacySpecContract

@@ -23,9 +23,9 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 from clients.local_dpsgd import LocalDPSGD
+from fedpriv.accounting.core.privacy_spec import EventRuns, UnaccountableRound
+from fedpriv.accounting.core.vocabulary import Accountant, Conversion, NoiseSource
 from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.privacy_spec import EventRuns, UnaccountableRound
-from fedpriv.accounting.vocabulary import Accountant, Conversion, NoiseSource
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
 from fedpriv.data.client_data import ClientData

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from dp_accounting.rdp import RdpAccountant
 
-from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
-from fedpriv.accounting.ledger import INTEGER_ORDERS, PrivacyLedger
+from fedpriv.accounting.core.ledger import INTEGER_ORDERS, PrivacyLedger
+from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.lattice_gaussian import (
     LATTICE_BITS,

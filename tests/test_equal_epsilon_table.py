@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedpriv.accounting import batch_clipping as bc
-from fedpriv.accounting.gdp import gdp_epsilon
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
+from fedpriv.accounting.accountants.gdp import gdp_epsilon
+from fedpriv.accounting.batch_clipping import spec as bc
+from fedpriv.accounting.core.ledger import PrivacyLedger
+from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.data.idx import read_idx
 from fedpriv.run.plan import RunPlan

@@ -19,8 +19,8 @@ from scipy import optimize, stats
 
 from clients.client_level_dpfedavg import ClientLevelDPFedAvg
 from clients.client_level_ftrl import ClientLevelFTRL
-from fedpriv.accounting.client_level import ClientLevelSpec
-from fedpriv.accounting.ftrl import FTRLSpec
+from fedpriv.accounting.client_level.spec import ClientLevelSpec
+from fedpriv.accounting.ftrl.spec import FTRLSpec
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.run.config import compose_config
@@ -293,7 +293,7 @@ def test_a_stream_that_is_not_the_accounted_matrix_stops_the_run(
 
 def test_fedpriv_account_ftrl_answers_the_runs_epsilon() -> None:
     """``fedpriv-account ftrl`` with the run's settings prints the ε the run's spec accounts."""
-    from fedpriv.accounting.ftrl import run_cli
+    from fedpriv.accounting.ftrl.spec import run_cli
 
     out = run_cli(
         {
@@ -491,7 +491,7 @@ def test_sizes_that_would_hang_are_refused(kw: dict[str, Any], field: str) -> No
 
 
 def test_fedpriv_account_ftrl_needs_num_rounds() -> None:
-    from fedpriv.accounting.ftrl import run_cli
+    from fedpriv.accounting.ftrl.spec import run_cli
 
     with pytest.raises(ConfigError, match="^num_rounds=None is required"):
         run_cli({"factorization": "identity", "noise_multiplier": "1", "target_delta": "1e-5"})

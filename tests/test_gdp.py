@@ -1,4 +1,4 @@
-"""Golden and property tests of the Gaussian DP toolkit (fedpriv.accounting.gdp)."""
+"""Golden and property tests of the Gaussian DP toolkit (fedpriv.accounting.accountants.gdp)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dp_accounting.pld import pld_privacy_accountant, privacy_loss_distribution
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.accounting import gdp
+from fedpriv.accounting.accountants import gdp
 from fedpriv.common.errors import ConfigError
 
 mp.mp.dps = 60

@@ -11,7 +11,7 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 from hydra import compose, initialize_config_dir
 
-from fedpriv.accounting.secagg import secagg_dpsgd
+from fedpriv.accounting.secagg.spec import secagg_dpsgd
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.config import conf_dir, register_schema
 from fedpriv.run.prepare import prepare

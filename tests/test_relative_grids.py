@@ -14,13 +14,16 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-import fedpriv.accounting.without_replacement as wr
-from fedpriv.accounting.allocation import RandomAllocationEvent
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.lower_bound import epsilon_lower_bound
-from fedpriv.accounting.monte_carlo import allocation_epsilon_estimate, log_elementary_symmetric
-from fedpriv.accounting.pld_grid import relative_interval, sampled_gaussian_loss_rms
-from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
+import fedpriv.accounting.samplers.fixed_size as wr
+from fedpriv.accounting.accountants.monte_carlo import (
+    allocation_epsilon_estimate,
+    log_elementary_symmetric,
+)
+from fedpriv.accounting.accountants.pld_grid import relative_interval, sampled_gaussian_loss_rms
+from fedpriv.accounting.core.ledger import PrivacyLedger
+from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
+from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
+from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent
 from fedpriv.common.errors import ConfigError
 
 DELTA = 1e-5
@@ -213,7 +216,7 @@ def test_allocation_at_small_epsilon_takes_a_finer_grid(monkeypatch) -> None:
     """k = 1 of t = 50, σ = 20, 10 epochs, δ = 1e-5: 0.0878 on the absolute 5e-3 grid; on the
     relative one (1e-3, its floor) 0.0704 (a 2e-4 grid gives 0.0671, 57 s): at most 0.81 times
     the old answer, and above pld-accounting's lower PLD on the same grid."""
-    import fedpriv.accounting.allocation as alloc
+    import fedpriv.accounting.samplers.random_allocation as alloc
 
     event = RandomAllocationEvent(20.0, 50, 1)
     assert alloc.allocation_interval(20.0, 50, 1) == alloc.ALLOCATION_FINEST

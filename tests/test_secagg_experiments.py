@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from opacus.accountants.analysis.rdp import compute_rdp
 
-from fedpriv.accounting.ledger import PrivacyLedger
+from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.run.config import compose_config as _cfg
 from fedpriv.run.prepare import prepare
 

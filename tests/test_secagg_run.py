@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from clients.skellam_dpsgd import SkellamDPSGD
-from fedpriv.accounting.ledger import PrivacyLedger
-from fedpriv.accounting.privacy_spec import UnaccountableRound
-from fedpriv.accounting.secagg import secagg_dpsgd
+from fedpriv.accounting.core.ledger import PrivacyLedger
+from fedpriv.accounting.core.privacy_spec import UnaccountableRound
+from fedpriv.accounting.secagg.spec import secagg_dpsgd
 from fedpriv.accounting.skellam import SkellamEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.config import compose_config as _cfg

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from clients.skellam_dpsgd import SkellamDPSGD
+from fedpriv.accounting.core.vocabulary import Accountant
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.skellam import SkellamSpec
-from fedpriv.accounting.vocabulary import Accountant
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.modular_range import ScaleRule
 from fedpriv.mechanisms.skellam_noise import SkellamMechanism
@@ -136,7 +136,7 @@ POISSON_SECURE = [*POISSON, "num_clients=2", "privacy.secure_mode=true", "privac
 
 
 def test_poisson_individual_clipping_draws_lattice_noise() -> None:
-    from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
+    from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
     from fedpriv.mechanisms.lattice_gaussian import LATTICE_BITS, lattice_step
     from fedpriv.run.algorithm import TrainContext
 
@@ -188,7 +188,7 @@ def test_fixed_size_groups_are_refused_in_one_line() -> None:
             compose_config([*cfg, "privacy.secure_mode=true", "privacy.noise_multiplier=0"])
         )
         assert not alg.hardened_noise  # non-private: no noise, nothing to harden
-    from fedpriv.accounting.batch_clipping import BatchClippingSpec
+    from fedpriv.accounting.batch_clipping.spec import BatchClippingSpec
 
     with pytest.raises(ConfigError, match="privacy.lattice_noise=True needs client.sampler"):
         BatchClippingSpec(lattice_noise=True, accountant=Accountant.RDP)
@@ -245,7 +245,7 @@ def _dp_accounting_epsilon(z: float, rate: float, count: int, delta: float) -> f
     exact subsampled-Gaussian formula; dp-accounting does not subsample a ZCDpEvent)."""
     import dp_accounting
 
-    from fedpriv.accounting.ledger import INTEGER_ORDERS
+    from fedpriv.accounting.core.ledger import INTEGER_ORDERS
 
     acc = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in INTEGER_ORDERS])
     if rate == 1.0:
@@ -310,7 +310,7 @@ def test_checkin_lattice_epsilon_equals_dp_accounting(p0: float) -> None:
     """One Poisson(p0)-subsampled discrete Gaussian per pass (CheckinGaussianSpec.pass_event
     says why it bounds the check-in sampler), by RDP; p0 = 1 is dp-accounting's ZCDpEvent
     itself. Tolerance 1e-6 relative."""
-    from fedpriv.accounting.discrete_gaussian import DiscreteGaussianEvent
+    from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
     from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
 
     plan, alg = prepare(compose_config([*CHECKIN_SECURE, f"privacy.checkin_probability={p0}"]))
@@ -358,7 +358,7 @@ def test_checkin_float_run_unchanged_and_secure_cost_stated() -> None:
     """Without secure mode: float noise and the random-allocation PLD; in secure mode the
     facts compare the RDP ε with that PLD ε (the lattice route forgoes the amplification by
     the allocation, so it costs more)."""
-    from fedpriv.accounting.checkin_gaussian import ALLOCATION_BOUND, CheckinGaussianEvent
+    from fedpriv.accounting.checkin.gaussian import ALLOCATION_BOUND, CheckinGaussianEvent
     from fedpriv.accounting.secure_mode import secure_accounting
 
     float_plan, float_alg = prepare(compose_config(CHECKIN_SECURE[:-1]))

@@ -28,10 +28,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedpriv.accounting import shuffle as sh
-from fedpriv.accounting.checkin_composition import compose_repetitions
-from fedpriv.accounting.checkin_events import LOCAL_CAP, CheckinEvent
-from fedpriv.accounting.checkin_theorems import pure_epsilon
+from fedpriv.accounting.accountants.composition import compose_repetitions
+from fedpriv.accounting.checkin.events import LOCAL_CAP, CheckinEvent
+from fedpriv.accounting.samplers import shuffle as sh
+from fedpriv.accounting.samplers.checkin import pure_epsilon
 from fedpriv.cli.account import main
 from fedpriv.common.errors import ConfigError
 

@@ -27,7 +27,7 @@ DOC_16 = dict(
 
 
 def mechanism_16():
-    from fedpriv.accounting.params import Params
+    from fedpriv.accounting.core.params import Params
     from fedpriv.accounting.skellam import SkellamSpec
 
     return SkellamSpec.from_params(Params(dict(DOC_16), "skellam")).mechanism

@@ -18,12 +18,12 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import integrate, optimize, special, stats
 
-from fedpriv.accounting.allocation import RandomAllocationEvent
-from fedpriv.accounting.client_level import ClientLevelSpec
-from fedpriv.accounting.ledger import IncompatibleEventsError, PrivacyLedger
-from fedpriv.accounting.lower_bound import epsilon_lower_bound
-from fedpriv.accounting.vocabulary import Accountant
-from fedpriv.accounting.without_replacement import WithoutReplacementGaussianEvent
+from fedpriv.accounting.client_level.spec import ClientLevelSpec
+from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
+from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
+from fedpriv.accounting.core.vocabulary import Accountant
+from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
+from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 
@@ -329,7 +329,7 @@ def test_checkin_passes_lie_above_their_lower_bounds() -> None:
     """Central-Gaussian check-ins, m = 10 slots, σ = 1, 10 passes: with p0 = 1 (random
     allocation) the PLD is within 5 % of the allocation's lower PLD; with p0 = 0.5 the upper
     bound still sits above the first-slot lower bound (a loose one)."""
-    from fedpriv.accounting.checkin_gaussian import CheckinGaussianEvent
+    from fedpriv.accounting.checkin.gaussian import CheckinGaussianEvent
 
     full = CheckinGaussianEvent(1.0, 10, 1.0)
     lower = epsilon_lower_bound([(full, 10)], DELTA)
@@ -409,8 +409,8 @@ def test_amplified_bandmf_lies_within_one_percent_of_its_lower_bound() -> None:
 def test_ftrl_lower_bound_catches_an_understated_sensitivity(monkeypatch) -> None:
     """An accountant told 0.8x the sensitivity (as an implementation that reads the wrong
     Cholesky factor) reports an ε below the bound of the noise the stream really generates."""
-    from fedpriv.accounting.ftrl import FTRLSpec
-    from fedpriv.accounting.ftrl_lower import lower_bound_events
+    from fedpriv.accounting.ftrl.lower import lower_bound_events
+    from fedpriv.accounting.ftrl.spec import FTRLSpec
 
     spec = FTRLSpec(
         noise_multiplier=4.3976,

@@ -3,7 +3,7 @@
 One DP-SGD step with Poisson sampling at rate ``q``, per-sample clipping to ``C`` and noise
 ``N(0, (σC)²)`` on the sum is the event ``PoissonSampledDpEvent(q, GaussianDpEvent(σ))`` of
 dp-accounting (add/remove relation). It is accounted by dp-accounting's PLD accountant
-(default) or RDP accountant; see :class:`fedpriv.accounting.ledger.PrivacyLedger` for the
+(default) or RDP accountant; see :class:`fedpriv.accounting.core.ledger.PrivacyLedger` for the
 conversions.
 
 References
@@ -20,18 +20,22 @@ from typing import Any, ClassVar
 
 from dp_accounting import dp_event
 
-from fedpriv.accounting.calibrate import bisect_noise
-from fedpriv.accounting.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
-from fedpriv.accounting.lower_bound import epsilon_lower_bound
-from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
-from fedpriv.accounting.params import Params, noise_or_target
-from fedpriv.accounting.privacy_spec import (
+from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
+from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
+from fedpriv.accounting.core.lower_report import (
+    LOWER_BOUND_KEY,
+    lower_bound_entry,
+    wants_lower_bound,
+)
+from fedpriv.accounting.core.params import Params, noise_or_target
+from fedpriv.accounting.core.privacy_spec import (
     EventRuns,
     PrivacySpec,
     UnaccountableRound,
     calibrated_value,
 )
-from fedpriv.accounting.vocabulary import Accountant, Conversion
+from fedpriv.accounting.core.vocabulary import Accountant, Conversion
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
 
@@ -54,7 +58,7 @@ KEYS = (
 #: What ``lower_bound=true`` answers for ``poisson-gaussian``: the optimistic PLD
 #: (Doroshenko et al. arXiv:2207.04380) of the realised add/remove pair: one record whose
 #: clipped gradient has norm C at every step, the others 0, so that each step releases the
-#: Poisson-subsampled Gaussian itself (:mod:`fedpriv.accounting.lower_bound`).
+#: Poisson-subsampled Gaussian itself (:mod:`fedpriv.accounting.core.lower_bound`).
 LOWER_BOUND_METHOD = "optimistic PLD of the realised pair (a record at norm C every step)"
 
 
@@ -270,7 +274,7 @@ class DPSGDSpec(PrivacySpec, LocalStepsSum):
         σ >= 0 (0 = no privacy), or ``None`` with ``target_epsilon``.
     (and the fields of :class:`LocalStepsSum`: sample_rate, max_grad_norm,
     honest_but_curious, steps, num_clients, normalizer; and of
-    :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`)
+    :class:`~fedpriv.accounting.core.privacy_spec.PrivacySpec`)
 
     Raises
     ------

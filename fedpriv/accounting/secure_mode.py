@@ -19,7 +19,7 @@ of the Poisson-subsampled RDP bound for add/remove neighbours (Steinke 2022, "Co
 Differential Privacy & Privacy Amplification by Subsampling", arXiv:2210.00597, its
 Poisson-subsampling RDP theorem at integer orders;
 :func:`fedpriv.accounting.skellam.poisson_subsampled_rdp`), used by
-:class:`~fedpriv.accounting.discrete_gaussian.DiscreteGaussianEvent`.
+:class:`~fedpriv.accounting.loss_models.discrete_gaussian.DiscreteGaussianEvent`.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
+from fedpriv.accounting.core.vocabulary import Accountant
 from fedpriv.accounting.dpsgd import DPSGDSpec
-from fedpriv.accounting.privacy_spec import PrivacySpec
 from fedpriv.accounting.skellam import SkellamSpec
-from fedpriv.accounting.vocabulary import Accountant
 
 __all__ = ["float_counterpart", "lattice_bound", "secure_accounting", "secure_accounting_line"]
 

@@ -27,13 +27,17 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy import special, stats
 
-from fedpriv.accounting.calibrate import bisect_noise
+from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.ledger import CONVERSIONS, IntegerRdpEvent
+from fedpriv.accounting.core.lower_report import (
+    LOWER_BOUND_KEY,
+    lower_bound_entry,
+    wants_lower_bound,
+)
+from fedpriv.accounting.core.params import Params, noise_or_target
+from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
+from fedpriv.accounting.core.vocabulary import Accountant, Conversion
 from fedpriv.accounting.dpsgd import DPSGDSpec, LocalStepsSum
-from fedpriv.accounting.ledger import CONVERSIONS, IntegerRdpEvent
-from fedpriv.accounting.lower_report import LOWER_BOUND_KEY, lower_bound_entry, wants_lower_bound
-from fedpriv.accounting.params import Params, noise_or_target
-from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
-from fedpriv.accounting.vocabulary import Accountant, Conversion
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
 from fedpriv.mechanisms.modular_range import DEFAULT_WRAP_STDDEVS, ScaleRule, SignalGrowth
@@ -356,7 +360,7 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
         largest that cannot wrap.
     (and the fields of :class:`~fedpriv.accounting.dpsgd.LocalStepsSum`: sample_rate,
     max_grad_norm, honest_but_curious, steps, num_clients, normalizer; and of
-    :class:`~fedpriv.accounting.privacy_spec.PrivacySpec`)
+    :class:`~fedpriv.accounting.core.privacy_spec.PrivacySpec`)
 
     Raises
     ------

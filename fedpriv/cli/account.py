@@ -2,7 +2,7 @@ r"""``fedpriv-account ANALYSIS key=value ... [--json]``: every privacy analysis 
 
 The analyses form a registry: ``ANALYSES`` maps a name to ``"module:function"``, imported only
 when that analysis runs. Each function has the signature ``run_cli(params: dict[str, str]) ->
-dict`` (read the values with :class:`fedpriv.accounting.params.Params`), returns a JSON-able
+dict`` (read the values with :class:`fedpriv.accounting.core.params.Params`), returns a JSON-able
 dict that always has ``"epsilon"`` and ``"delta"``, and raises
 :class:`fedpriv.common.errors.ConfigError` on bad input. Bad input exits with status 2 and ONE line
 on stderr naming the key and the value; a refused combination (``NotImplementedError``) too.
@@ -39,20 +39,20 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fedpriv.accounting.params import parse_assignments
+from fedpriv.accounting.core.params import parse_assignments
 from fedpriv.common.errors import ConfigError
 
 #: ANALYSIS name -> "module:function" with signature ``run_cli(params: dict[str, str]) -> dict``.
 ANALYSES: dict[str, str] = {
-    "gaussian": "fedpriv.accounting.gdp:run_cli_gaussian",
-    "gdp": "fedpriv.accounting.gdp:run_cli",
+    "gaussian": "fedpriv.accounting.accountants.gdp:run_cli_gaussian",
+    "gdp": "fedpriv.accounting.accountants.gdp:run_cli",
     "poisson-gaussian": "fedpriv.accounting.dpsgd:run_cli",
-    "batch-clipping": "fedpriv.accounting.batch_clipping:run_cli",
-    "checkin": "fedpriv.accounting.checkin_spec:run_cli",
+    "batch-clipping": "fedpriv.accounting.batch_clipping.spec:run_cli",
+    "checkin": "fedpriv.accounting.checkin.spec:run_cli",
     "skellam": "fedpriv.accounting.skellam:run_cli",
-    "secagg-dpsgd": "fedpriv.accounting.secagg:run_cli",
-    "client-level": "fedpriv.accounting.client_level:run_cli",
-    "ftrl": "fedpriv.accounting.ftrl:run_cli",
+    "secagg-dpsgd": "fedpriv.accounting.secagg.spec:run_cli",
+    "client-level": "fedpriv.accounting.client_level.spec:run_cli",
+    "ftrl": "fedpriv.accounting.ftrl.spec:run_cli",
 }
 
 USAGE = (

@@ -32,7 +32,7 @@ class CheckinVariant(StrEnum):
 
     ``fixed`` (Algorithm 1, Theorem 3.2), ``averaged`` (Algorithm 2, Theorem 4.1),
     ``sliding-window`` (Section 4.2, Theorem 4.3), ``poisson`` (server-side Poisson sampling
-    of clients, the baseline: ``fedpriv.accounting.checkin_events.PoissonLocalEvent``) and
+    of clients, the baseline: ``fedpriv.accounting.checkin.events.PoissonLocalEvent``) and
     ``shuffle`` (Theorem 5.1 and, for pure ``eps0``, the FMT21 numerical bound: shuffling of
     ``n`` local reports; an analysis of ``fedpriv-account`` only, no run).
     A closed set: each member names the protocol a run executes and the analysis that

@@ -18,7 +18,7 @@ lattice units) is ``Δ²/(2s²)``-zCDP, i.e. RDP ``α Δ²/(2s²)``, the continu
 (Canonne, Kamath, Steinke 2020, "The Discrete Gaussian for Differential Privacy",
 arXiv:2004.00010, Theorem 4 and, for vectors, Theorem 15); Poisson subsampling by the general
 RDP amplification bound (Steinke 2022, arXiv:2210.00597), as for Skellam:
-:class:`fedpriv.accounting.discrete_gaussian.DiscreteGaussianEvent`.
+:class:`fedpriv.accounting.loss_models.discrete_gaussian.DiscreteGaussianEvent`.
 
 Sampler: CKS20 Algorithm 3 (discrete-Laplace proposals of scale ``t = ⌊s⌋ + 1``, accepted with
 probability ``exp(-(|Y| - s²/t)² / (2 s²))``), vectorized with numpy. Proposals and

@@ -5,7 +5,7 @@ Gaussian, l1 for the Laplace randomizer) and adds i.i.d. noise of a GIVEN scale.
 it to their gradient; the server applies it to no data (the zero vector) to make a dummy
 update. This module only draws: the scale that makes each report (``local_epsilon``,
 ``local_delta``)-DP, and the event of a client's releases, are the accounting's
-(:mod:`fedpriv.accounting.local_release`, which builds the randomizer a run uses).
+(:mod:`fedpriv.accounting.loss_models.local_randomizer`, which builds the randomizer a run uses).
 
 References
 ----------

@@ -25,7 +25,7 @@ import torch
 from flwr.app import Context, Message
 from torch import nn
 
-from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.data.client_data import ClientData
 

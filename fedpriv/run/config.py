@@ -2,7 +2,7 @@
 
 ``conf/config.yaml`` only picks the default option of each group and Hydra's settings; the
 top-level keys' defaults are :class:`RunConfig`'s; each ``conf/privacy/<family>.yaml`` extends
-the schema that :func:`~fedpriv.accounting.privacy_spec.config_schema` makes of its spec (the
+the schema that :func:`~fedpriv.accounting.core.privacy_spec.config_schema` makes of its spec (the
 spec's defaults); the ``client``, ``strategy`` and ``aggregator`` options name a class whose
 constructor defaults apply (``tests/test_config_defaults.py`` fails if a yaml restates one
 with another value). Hydra checks types when the config is composed; ranges and combinations
@@ -21,7 +21,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from fedpriv.accounting.privacy_spec import PrivacySpec, config_schema
+from fedpriv.accounting.core.privacy_spec import PrivacySpec, config_schema
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.schema import dataclass_schema
 from fedpriv.run.algorithm import ClientAlgorithm

@@ -17,7 +17,7 @@ import torch
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fedpriv.accounting.privacy_spec import PrivacySpec, UnaccountableRound
+from fedpriv.accounting.core.privacy_spec import PrivacySpec, UnaccountableRound
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.client_sampling import CohortSampler
 from fedpriv.mechanisms.enforced_cohort import AvailabilityTrace, EnforcedCohort

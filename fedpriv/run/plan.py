@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from fedpriv.accounting.privacy_spec import PrivacySpec
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.common import payload
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, parse_enum

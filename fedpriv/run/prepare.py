@@ -16,7 +16,7 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from fedpriv.accounting.privacy_spec import PrivacySpec, UnaccountableRound
+from fedpriv.accounting.core.privacy_spec import PrivacySpec, UnaccountableRound
 from fedpriv.common.errors import ConfigError, build_error, check
 from fedpriv.common.targets import target_class
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler

@@ -165,7 +165,7 @@ def _check_horizon(saved: Any, planned: int, run_dir: Path) -> None:
     """Refuse a new ``num_rounds`` for a privacy family whose mechanism is built for the run's
     rounds (:attr:`PrivacySpec.fixed_horizon`: correlated noise factorizes the n-round
     workload; rows of two factorizations are not one accounted mechanism)."""
-    from fedpriv.accounting.privacy_spec import PrivacySpec
+    from fedpriv.accounting.core.privacy_spec import PrivacySpec
     from fedpriv.common.targets import target_class
 
     node = saved.get("privacy")

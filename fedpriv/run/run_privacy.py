@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fedpriv.accounting.ledger import IncompatibleEventsError, PrivacyLedger
-from fedpriv.accounting.privacy_spec import EventRuns, PrivacySpec
+from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
+from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec
 from fedpriv.common.errors import ConfigError
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedpriv.accounting.client_level import ClientLevelSpec
+from fedpriv.accounting.client_level.spec import ClientLevelSpec
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.client_sampling import ClientSampling

@@ -1,0 +1,600 @@
+"""Gaussian differential privacy (f-DP) toolkit: G_mu, composition, exact profiles, mixtures.
+
+Everything here is exact up to floating point: the privacy profile of ``G_mu`` is a closed
+form, its inverse is found by root finding on the log scale, and every inverse is checked on
+the returned value so that the reported epsilon is never below the true one.
+
+References
+----------
+Dong, Roth, Su (2019), "Gaussian Differential Privacy", arXiv:1905.02383: Definition 2.7
+(G_mu), Corollary 2.13 (profile of G_mu), Corollary 3.3 (composition), Theorem 2.14 (group).
+Balle, Wang (2018), "Improving the Gaussian Mechanism for Differential Privacy: Analytical
+Calibration and Optimal Denoising", ICML, Theorem 8 (analytic Gaussian mechanism).
+van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping", arXiv:2212.05796:
+Lemma B.1 / eq. (6) (mixture of G_mu's with the component revealed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import scipy.optimize
+import scipy.special
+from numpy.typing import ArrayLike
+
+from fedpriv.accounting.core.lower_report import (
+    LOWER_BOUND_KEY,
+    lower_bound_entry,
+    wants_lower_bound,
+)
+from fedpriv.accounting.core.params import Params
+from fedpriv.common.errors import ConfigError, check
+
+__all__ = [
+    "gdp_tradeoff",
+    "compose_mu",
+    "group_mu",
+    "gdp_log_delta",
+    "gdp_delta",
+    "gdp_epsilon",
+    "gdp_mu",
+    "mixture_delta",
+    "mixture_epsilon",
+    "analytic_gaussian_sigma",
+    "noise_for_mu",
+    "run_cli",
+    "run_cli_gaussian",
+]
+
+_SQRT2 = math.sqrt(2.0)
+_LOG_HALF = math.log(0.5)
+#: Relative safety margin on delta in every inversion (covers exp/log rounding).
+_MARGIN = 1e-12
+
+
+# --------------------------------------------------------------------------- validation
+def _check_mu(mu: float, field: str = "mu") -> float:
+    mu = float(mu)
+    check(not math.isnan(mu) and mu >= 0.0, field, mu, "must be >= 0")
+    return mu
+
+
+def _check_delta(delta: float, field: str = "target_delta") -> float:
+    delta = float(delta)
+    check(0.0 < delta < 1.0, field, delta, "must be in (0, 1)")
+    return delta
+
+
+def _check_epsilon(epsilon: float, field: str = "target_epsilon") -> float:
+    epsilon = float(epsilon)
+    check(not math.isnan(epsilon) and epsilon >= 0.0, field, epsilon, "must be >= 0")
+    return epsilon
+
+
+# --------------------------------------------------------------------------- G_mu basics
+def gdp_tradeoff(alpha: ArrayLike, mu: float) -> np.ndarray:
+    """Gaussian trade-off function ``G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu)``.
+
+    Parameters
+    ----------
+    alpha : array_like
+        Type I error(s) in [0, 1], any shape.
+    mu : float
+        GDP parameter, >= 0 (``inf`` gives the trade-off 0 of a non-private mechanism).
+
+    Returns
+    -------
+    numpy.ndarray
+        Type II errors, same shape as ``alpha``.
+
+    Raises
+    ------
+    ConfigError
+        If ``mu < 0`` or some ``alpha`` is outside [0, 1].
+
+    References
+    ----------
+    Dong, Roth, Su (2019), Definition 2.7.
+    """
+    mu = _check_mu(mu)
+    a = np.asarray(alpha, dtype=float)
+    check(bool(np.all((a >= 0) & (a <= 1))), "alpha", alpha, "must be in [0, 1]")
+    if math.isinf(mu):
+        return np.where(a > 0, 0.0, 1.0)
+    # Phi(Phi^{-1}(1-a) - mu) = ndtr(-ndtri(a) - mu), accurate for small a.
+    return np.asarray(scipy.special.ndtr(-scipy.special.ndtri(a) - mu), dtype=float)
+
+
+def compose_mu(mus: Iterable[float]) -> float:
+    """Composition ``G_mu1 (x) ... (x) G_muT = G_mu`` with ``mu = sqrt(sum mu_i^2)``.
+
+    Raises
+    ------
+    ConfigError
+        If some ``mu_i < 0``.
+
+    References
+    ----------
+    Dong, Roth, Su (2019), Corollary 3.3.
+    """
+    values = [_check_mu(m) for m in mus]
+    return float(math.sqrt(math.fsum(m * m for m in values)))
+
+
+def group_mu(mu: float, group_size: int) -> float:
+    """Group privacy: a ``G_mu``-DP mechanism is ``G_{g mu}``-DP for groups of ``g`` records.
+
+    Raises
+    ------
+    ConfigError
+        If ``mu < 0`` or ``group_size < 1``.
+
+    References
+    ----------
+    Dong, Roth, Su (2019), Theorem 2.14.
+    """
+    mu = _check_mu(mu)
+    check(
+        int(group_size) == group_size and group_size >= 1,
+        "group_privacy",
+        group_size,
+        "must be an integer >= 1",
+    )
+    return float(group_size) * mu
+
+
+# --------------------------------------------------------------------------- profile of G_mu
+def _log_delta_array(eps: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """Elementwise ``log delta_{G_mu}(eps)`` for finite ``mu > 0`` and ``eps >= 0``.
+
+    ``delta = Phi(a) - e^eps Phi(b)`` with ``a = -eps/mu + mu/2`` and ``b = a - mu``.
+    For ``a < 0`` the identity ``eps - b^2/2 = -a^2/2`` gives
+    ``delta = exp(-a^2/2)/2 * (erfcx(-a/sqrt2) - erfcx(-b/sqrt2))``, which avoids the
+    cancellation between two tiny numbers. For ``a >= 0`` the log_ndtr form is used.
+    """
+    a = -eps / mu + mu / 2.0
+    b = a - mu
+    out = np.empty_like(a)
+    neg = a < 0
+    if np.any(neg):
+        an, bn = a[neg], b[neg]
+        diff = scipy.special.erfcx(-an / _SQRT2) - scipy.special.erfcx(-bn / _SQRT2)
+        with np.errstate(divide="ignore"):
+            out[neg] = _LOG_HALF - an * an / 2.0 + np.log(np.maximum(diff, 0.0))
+    pos = ~neg
+    if np.any(pos):
+        la = scipy.special.log_ndtr(a[pos])
+        lb = eps[pos] + scipy.special.log_ndtr(b[pos])
+        with np.errstate(divide="ignore"):
+            out[pos] = la + np.log(np.maximum(-np.expm1(lb - la), 0.0))
+    return np.asarray(out, dtype=float)
+
+
+def gdp_log_delta(epsilon: ArrayLike, mu: float | ArrayLike) -> np.ndarray:
+    """Natural log of the exact privacy profile ``delta_{G_mu}(epsilon)``.
+
+    Parameters
+    ----------
+    epsilon : array_like
+        epsilon >= 0, any shape (broadcast against ``mu``).
+    mu : float or array_like
+        GDP parameter(s) >= 0; ``0`` gives ``-inf`` (delta 0), ``inf`` gives 0 (delta 1).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``log delta`` (``-inf`` where delta underflows or is exactly 0).
+
+    References
+    ----------
+    Dong, Roth, Su (2019), Corollary 2.13:
+    ``delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``.
+    """
+    eps_arr, mu_arr = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(mu, float))
+    eps_arr = np.array(eps_arr, dtype=float)
+    mu_arr = np.array(mu_arr, dtype=float)
+    check(bool(np.all(eps_arr >= 0)), "epsilon", epsilon, "must be >= 0")
+    check(bool(np.all(mu_arr >= 0)), "mu", mu, "must be >= 0")
+    out = np.full(eps_arr.shape, -np.inf)
+    out[np.isinf(mu_arr)] = 0.0
+    finite = (mu_arr > 0) & np.isfinite(mu_arr) & np.isfinite(eps_arr)
+    if np.any(finite):
+        out[finite] = _log_delta_array(eps_arr[finite], mu_arr[finite])
+    return np.asarray(np.minimum(out, 0.0), dtype=float)
+
+
+def gdp_delta(epsilon: ArrayLike, mu: float | ArrayLike) -> np.ndarray | float:
+    """Exact privacy profile ``delta_{G_mu}(epsilon)`` (see :func:`gdp_log_delta`).
+
+    Returns a float for scalar input, an array otherwise.
+    """
+    out = np.exp(gdp_log_delta(epsilon, mu))
+    return float(out) if out.ndim == 0 else out
+
+
+def _solve_decreasing(
+    log_f: Callable[[float], float], log_target: float, hi_start: float = 1.0
+) -> float:
+    """Smallest ``x >= 0`` with ``log_f(x) <= log_target`` for a decreasing ``log_f``.
+
+    Brackets by doubling, refines with Brent's method on the log scale, then moves the
+    answer up until the inequality holds at the returned point (never under-reports).
+    """
+    log_target -= _MARGIN
+    if log_f(0.0) <= log_target:
+        return 0.0
+    lo, hi = 0.0, hi_start
+    while log_f(hi) > log_target:
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e12:
+            return math.inf
+    x = scipy.optimize.brentq(
+        lambda e: log_f(e) - log_target, lo, hi, xtol=1e-14, rtol=1e-13, maxiter=500
+    )
+    step = max(abs(x) * 1e-13, 1e-15)
+    while log_f(x) > log_target:
+        x += step
+        step *= 2.0
+    return float(x)
+
+
+def gdp_epsilon(target_delta: float, mu: float) -> float:
+    """Smallest epsilon with ``delta_{G_mu}(epsilon) <= target_delta``.
+
+    Parameters
+    ----------
+    target_delta : float
+        In (0, 1).
+    mu : float
+        GDP parameter >= 0.
+
+    Returns
+    -------
+    float
+        epsilon >= 0; ``0`` for ``mu = 0`` or when ``delta(0) <= target_delta``;
+        ``inf`` only for ``mu = inf``.
+
+    Raises
+    ------
+    ConfigError
+        If ``target_delta`` is not in (0, 1) or ``mu < 0``.
+    """
+    target_delta = _check_delta(target_delta)
+    mu = _check_mu(mu)
+    if mu == 0.0:
+        return 0.0
+    if math.isinf(mu):
+        return math.inf
+    if mu > 1e6:
+        # δ(ε) ≤ Φ(−ε/μ + μ/2), so ε = μ²/2 + μ Φ⁻¹(1−δ) is a valid (tight as μ → ∞) upper
+        # bound; it overflows to inf only where no double can hold the answer.
+        with np.errstate(over="ignore"):
+            return float(mu * mu / 2.0 + mu * float(scipy.special.ndtri(1.0 - target_delta)))
+    log_t = math.log(target_delta)
+    return _solve_decreasing(
+        lambda e: float(gdp_log_delta(e, mu)), log_t, hi_start=max(1.0, mu * mu / 2.0 + mu)
+    )
+
+
+def gdp_mu(target_epsilon: float, target_delta: float) -> float:
+    """Largest ``mu`` with ``delta_{G_mu}(target_epsilon) <= target_delta``.
+
+    The profile is increasing in ``mu``; the root is refined and then nudged down so that
+    the inequality holds at the returned value.
+
+    Raises
+    ------
+    ConfigError
+        If ``target_epsilon < 0`` or ``target_delta`` not in (0, 1).
+    """
+    eps = _check_epsilon(target_epsilon)
+    log_t = math.log(_check_delta(target_delta)) - _MARGIN
+
+    def g(m: float) -> float:
+        return float(gdp_log_delta(eps, m)) - log_t
+
+    lo, hi = 0.0, 1.0
+    while g(hi) <= 0.0:
+        lo, hi = hi, 2.0 * hi
+    mu = scipy.optimize.brentq(g, lo, hi, xtol=1e-15, rtol=1e-14, maxiter=500)
+    step = max(mu * 1e-13, 1e-16)
+    while mu > 0 and g(mu) > 0.0:
+        mu = max(mu - step, 0.0)
+        step *= 2.0
+    return float(mu)
+
+
+# --------------------------------------------------------------------------- mixtures
+def _mixture_arrays(mus: ArrayLike, weights: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    mu_arr = np.asarray(mus, dtype=float).ravel()
+    w_arr = np.asarray(weights, dtype=float).ravel()
+    check(
+        mu_arr.shape == w_arr.shape and mu_arr.size > 0,
+        "weights",
+        w_arr.size,
+        f"must match the {mu_arr.size} mixture components",
+    )
+    check(bool(np.all(mu_arr >= 0)), "mus", mus, "must all be >= 0")
+    check(bool(np.all(w_arr >= 0)), "weights", weights, "must all be >= 0")
+    total = float(w_arr.sum())
+    check(abs(total - 1.0) < 1e-9, "weights", total, "must sum to 1 (a distribution)")
+    keep = w_arr > 0
+    return mu_arr[keep], w_arr[keep]
+
+
+def _mixture_log_delta(eps: float, mu_arr: np.ndarray, log_w: np.ndarray) -> float:
+    terms = log_w + gdp_log_delta(np.full(mu_arr.shape, eps), mu_arr)
+    return float(min(scipy.special.logsumexp(terms), 0.0))
+
+
+def mixture_delta(epsilon: float, mus: ArrayLike, weights: ArrayLike) -> float:
+    """Profile of a Gaussian mixture whose component is revealed to the adversary.
+
+    With probability ``weights[i]`` the mechanism is ``G_{mus[i]}``-DP and the adversary may
+    learn ``i``; the privacy profile is ``delta(eps) = sum_i weights[i] delta_{G_{mus[i]}}(eps)``.
+
+    Parameters
+    ----------
+    epsilon : float
+        >= 0.
+    mus : array_like, shape (K,)
+        Component GDP parameters, >= 0 (``inf`` allowed: a non-private component).
+    weights : array_like, shape (K,)
+        Probabilities, >= 0, summing to 1 (within 1e-9).
+
+    Returns
+    -------
+    float
+        delta in [0, 1].
+
+    Raises
+    ------
+    ConfigError
+        On negative or mismatched inputs or weights not summing to 1.
+
+    References
+    ----------
+    van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping",
+    arXiv:2212.05796, Lemma B.1 / eq. (6).
+    """
+    eps = _check_epsilon(epsilon, "epsilon")
+    mu_arr, w_arr = _mixture_arrays(mus, weights)
+    return math.exp(_mixture_log_delta(eps, mu_arr, np.log(w_arr)))
+
+
+def mixture_epsilon(target_delta: float, mus: ArrayLike, weights: ArrayLike) -> float:
+    """Smallest epsilon with ``mixture_delta(epsilon, mus, weights) <= target_delta``.
+
+    Returns ``inf`` only when the weight of non-private components (``mu = inf``) exceeds
+    ``target_delta``.
+
+    Raises
+    ------
+    ConfigError
+        See :func:`mixture_delta`; also if ``target_delta`` is not in (0, 1).
+    """
+    target_delta = _check_delta(target_delta)
+    mu_arr, w_arr = _mixture_arrays(mus, weights)
+    inf_mass = float(w_arr[np.isinf(mu_arr)].sum())
+    if inf_mass > target_delta:
+        return math.inf
+    log_w = np.log(w_arr)
+    finite = np.isfinite(mu_arr)
+    mu_max = float(mu_arr[finite].max()) if np.any(finite) else 0.0
+    if mu_max == 0.0:
+        return 0.0
+    return _solve_decreasing(
+        lambda e: _mixture_log_delta(e, mu_arr, log_w),
+        math.log(target_delta),
+        hi_start=max(1.0, mu_max),
+    )
+
+
+# --------------------------------------------------------------------------- calibration
+def analytic_gaussian_sigma(
+    local_epsilon: float, local_delta: float, sensitivity: float = 1.0
+) -> float:
+    """Smallest Gaussian noise std that makes an l2-sensitivity-``Delta`` query (eps0, delta0)-DP.
+
+    Parameters
+    ----------
+    local_epsilon : float
+        epsilon_0 >= 0.
+    local_delta : float
+        delta_0 in (0, 1).
+    sensitivity : float
+        l2 sensitivity Delta > 0 (e.g. ``2 * clipping_norm`` for replace-one).
+
+    Returns
+    -------
+    float
+        sigma = Delta / mu* where mu* is the largest mu with ``delta_{G_mu}(eps0) <= delta0``.
+
+    Raises
+    ------
+    ConfigError
+        On out-of-range arguments.
+
+    References
+    ----------
+    Balle, Wang (2018), Theorem 8 (the exact condition, here solved through G_mu).
+    """
+    eps = _check_epsilon(local_epsilon, "local_epsilon")
+    delta = _check_delta(local_delta, "local_delta")
+    sens = float(sensitivity)
+    check(sens > 0 and math.isfinite(sens), "sensitivity", sensitivity, "must be > 0")
+    mu = gdp_mu(eps, delta)
+    return noise_for_mu(mu, sens, eps, delta)
+
+
+def noise_for_mu(mu: float, scale: float, epsilon: float, delta: float) -> float:
+    """``scale / mu``, nudged up until ``delta_{G_{scale/sigma}}(epsilon) <= delta`` holds.
+
+    Guards the division against rounding so that a calibrated noise never falls short.
+    """
+    if mu == 0.0:
+        return math.inf
+    sigma = scale / mu
+    log_t = math.log(delta) - _MARGIN
+    while float(gdp_log_delta(epsilon, scale / sigma)) > log_t:
+        sigma *= 1.0 + 1e-12
+    return sigma
+
+
+# --------------------------------------------------------------------------- CLI
+def cli_targets(p: Params) -> tuple[float | None, float | None]:
+    """Read ``target_epsilon`` and ``target_delta`` (at least one is required)."""
+    eps = p.float("target_epsilon", None, ge=0.0)
+    delta = p.delta("target_delta", None)
+    if delta is None and eps is None:
+        raise ConfigError("target_delta", None, "is required (or give target_epsilon)")
+    return eps, delta
+
+
+def check_one_target(eps: float | None, delta: float | None) -> None:
+    """With the noise given, exactly one target is a question (ε at δ, or δ at ε); both at once
+    would silently ignore one of them.
+
+    Raises
+    ------
+    ConfigError
+        If both ``target_epsilon`` and ``target_delta`` are given.
+    """
+    if eps is not None and delta is not None:
+        raise ConfigError(
+            "target_epsilon",
+            eps,
+            "cannot be combined with target_delta when the noise is given: give target_delta "
+            "for epsilon, target_epsilon for delta, or omit the noise to calibrate it",
+        )
+
+
+#: Below this mu, delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) cancels to
+#: nothing in double precision (a delta of 1e-17 would read as 0): refused, never answered.
+MIN_RESOLVED_MU = 1e-8
+
+
+def _check_resolved(mu: float, field: str, value: Any) -> None:
+    check(
+        mu == 0.0 or mu >= MIN_RESOLVED_MU,
+        field,
+        value,
+        f"gives mu={mu:.3g} < {MIN_RESOLVED_MU:g}: delta is not resolvable in double precision "
+        "(use a larger target_delta or less noise)",
+    )
+
+
+def _run_mu(mu: float | None, eps: float | None, delta: float | None) -> dict[str, Any]:
+    """Answer for a G_mu mechanism: epsilon (given delta), delta (given epsilon) or mu."""
+    if mu is not None:
+        _check_resolved(mu, "mu", mu)
+    if mu is None:
+        if eps is None or delta is None:
+            raise ConfigError(
+                "target_epsilon", eps, "and target_delta are both needed to calibrate"
+            )
+        mu = gdp_mu(eps, delta)
+        _check_resolved(mu, "target_delta", delta)
+        return {
+            "epsilon": eps,
+            "delta": float(gdp_delta(eps, mu)),
+            "mu": mu,
+            "calibrated": "mu",
+            "target_epsilon": eps,
+        }
+    if delta is not None:
+        return {"epsilon": gdp_epsilon(delta, mu), "delta": delta, "mu": mu}
+    assert eps is not None
+    return {"epsilon": eps, "delta": float(gdp_delta(eps, mu)), "mu": mu}
+
+
+#: ``fedpriv-account gdp`` and ``gaussian`` keys (one module, two analyses).
+KEYS_BY_FUNCTION = {
+    "run_cli": ("mu", "target_delta", "target_epsilon", LOWER_BOUND_KEY),
+    "run_cli_gaussian": (
+        "noise_multiplier",
+        "steps",
+        "target_delta",
+        "target_epsilon",
+        LOWER_BOUND_KEY,
+    ),
+}
+#: What ``lower_bound=true`` answers for a G_mu mechanism.
+#: The Gaussian mechanism IS G_mu: a record moving the release by its full sensitivity
+#: realises the pair N(0, 1), N(mu, 1) (Dong, Roth, Su arXiv:1905.02383, Theorem 2.7,
+#: Corollaries 2.13 and 3.3), so the lower bound equals epsilon.
+EXACT_LOWER_BOUND = "exact: G_mu is attained by a record at full sensitivity (arXiv:1905.02383)"
+
+
+def _exact_lower_bound(out: dict[str, Any], lower: bool) -> dict[str, Any]:
+    """``out`` with ``epsilon_lower_bound = epsilon`` when ``lower`` (a G_mu answer is exact:
+    :data:`EXACT_LOWER_BOUND`)."""
+    if lower:
+        out.update(lower_bound_entry(out["epsilon"], EXACT_LOWER_BOUND))
+    return out
+
+
+def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
+    """CLI analysis ``gdp``: keys ``mu``, ``target_delta`` | ``target_epsilon``,
+    ``lower_bound``.
+
+    With ``mu`` and ``target_delta`` returns the exact epsilon; with ``mu`` and
+    ``target_epsilon`` the exact delta; without ``mu`` but with both targets the largest mu
+    that meets them (``"calibrated": "mu"``). The dict always has ``epsilon`` and ``delta``;
+    ``lower_bound=true`` adds ``epsilon_lower_bound``, equal to ``epsilon`` (exact).
+
+    Raises
+    ------
+    ConfigError
+        On unknown keys or out-of-range values.
+    """
+    p = Params(params, "gdp", KEYS_BY_FUNCTION["run_cli"])
+    mu = p.float("mu", None, ge=0.0, allow_inf=True)
+    eps, delta = cli_targets(p)
+    lower = wants_lower_bound(p)
+    p.finish()
+    if mu is not None:
+        check_one_target(eps, delta)
+    out: dict[str, Any] = {"analysis": "gdp"}
+    out.update(_run_mu(mu, eps, delta))
+    return _exact_lower_bound(out, lower)
+
+
+def run_cli_gaussian(params: Mapping[str, Any]) -> dict[str, Any]:
+    """CLI analysis ``gaussian``: ``noise_multiplier``, ``steps`` (1), ``target_delta`` |
+    ``target_epsilon``, ``lower_bound``.
+
+    ``steps`` compositions of the Gaussian mechanism with noise std ``noise_multiplier``
+    times the sensitivity form exactly ``G_mu`` with ``mu = sqrt(steps)/noise_multiplier``.
+    Without ``noise_multiplier`` but with both targets returns the smallest noise multiplier
+    that meets them (``"calibrated": "noise_multiplier"``). ``lower_bound=true`` adds
+    ``epsilon_lower_bound``, equal to ``epsilon`` (exact).
+
+    Raises
+    ------
+    ConfigError
+        On unknown keys or out-of-range values.
+    """
+    p = Params(params, "gaussian", KEYS_BY_FUNCTION["run_cli_gaussian"])
+    sigma = p.float("noise_multiplier", None, ge=0.0, allow_inf=True)
+    steps = p.int("steps", 1, ge=1)
+    eps, delta = cli_targets(p)
+    lower = wants_lower_bound(p)
+    p.finish()
+    if sigma is not None:
+        check_one_target(eps, delta)
+        mu = math.inf if sigma == 0 else math.sqrt(steps) / sigma
+        res = _run_mu(mu, eps, delta)
+    else:
+        res = _run_mu(None, eps, delta)
+        assert eps is not None and delta is not None
+        sigma = noise_for_mu(res["mu"], math.sqrt(steps), eps, delta)
+        res["mu"] = math.sqrt(steps) / sigma
+        res["delta"] = float(gdp_delta(eps, res["mu"]))
+        res["calibrated"] = "noise_multiplier"
+    out: dict[str, Any] = {"analysis": "gaussian", "noise_multiplier": sigma, "steps": steps}
+    out.update(res)
+    return _exact_lower_bound(out, lower)

@@ -1,0 +1,1411 @@
+"""Accounting of generalized DP-SGD with shuffling / subsampling and batch clipping.
+
+Which analysis answers (:class:`Analysis`; ``auto``, the default, is the tightest valid one):
+
+* subsampling (each round draws its ``m s`` of ``N`` records without replacement,
+  independently): the fixed-size sampled Gaussian, replace-one, sensitivity ``2C``, noise std
+  ``2 C sigma`` (multiplier ``z = 2 sigma`` per unit ``C``): one
+  :class:`~fedpriv.accounting.samplers.fixed_size.WithoutReplacementGaussianEvent` per round
+  composed by the PLD ledger (its dominating pair, Lebeda et al. arXiv:2405.20769), or with
+  ``privacy.accountant=rdp`` dp-accounting's ``SampledWithoutReplacementDpEvent`` (Wang, Balle,
+  Kasiviswanathan arXiv:1808.00087, Thm. 9); the event is built by
+  :func:`~fedpriv.accounting.samplers.fixed_size.fixed_size_gaussian_event`, as for
+  client-level fixed-size cohorts. Hypotheses: the rounds' batches are independent uniform
+  ``m s``-subsets; a replaced record changes one group's update, whose clip bounds the change
+  of ``U`` by ``2C`` whatever the (non-linear) local optimizer. ``analysis=without-replacement``.
+* shuffling: the paper's f-DP mixture below (``analysis=paper``). No random-allocation
+  reduction is adopted, because none was found valid for this relation: the allocation
+  analyses (Feldman, Shenfeld arXiv:2602.17284) bound an add/remove pair in which the rest
+  of the output does not depend on where the unit lands. In a shuffled epoch under
+  replace-one, the position of the replaced record also decides which other records fill
+  every round (the permutation places them around it), so the other
+  rounds' releases are a mixture that depends on the record's round; each round releases a
+  sum of CLIPPED group updates, non-linear in the group's records, so those baselines do not
+  cancel; and ``N - R m s`` records are left out of each epoch. A dominating pair for that
+  mixture (e.g. "record in round i shifts round i by ``2C``, the rest fixed") would need a
+  proof that the round-dependent baselines cannot help the adversary; we have none, and a
+  Monte Carlo check cannot replace it, so shuffling keeps the paper's analysis (an upper
+  bound) and :mod:`.batch_clipping_lower` reports how far it may be from the truth.
+* groups of ``g > 1`` records (``auto`` and ``without-replacement``): the SMALLER of two valid
+  bounds, the paper's exact mixture for ``g`` and group privacy (:mod:`.group_privacy`, Vadhan
+  2017 Lemma 2.2: ``(ε, δ)`` for one record gives ``(g ε, g e^{(g-1) ε} δ)`` for ``g``
+  replaced records) applied to the ``g = 1`` profile of the analysis; ``analysis=paper``
+  reports the mixture alone.
+* Poisson sampling: dp-accounting's Poisson-sampled Gaussian (``analysis=poisson-gaussian``,
+  add/remove, noise ``N(0, (C sigma)^2)``).
+
+The paper's analysis (``analysis=paper``):
+
+A client holds ``N = num_samples`` records. Each epoch has ``R = N // (m s)`` local rounds
+(``m = num_groups`` groups of ``s = group_size`` records per round; the ``N - R m s`` records
+left over by a shuffled epoch are not used in it). Round ``b`` sums the clipped group updates
+and adds ``N(0, (2 C sigma)^2 I)``. For data sets differing in ``g = group_privacy`` records
+(replace relation), a round whose differing records fall into ``k`` of its groups has l2
+sensitivity ``2 k C`` and is ``G_{k/sigma}``-DP. Given the sampling, the whole run is
+``G_{c/sigma}``-DP with ``c^2 = sum_rounds k^2``; revealing ``c`` to the adversary gives the
+mixture profile ``delta(eps) = sum_c q(c) delta_{G_{c/sigma}}(eps)`` (see :mod:`.gdp`).
+
+This module computes ``q`` EXACTLY as a distribution of ``t = c^2 = sum k^2`` (integers):
+
+* shuffling: per epoch the ``g`` differing records occupy a uniformly random ``g``-subset of
+  the ``N`` positions of the permutation; the count of subsets per value of ``t`` is the
+  coefficient of ``x^g`` in ``P(x, z)^R (1 + x)^L`` where ``P`` is the one-round generating
+  polynomial ``sum_{j,k} C(m,k) surj(k, s, j) x^j z^{k^2}`` (``j`` records in ``k`` occupied
+  groups). Epochs use independent permutations, so the run is the epoch law convolved.
+* subsampling: each round draws ``S_b`` (``m s`` of ``N``) independently; ``j`` is
+  hypergeometric and ``k | j`` follows the same occupancy count; rounds are convolved.
+
+Convolution powers use repeated squaring. Upper tails whose total probability is below
+``tail_tol`` (default 1e-30) are moved to the largest possible ``t`` -- a conservative
+(stochastically larger) law, reported as ``lumped_mass``; ``tail_tol = 0`` disables it.
+
+References
+----------
+van Dijk, Nguyen, Nguyen, Phan, "Generalizing DP-SGD with Shuffling and Batch Clipping"
+(arXiv:2212.05796): Algorithm 1, Section 5 (definition of q_E(c), Lemma B.1, Theorems 5.5 /
+5.6), Table 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, ClassVar
+
+import numpy as np
+import scipy.special
+
+from fedpriv.accounting.accountants import gdp
+from fedpriv.accounting.batch_clipping.lower import batch_clipping_lower_bound
+from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.group_privacy import group_privacy_delta, group_privacy_epsilon
+from fedpriv.accounting.core.ledger import FedprivEvent, PrivacyLedger
+from fedpriv.accounting.core.params import Params
+from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, calibrated_value
+from fedpriv.accounting.core.vocabulary import Accountant, Conversion, NeighboringRelation
+from fedpriv.accounting.dpsgd import poisson_gaussian_event
+from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
+from fedpriv.accounting.samplers.fixed_size import fixed_size_gaussian_event
+from fedpriv.common.errors import ConfigError, check
+from fedpriv.common.validate import check_finite, parse_enum
+from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
+from fedpriv.mechanisms.samplers import SamplerKind
+
+__all__ = [
+    "Analysis",
+    "BatchClippingSpec",
+    "DEFAULT_GROUP_SIZES",
+    "SAMPLINGS",
+    "SumSquaresLaw",
+    "BatchClippingEvent",
+    "shuffle_epoch_law",
+    "subsample_round_law",
+    "sum_squares_law",
+    "table1_mu",
+    "worst_case_mu",
+    "batch_clipping_epsilon",
+    "batch_clipping_delta",
+    "calibrate_noise_multiplier",
+    "run_cli",
+]
+
+SAMPLINGS = ("shuffle", "subsample")
+#: Largest group_privacy computed exactly (the shuffling polynomial costs ~g^7 operations:
+#: 3 s at g = 64 with individual clipping on this machine).
+MAX_GROUP_PRIVACY = 64
+
+
+# --------------------------------------------------------------------------- combinatorics
+@lru_cache(maxsize=4096)
+def _surj(k: int, s: int, j: int) -> int:
+    """Ways to choose ``j`` of the ``k s`` slots of ``k`` groups (size ``s``) hitting all ``k``."""
+    return sum((-1) ** (k - i) * math.comb(k, i) * math.comb(i * s, j) for i in range(k + 1))
+
+
+def occupancy_counts(num_groups: int, group_size: int, j: int) -> dict[int, int]:
+    """Exact counts ``{k: #ways}`` of placing ``j`` marked records into a round.
+
+    A round has ``num_groups`` groups of ``group_size`` slots; the ``j`` records take ``j``
+    distinct slots; ``k`` is the number of groups holding at least one. The counts sum to
+    ``C(m s, j)``.
+    """
+    m, s = num_groups, group_size
+    out = {}
+    for k in range(min(j, m) + 1):
+        v = math.comb(m, k) * _surj(k, s, j)
+        if v:
+            out[k] = v
+    return out
+
+
+def _log_int(v: int) -> float:
+    return math.log(v) if v > 0 else -math.inf
+
+
+# --------------------------------------------------------------------------- law container
+@dataclass(frozen=True)
+class SumSquaresLaw:
+    """Distribution of ``t = c^2 = sum_rounds k^2`` over a number of rounds.
+
+    Attributes
+    ----------
+    probs : numpy.ndarray, shape (T,)
+        ``probs[t]`` = P(sum k^2 = t) for ``t < T`` (the exact part).
+    lumped_mass : float
+        Probability moved up to ``t_max`` by tail truncation (0 when exact).
+    t_max : int
+        Largest possible value of ``t`` (where the lumped mass sits).
+    """
+
+    probs: np.ndarray
+    lumped_mass: float
+    t_max: int
+
+    def as_dict(self) -> dict[int, float]:
+        """``{t: probability}`` over the support (the lumped mass added at ``t_max``)."""
+        out = {int(t): float(p) for t, p in enumerate(self.probs) if p > 0.0}
+        if self.lumped_mass > 0.0:
+            out[self.t_max] = out.get(self.t_max, 0.0) + self.lumped_mass
+        return out
+
+    def components(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(t values, probabilities)`` as arrays, normalised to sum to 1."""
+        d = self.as_dict()
+        t = np.fromiter(d.keys(), dtype=float, count=len(d))
+        p = np.fromiter(d.values(), dtype=float, count=len(d))
+        return t, p / p.sum()
+
+    def mean(self) -> float:
+        """Expected value of ``t`` (the lumped mass counted at ``t_max``)."""
+        t, p = self.components()
+        return float(np.dot(t, p))
+
+
+def _point_law() -> SumSquaresLaw:
+    return SumSquaresLaw(np.ones(1), 0.0, 0)
+
+
+def _truncate(probs: np.ndarray, lumped: float, t_max: int, tol: float) -> SumSquaresLaw:
+    """Move the largest upper tail with mass <= tol to ``t_max`` (conservative)."""
+    probs = np.maximum(probs, 0.0)
+    nz = np.flatnonzero(probs)
+    probs = probs[: (nz[-1] + 1 if nz.size else 1)]
+    if tol > 0.0 and probs.size > 1:
+        tail = np.cumsum(probs[::-1])[::-1]  # tail[i] = sum probs[i:]
+        cut = int(np.searchsorted(-tail, -tol, side="left"))  # first i with tail[i] <= tol
+        cut = max(cut, 1)
+        if cut < probs.size:
+            lumped += float(tail[cut])
+            probs = probs[:cut]
+    return SumSquaresLaw(probs, lumped, t_max)
+
+
+def _combine(a: SumSquaresLaw, b: SumSquaresLaw, tol: float) -> SumSquaresLaw:
+    """Law of the sum of independent variables; cross terms with a lump go to the lump."""
+    probs = np.convolve(a.probs, b.probs)
+    exact = max(1.0 - a.lumped_mass, 0.0) * max(1.0 - b.lumped_mass, 0.0)
+    lumped = a.lumped_mass + b.lumped_mass - a.lumped_mass * b.lumped_mass
+    # Renormalise the exact part to its intended mass (guards float drift).
+    total = float(probs.sum())
+    if total > 0.0:
+        probs = probs * (exact / total)
+    return _truncate(probs, lumped, a.t_max + b.t_max, tol)
+
+
+def _power(law: SumSquaresLaw, n: int, tol: float) -> SumSquaresLaw:
+    """``n``-fold convolution by repeated squaring."""
+    result = _point_law()
+    base = law
+    while n > 0:
+        if n & 1:
+            result = _combine(result, base, tol)
+        n >>= 1
+        if n:
+            base = _combine(base, base, tol)
+    return result
+
+
+# --------------------------------------------------------------------------- validation
+def _validate(
+    sampling: str, num_samples: int, num_groups: int, group_size: int, group_privacy: int
+) -> int:
+    """Check the sampler and sizes; return the number of rounds per epoch."""
+    if sampling == "poisson":
+        raise ConfigError(
+            "sampling",
+            sampling,
+            "is not covered by the batch-clipping analysis (fixed-size batches); "
+            "use the poisson-gaussian analysis for Poisson sampling with "
+            "individual clipping and noise N(0,(C sigma)^2)",
+        )
+    check(sampling in SAMPLINGS, "sampling", sampling, "must be one of: shuffle, subsample")
+    for name, v in (
+        ("num_samples", num_samples),
+        ("num_groups", num_groups),
+        ("group_size", group_size),
+        ("group_privacy", group_privacy),
+    ):
+        check(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
+            name,
+            v,
+            "must be an integer >= 1",
+        )
+    batch = num_groups * group_size
+    check(
+        batch <= num_samples,
+        "num_groups",
+        num_groups,
+        f"times group_size={group_size} must be <= num_samples={num_samples}",
+    )
+    check(
+        group_privacy <= num_samples,
+        "group_privacy",
+        group_privacy,
+        f"must be <= num_samples={num_samples}",
+    )
+    check(
+        group_privacy <= MAX_GROUP_PRIVACY,
+        "group_privacy",
+        group_privacy,
+        f"must be <= {MAX_GROUP_PRIVACY} (exact q_E is computed up to that size)",
+    )
+    return num_samples // batch
+
+
+# --------------------------------------------------------------------------- shuffling
+def _round_poly(m: int, s: int, g: int, log_theta: float) -> np.ndarray:
+    """``Q[j, t]`` = scaled count of placing ``j >= 1`` records in a round with ``t = k^2``.
+
+    The width is ``g min(g, m) + 1``: ``sum k^2 <= min(g, m) sum k <= g min(g, m)``.
+    """
+    q = np.zeros((g + 1, g * min(g, m) + 1))
+    for j in range(1, min(g, m * s) + 1):
+        for k, v in occupancy_counts(m, s, j).items():
+            q[j, k * k] = math.exp(_log_int(v) + j * log_theta)
+    return q
+
+
+def _poly_mul(a: np.ndarray, b: np.ndarray, reach: list[int]) -> np.ndarray:
+    """Product of bivariate polynomials ``[j, t]`` truncated at the shape of ``a``.
+
+    ``reach[j]`` bounds the largest ``t`` with a nonzero coefficient at ``x^j``.
+    """
+    g, width = a.shape[0] - 1, a.shape[1]
+    out = np.zeros_like(a)
+    for j1 in range(g + 1):
+        if not a[j1].any():
+            continue
+        for j2 in range(g + 1 - j1):
+            if b[j2].any():
+                r1, r2 = reach[j1] + 1, reach[j2] + 1
+                prod = np.convolve(a[j1, :r1], b[j2, :r2])[:width]
+                out[j1 + j2, : prod.size] += prod
+    return out
+
+
+def shuffle_epoch_law(
+    num_samples: int,
+    num_groups: int,
+    group_size: int,
+    group_privacy: int = 1,
+    rounds: int | None = None,
+) -> SumSquaresLaw:
+    """Exact law of ``sum_b k_b^2`` over one shuffled epoch (or its first ``rounds`` rounds).
+
+    Parameters
+    ----------
+    num_samples, num_groups, group_size : int
+        ``N``, ``m``, ``s`` (``m s <= N``).
+    group_privacy : int
+        ``g``, the number of differing records (``g <= N``).
+    rounds : int, optional
+        Rounds of the epoch that have run (default all ``N // (m s)``).
+
+    Returns
+    -------
+    SumSquaresLaw
+        Exact (``lumped_mass = 0``), support in ``[0, g^2]``.
+
+    Raises
+    ------
+    ConfigError
+        On invalid sizes.
+
+    Notes
+    -----
+    The count of ``g``-subsets of positions per value ``t`` is ``[x^g] P^r (1+x)^L`` with
+    ``P = 1 + Q`` and ``L = N - r m s``; since ``Q`` has no ``x^0`` term,
+    ``P^r = sum_{i<=g} C(r, i) Q^i`` truncated at ``x^g``. ``x`` is scaled by ``1/N`` to
+    keep floats in range; the counts are normalised by their total ``C(N, g)``.
+    """
+    per_epoch = _validate("shuffle", num_samples, num_groups, group_size, group_privacy)
+    r = per_epoch if rounds is None else int(rounds)
+    check(0 <= r <= per_epoch, "rounds", rounds, f"must be in [0, {per_epoch}]")
+    m, s, g, n = num_groups, group_size, group_privacy, num_samples
+    log_theta = -math.log(n)
+    q = _round_poly(m, s, g, log_theta)
+    reach = [min(j * min(j, m), q.shape[1] - 1) for j in range(g + 1)]
+    acc = np.zeros_like(q)
+    acc[0, 0] = 1.0
+    power = acc.copy()
+    for i in range(1, min(g, r) + 1):
+        power = _poly_mul(power, q, reach)
+        acc += float(scipy.special.comb(r, i, exact=False)) * power
+    unused = n - r * m * s
+    counts = np.zeros(q.shape[1])
+    for j in range(g + 1):
+        if g - j <= unused:
+            log_c = (
+                scipy.special.gammaln(unused + 1)
+                - scipy.special.gammaln(g - j + 1)
+                - scipy.special.gammaln(unused - g + j + 1)
+            )
+            counts += math.exp(log_c + (g - j) * log_theta) * acc[j]
+    counts = counts / counts.sum()
+    t_max = int(np.flatnonzero(counts)[-1])
+    return _truncate(counts, 0.0, t_max, 0.0)
+
+
+# --------------------------------------------------------------------------- subsampling
+def subsample_round_law(
+    num_samples: int, num_groups: int, group_size: int, group_privacy: int = 1
+) -> SumSquaresLaw:
+    """Exact law of ``k^2`` for one subsampled round.
+
+    ``j`` (differing records in ``S_b``) is hypergeometric(N, g, m s); given ``j`` the
+    split into groups is uniform, so ``P(k | j) = C(m,k) surj(k,s,j) / C(m s, j)``.
+
+    Raises
+    ------
+    ConfigError
+        On invalid sizes.
+    """
+    _validate("subsample", num_samples, num_groups, group_size, group_privacy)
+    m, s, g, n = num_groups, group_size, group_privacy, num_samples
+    b = m * s
+    kmax = min(g, m)
+    probs = np.zeros(kmax * kmax + 1)
+    log_total = (
+        scipy.special.gammaln(n + 1)
+        - scipy.special.gammaln(b + 1)
+        - scipy.special.gammaln(n - b + 1)
+    )
+    for j in range(0, min(g, b) + 1):
+        if b - j > n - g:
+            continue
+        log_h = (_lcomb(g, j) + _lcomb(n - g, b - j)) - log_total
+        total_j = math.comb(b, j)
+        for k, v in occupancy_counts(m, s, j).items():
+            probs[k * k] += math.exp(log_h) * float(Fraction(v, total_j))
+    probs = probs / probs.sum()
+    return _truncate(probs, 0.0, kmax * kmax, 0.0)
+
+
+def _lcomb(n: int, k: int) -> float:
+    return float(
+        scipy.special.gammaln(n + 1)
+        - scipy.special.gammaln(k + 1)
+        - scipy.special.gammaln(n - k + 1)
+    )
+
+
+# --------------------------------------------------------------------------- whole run
+@lru_cache(maxsize=64)  # calibration asks for the same law at every σ it tries
+def sum_squares_law(
+    sampling: str,
+    num_samples: int,
+    num_groups: int,
+    group_size: int,
+    num_rounds: int,
+    group_privacy: int = 1,
+    tail_tol: float = 1e-30,
+) -> SumSquaresLaw:
+    """Law ``q`` of ``c^2 = sum k^2`` after ``num_rounds`` local rounds.
+
+    Parameters
+    ----------
+    sampling : {"shuffle", "subsample"}
+        Sampler of Algorithm 1 (``"poisson"`` is refused: not covered here).
+    num_samples, num_groups, group_size, group_privacy : int
+        ``N``, ``m``, ``s``, ``g``.
+    num_rounds : int
+        Local rounds run so far (``E`` epochs = ``E * (N // (m s))`` rounds); shuffling
+        treats them as full epochs followed by a partial one.
+    tail_tol : float
+        Upper-tail mass below which the tail is moved to the maximum (conservative).
+
+    Returns
+    -------
+    SumSquaresLaw
+
+    Raises
+    ------
+    ConfigError
+        On invalid or uncovered parameters.
+    """
+    per_epoch = _validate(sampling, num_samples, num_groups, group_size, group_privacy)
+    check(
+        isinstance(num_rounds, (int, np.integer)) and num_rounds >= 0,
+        "num_rounds",
+        num_rounds,
+        "must be an integer >= 0",
+    )
+    check(0.0 <= tail_tol < 1e-6, "tail_tol", tail_tol, "must be in [0, 1e-6)")
+    # A truncated tail is reused at most num_rounds times per level of repeated squaring.
+    tol = tail_tol / ((int(num_rounds) + 1) * (2 * int(num_rounds).bit_length() + 2))
+    if sampling == "subsample":
+        return _power(
+            subsample_round_law(num_samples, num_groups, group_size, group_privacy),
+            int(num_rounds),
+            tol,
+        )
+    epochs, rest = divmod(int(num_rounds), per_epoch)
+    law = _power(shuffle_epoch_law(num_samples, num_groups, group_size, group_privacy), epochs, tol)
+    if rest:
+        part = shuffle_epoch_law(num_samples, num_groups, group_size, group_privacy, rest)
+        law = _combine(law, part, tol)
+    return law
+
+
+def _mixture(law: SumSquaresLaw, noise_multiplier: float) -> tuple[np.ndarray, np.ndarray]:
+    t, p = law.components()
+    if noise_multiplier == 0.0:
+        mus = np.where(t > 0, np.inf, 0.0)
+    else:
+        mus = np.sqrt(t) / noise_multiplier
+    return mus, p
+
+
+def _check_sigma(noise_multiplier: float) -> float:
+    sigma = float(noise_multiplier)
+    check(
+        math.isfinite(sigma) and sigma >= 0.0,
+        "noise_multiplier",
+        noise_multiplier,
+        "must be a finite number >= 0",
+    )
+    return sigma
+
+
+def batch_clipping_epsilon(
+    law: SumSquaresLaw, noise_multiplier: float, target_delta: float
+) -> float:
+    """Smallest epsilon with ``sum_t q(t) delta_{G_{sqrt(t)/sigma}}(epsilon) <= target_delta``.
+
+    Raises
+    ------
+    ConfigError
+        If ``noise_multiplier < 0`` or ``target_delta`` not in (0, 1).
+
+    References
+    ----------
+    van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping"
+    (arXiv:2212.05796), Lemma B.1 and eq. (6).
+    """
+    mus, p = _mixture(law, _check_sigma(noise_multiplier))
+    return gdp.mixture_epsilon(target_delta, mus, p)
+
+
+def batch_clipping_delta(
+    law: SumSquaresLaw, noise_multiplier: float, target_epsilon: float
+) -> float:
+    """``delta(eps) = sum_t q(t) delta_{G_{sqrt(t)/sigma}}(eps)`` (exact mixture profile)."""
+    mus, p = _mixture(law, _check_sigma(noise_multiplier))
+    return gdp.mixture_delta(target_epsilon, mus, p)
+
+
+def calibrate_noise_multiplier(
+    law: SumSquaresLaw, target_epsilon: float, target_delta: float
+) -> float:
+    """Smallest ``noise_multiplier`` (to 1e-6 relative) whose mixture delta meets the targets.
+
+    Bisection on the exact mixture delta, which decreases in sigma; the returned value is
+    the upper end of the final bracket, so it always meets the target.
+
+    Raises
+    ------
+    ConfigError
+        If the targets are out of range.
+    """
+    eps = float(target_epsilon)
+    check(eps >= 0.0, "target_epsilon", target_epsilon, "must be >= 0")
+    check(0.0 < target_delta < 1.0, "target_delta", target_delta, "must be in (0, 1)")
+    if law.components()[0].max() == 0.0:
+        return 0.0
+
+    def ok(sig: float) -> bool:
+        return batch_clipping_delta(law, sig, eps) <= target_delta
+
+    lo, hi = 0.0, 1.0
+    while not ok(hi):
+        lo, hi = hi, hi * 2.0
+        check(hi < 1e12, "target_epsilon", target_epsilon, "is not reachable")
+    while hi - lo > 1e-6 * hi:
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# --------------------------------------------------------------------------- closed forms
+def table1_mu(
+    num_groups: int, group_size: int, epochs: float, noise_multiplier: float, group_privacy: int = 1
+) -> tuple[float, str]:
+    """The paper's Table 1 closed form for this clipping mode.
+
+    Returns ``(mu, formula)``: batch clipping (``m = 1``) ``sqrt(g E)/sigma``; individual
+    clipping (``s = 1``) or both ``m, s > 1`` the worst case ``g sqrt(E)/sigma``.
+    """
+    sigma = _check_sigma(noise_multiplier)
+    g = group_privacy
+    if num_groups == 1:
+        num, formula = math.sqrt(g * epochs), "G_{sqrt(g E)/sigma}"
+    else:
+        num, formula = g * math.sqrt(epochs), "G_{g sqrt(E)/sigma}"
+    mu = math.inf if sigma == 0 and num > 0 else (0.0 if num == 0 else num / sigma)
+    return mu, formula
+
+
+def worst_case_mu(law: SumSquaresLaw, noise_multiplier: float) -> float:
+    """``sqrt(max t)/sigma``: the guarantee if every sampling outcome were the worst one."""
+    sigma = _check_sigma(noise_multiplier)
+    t_max = max(law.as_dict().keys())
+    if t_max == 0:
+        return 0.0
+    return math.inf if sigma == 0 else math.sqrt(t_max) / sigma
+
+
+# --------------------------------------------------------------------------- ledger event
+@dataclass(frozen=True)
+class BatchClippingEvent(FedprivEvent):
+    """One local round of Algorithm 1 (batch or individual clipping, fixed-size batches).
+
+    Parameters
+    ----------
+    sampling : {"shuffle", "subsample"}
+    num_samples : int
+        ``N``, records of the client.
+    num_groups : int
+        ``m``, groups (clipped updates) per round.
+    group_size : int
+        ``s``, records per group.
+    noise_multiplier : float
+        ``sigma``: the noise is ``N(0, (2 C sigma)^2 I)``.
+    group_privacy : int
+        ``g``, size of the groups of records protected (1 = record-level).
+    tail_tol : float
+        See :func:`sum_squares_law`.
+
+    Notes
+    -----
+    ``count`` in :meth:`epsilon` / :meth:`delta` is the number of local rounds run so far;
+    epochs are ``count // (N // (m s))``. Events with different parameters do not compose
+    through this class (the mixture is over the whole run).
+    """
+
+    sampling: str
+    num_samples: int
+    num_groups: int
+    group_size: int
+    noise_multiplier: float
+    group_privacy: int = 1
+    tail_tol: float = 1e-30
+
+    supported_relations: ClassVar[frozenset[str]] = frozenset({"replace_one"})
+
+    def __post_init__(self) -> None:
+        _validate(
+            self.sampling, self.num_samples, self.num_groups, self.group_size, self.group_privacy
+        )
+        _check_sigma(self.noise_multiplier)
+
+    @property
+    def rounds_per_epoch(self) -> int:
+        """``N // (m s)``."""
+        return self.num_samples // (self.num_groups * self.group_size)
+
+    def law(self, count: int) -> SumSquaresLaw:
+        """The law ``q`` of ``c^2`` after ``count`` rounds."""
+        return sum_squares_law(
+            self.sampling,
+            self.num_samples,
+            self.num_groups,
+            self.group_size,
+            int(count),
+            self.group_privacy,
+            self.tail_tol,
+        )
+
+    def epsilon(self, target_delta: float, count: int = 1) -> float:
+        """Exact mixture epsilon after ``count`` rounds."""
+        return batch_clipping_epsilon(self.law(count), self.noise_multiplier, target_delta)
+
+    def delta(self, target_epsilon: float, count: int = 1) -> float:
+        """Exact mixture delta after ``count`` rounds."""
+        return batch_clipping_delta(self.law(count), self.noise_multiplier, target_epsilon)
+
+
+# --------------------------------------------------------------------------- the family spec
+#: Group sizes ``g`` whose ε is reported when ``privacy.group_sizes`` is null.
+DEFAULT_GROUP_SIZES = (1, 2, 4, 8)
+#: What answers for ε under ``analysis=paper`` (shuffling or subsampling), whatever the accountant.
+PAPER_ACCOUNTING = (
+    "the paper's f-DP mixture (arXiv:2212.05796 Sec. 5, replace-one; the adversary learns "
+    "c^2 = sum k^2); privacy.accountant and privacy.conversion do not apply"
+)
+#: What answers for ε under ``analysis=without-replacement`` (``{}``: PLD or RDP (conversion)).
+SAMPLED_ACCOUNTING = "fixed-size sampled Gaussian {} (replace-one, sensitivity 2C)"
+#: Appended when groups g > 1 take the smaller of two bounds.
+GROUP_RULE = (
+    "; groups g > 1: the smaller of the paper's f-DP mixture for g and group privacy "
+    "(Vadhan 2017, Lemma 2.2) of g = 1"
+)
+#: ``fedpriv-account batch-clipping``'s keys.
+KEYS = (
+    "sampling",
+    "num_samples",
+    "num_groups",
+    "group_size",
+    "epochs",
+    "local_rounds",
+    "num_rounds",
+    "group_privacy",
+    "noise_multiplier",
+    "target_epsilon",
+    "target_delta",
+    "lower_bound",
+    "analysis",
+    "accountant",
+)
+
+
+class Analysis(StrEnum):
+    """Which analysis accounts a :class:`BatchClippingSpec` (see the module docstring).
+
+    ``auto`` (default): the tightest valid one for the sampler: ``without-replacement`` for
+    subsampling, ``paper`` for shuffling, ``poisson-gaussian`` for Poisson, and for groups
+    ``g > 1`` the smaller of the mixture and group privacy of ``g = 1``.
+    ``without-replacement``: the fixed-size sampled Gaussian (subsampling only).
+    ``paper``: the first paper's exact f-DP mixture (fixed-size batches, replace-one; its
+    earlier spelling ``batch-clipping`` is still accepted). ``poisson-gaussian``: dp-accounting's
+    Poisson-sampled Gaussian (Poisson sampling, add/remove). Any other pairing is refused: it
+    would under-report ε.
+    """
+
+    AUTO = "auto"
+    WITHOUT_REPLACEMENT = "without-replacement"
+    PAPER = "paper"
+    POISSON_GAUSSIAN = "poisson-gaussian"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Analysis | None:
+        """``batch-clipping`` (the name before issue 40) is the paper's mixture."""
+        return cls.PAPER if value == "batch-clipping" else None
+
+
+def check_fixed_size_analysis(analysis: Analysis, sampler: SamplerKind, field_name: str) -> None:
+    """Refuse an analysis that does not cover fixed-size batches from ``sampler``.
+
+    Raises
+    ------
+    ConfigError
+        ``poisson-gaussian`` (under-reports ε for fixed-size batches), or
+        ``without-replacement`` with shuffling (its rounds are not independent draws).
+    """
+    check(
+        analysis is not Analysis.POISSON_GAUSSIAN,
+        field_name,
+        analysis.value,
+        f"does not cover sampler={sampler.value!r}: the Poisson analysis under-reports "
+        f"epsilon for shuffled or fixed-size batches; use {field_name}=auto or "
+        f"{field_name}=paper",
+    )
+    check(
+        analysis is not Analysis.WITHOUT_REPLACEMENT or sampler is SamplerKind.SUBSAMPLE,
+        field_name,
+        analysis.value,
+        f"does not cover sampler={sampler.value!r}: a shuffled epoch's rounds are not "
+        f"independent draws; use {field_name}=auto or {field_name}=paper",
+    )
+
+
+def _int_at_least(field_name: str, value: Any, lo: int = 1) -> int:
+    check(
+        bool(isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= lo),
+        field_name,
+        value,
+        f"must be an integer >= {lo}",
+    )
+    return int(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchClippingSpec(PrivacySpec):
+    """Generalized DP-SGD (Algorithm 1 of the first paper): one client's release, typed.
+
+    Built by BOTH the client algorithm :class:`clients.generalized_dpsgd.GeneralizedDPSGD`
+    (``privacy=batch_clipping``, the run's facts bound by the client) and ``fedpriv-account
+    batch-clipping`` (:meth:`from_params`), so the CLI prints exactly a run's ε. Each client's
+    release carries its own noise and is private on its own (no secure aggregation assumed):
+    ``noise_multiplier`` is σ of ONE client's release.
+
+    Per local round a client clips ``m`` group updates to ``C`` (``clipping_norm``), sums them
+    (``U``), adds ``N(0, (2 C σ)^2 I)`` (``N(0, (C σ)^2 I)`` for Poisson) and steps by
+    ``η_t (U + noise) / m``. The divisor :attr:`normalizer` ``= m`` is a public constant of
+    the config, the same for every client: a record's influence on ``U`` and the noise are
+    scaled alike, so every record's noise per unit sensitivity is σ whatever the client's size.
+
+    Parameters
+    ----------
+    noise_multiplier : float or None
+        σ >= 0, finite (0: no privacy): the noise std per unit sensitivity of each local
+        round's release; ``None`` with ``target_epsilon`` (calibrated by the run).
+    clipping_norm : float
+        ``C`` > 0, finite: the clip of one group's update (real units).
+    sample_rate : float
+        ``q`` in (0, 1]: each record's probability to be in a local round's batch (Poisson
+        sampling only; unused by shuffling and subsampling).
+    group_sizes : tuple of int, optional
+        ``g`` values whose group ε :meth:`report` computes (each <= ``N`` and <= 64); ``None``
+        = those of (1, 2, 4, 8) that are <= ``N`` for fixed-size batches, none for Poisson (an
+        explicit value is refused there): :attr:`report_group_sizes`.
+    sampler : SamplerKind
+        ``shuffle`` | ``subsample`` (fixed-size batches over the client's first ``N`` records)
+        or ``poisson`` (every record of the client independently with probability ``q``;
+        individual clipping, ``group_size = 1``). Bound by the client (``client.sampler``).
+    num_groups : int
+        ``m`` >= 1, clipped group updates per local round (for Poisson: the public expected
+        batch size that divides the noisy sum). Bound (``client.num_groups``).
+    group_size : int
+        ``s`` >= 1, records per group (``m s <= N``). Bound (``client.group_size``).
+    epochs, local_rounds : int, optional
+        Whole epochs (``N // (m s)`` local rounds each; ``round(1/q)`` for Poisson) or local
+        rounds per server round; exactly one. Every client runs the same number. Bound.
+    num_samples : int, optional
+        ``N``: records each client uses (shuffle/subsample; the smallest partition, bound by
+        :meth:`clients.generalized_dpsgd.GeneralizedDPSGD.for_run`). Under the replace-one
+        relation every client's size is the same in neighbouring data sets, so ``N`` is public.
+        Unused (``None``) with Poisson sampling, whose analysis needs no data size.
+    analysis : Analysis
+        ``auto``, or the one analysis that fits the sampler (bound, ``client.analysis``).
+    lattice_noise : bool
+        The noise is a discrete Gaussian on the lattice ``γℤ^d``
+        (:mod:`fedpriv.mechanisms.lattice_gaussian`; bound by the client in
+        ``privacy.secure_mode`` with Poisson sampling and ``privacy.accountant=rdp``).
+    (and the fields of :class:`~fedpriv.accounting.core.privacy_spec.PrivacySpec`; the neighbouring
+    relation follows the sampler: replace-one for fixed-size batches, add/remove for Poisson)
+
+    Raises
+    ------
+    ConfigError
+        On any out-of-range, non-finite or uncovered setting, naming the config field.
+
+    References
+    ----------
+    van Dijk, Nguyen, Nguyen, Phan, "Generalizing DP-SGD with Shuffling and Batch Clipping"
+    (arXiv:2212.05796): Algorithm 1, Sec. 3, Sec. 5 (Lemma B.1, Theorems 5.5/5.6), Table 1.
+    """
+
+    family: ClassVar[str] = "batch_clipping"
+    bound_fields: ClassVar[tuple[str, ...]] = (
+        *PrivacySpec.bound_fields,
+        "sampler",
+        "num_groups",
+        "group_size",
+        "epochs",
+        "local_rounds",
+        "num_samples",
+        "analysis",
+        "lattice_noise",
+    )
+
+    noise_multiplier: float | None = 1.2
+    clipping_norm: float = 1.0
+    sample_rate: float = 0.1
+    group_sizes: tuple[int, ...] | None = None
+    sampler: SamplerKind = SamplerKind.SHUFFLE
+    num_groups: int = 1
+    group_size: int = 64
+    epochs: int | None = 1
+    local_rounds: int | None = None
+    num_samples: int | None = None
+    analysis: Analysis = Analysis.AUTO
+    lattice_noise: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        set_ = object.__setattr__
+        set_(self, "sampler", parse_enum(SamplerKind, "client.sampler", self.sampler))
+        set_(self, "analysis", parse_enum(Analysis, "client.analysis", self.analysis))
+        set_(self, "num_groups", _int_at_least("client.num_groups", self.num_groups))
+        set_(self, "group_size", _int_at_least("client.group_size", self.group_size))
+        self._check_rounds()
+        set_(self, "noise_multiplier", self.noise_or_target(self.noise_multiplier))
+        clip = check_finite(
+            "privacy.clipping_norm", self.clipping_norm, "must be a finite number > 0"
+        )
+        check(clip > 0, "privacy.clipping_norm", clip, "must be > 0")
+        set_(self, "clipping_norm", clip)
+        q = check_finite("privacy.sample_rate", self.sample_rate, "must be in (0, 1]")
+        check(0 < q <= 1, "privacy.sample_rate", q, "must be in (0, 1]")
+        set_(self, "sample_rate", q)
+        self._check_analysis()
+        set_(self, "group_sizes", self._checked_groups())
+        if self.num_samples is not None:
+            set_(self, "num_samples", _int_at_least("client.num_samples", self.num_samples))
+            self._check_batch_fits()
+        check(
+            not self.lattice_noise or (self.is_poisson and self.accountant is Accountant.RDP),
+            "privacy.lattice_noise",
+            self.lattice_noise,
+            "needs client.sampler=poisson and privacy.accountant=rdp (the discrete Gaussian "
+            "is accounted by its RDP curve; the f-DP mixture assumes continuous noise)",
+        )
+
+    def _check_rounds(self) -> None:
+        check(
+            (self.local_rounds is None) != (self.epochs is None),
+            "client.local_rounds",
+            self.local_rounds,
+            f"and client.epochs={self.epochs!r}: give exactly one",
+        )
+        set_ = object.__setattr__
+        if self.epochs is not None:
+            set_(self, "epochs", _int_at_least("client.epochs", self.epochs))
+        if self.local_rounds is not None:
+            set_(self, "local_rounds", _int_at_least("client.local_rounds", self.local_rounds))
+
+    def _check_analysis(self) -> None:
+        """Refuse an analysis that does not fit the sampler, and Poisson with groups."""
+        analysis = self.analysis
+        if self.is_poisson:
+            check(
+                analysis in (Analysis.AUTO, Analysis.POISSON_GAUSSIAN),
+                "client.analysis",
+                analysis.value,
+                "does not cover sampler='poisson' (variable-size batches); "
+                "use client.analysis=poisson-gaussian",
+            )
+            check(
+                self.group_size == 1,
+                "client.group_size",
+                self.group_size,
+                "must be 1 with sampler=poisson: only individual clipping has a Poisson "
+                "analysis (noise N(0,(C sigma)^2))",
+            )
+            return
+        check_fixed_size_analysis(analysis, self.sampler, "client.analysis")
+
+    def _check_batch_fits(self) -> None:
+        """``m s <= N`` and every group size <= ``N`` (fixed-size batches)."""
+        if self.is_poisson:
+            return
+        n, m, s = self.samples_used, self.num_groups, self.group_size
+        check(
+            m * s <= n,
+            "client.num_groups",
+            m,
+            f"times client.group_size={s} must be <= the client's {n} samples",
+        )
+        check(
+            all(g <= n for g in self.group_sizes or ()),
+            "privacy.group_sizes",
+            list(self.group_sizes or ()),
+            f"must all be <= the client's {n} samples",
+        )
+
+    def _checked_groups(self) -> tuple[int, ...] | None:
+        """The configured group sizes as a tuple (``None`` stays: the default)."""
+        if self.group_sizes is None:
+            return None
+        groups = list(self.group_sizes)
+        check(
+            not self.is_poisson,
+            "privacy.group_sizes",
+            groups,
+            "is not computed with client.sampler=poisson (no group analysis of Poisson "
+            "sampling here); leave it null",
+        )
+        check(
+            len(groups) >= 1
+            and all(
+                isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g >= 1
+                for g in groups
+            ),
+            "privacy.group_sizes",
+            groups,
+            "must all be integers >= 1",
+        )
+        check(
+            max(groups) <= MAX_GROUP_PRIVACY,
+            "privacy.group_sizes",
+            groups,
+            f"must all be <= {MAX_GROUP_PRIVACY} (exact q_E is computed up to that size)",
+        )
+        return tuple(int(g) for g in groups)
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def neighboring_relation(self) -> NeighboringRelation:
+        """Replace-one for fixed-size batches (the mixture analysis); add/remove for Poisson."""
+        if self.is_poisson:
+            return NeighboringRelation.ADD_REMOVE
+        return NeighboringRelation.REPLACE_ONE
+
+    @property
+    def is_poisson(self) -> bool:
+        """Whether the sampler is Poisson (add/remove, dp-accounting's analysis)."""
+        return self.sampler is SamplerKind.POISSON
+
+    @property
+    def non_private(self) -> bool:
+        return self.noise_multiplier == 0
+
+    @property
+    def sigma(self) -> float:
+        """``noise_multiplier`` as a number (refused before calibration)."""
+        return calibrated_value("noise_multiplier", self.noise_multiplier)
+
+    @property
+    def analysis_name(self) -> Analysis:
+        """The analysis that accounts one record (``auto`` resolved): ``poisson-gaussian``
+        (Poisson), ``without-replacement`` (subsampling), ``paper`` (shuffling)."""
+        if self.is_poisson:
+            return Analysis.POISSON_GAUSSIAN
+        if self.analysis is not Analysis.AUTO:
+            return self.analysis
+        if self.sampler is SamplerKind.SUBSAMPLE:
+            return Analysis.WITHOUT_REPLACEMENT
+        return Analysis.PAPER
+
+    @property
+    def report_group_sizes(self) -> tuple[int, ...]:
+        """The ``g`` whose group ε :meth:`report` computes: ``group_sizes``, or by default
+        those of (1, 2, 4, 8) that are <= ``N`` (fixed-size batches; none for Poisson)."""
+        if self.group_sizes is not None:
+            return self.group_sizes
+        if self.is_poisson:
+            return ()
+        n = self.num_samples
+        return tuple(g for g in DEFAULT_GROUP_SIZES if n is None or g <= n)
+
+    @property
+    def normalizer(self) -> float:
+        """``m``: the PUBLIC divisor of every noisy step ``(U + noise) / m`` (same for all
+        clients, never computed from a client's data)."""
+        return float(self.num_groups)
+
+    @property
+    def samples_used(self) -> int:
+        """``N`` as a number.
+
+        Raises
+        ------
+        ConfigError
+            Before the client bound it (``num_samples=None``).
+        """
+        if self.num_samples is None:
+            raise ConfigError(
+                "client.num_samples", None, "is unknown: bind the algorithm with for_run(plan)"
+            )
+        return int(self.num_samples)
+
+    @property
+    def rounds_per_epoch(self) -> int:
+        """``N // (m s)``; for Poisson ``max(1, round(1/q))`` (no data size needed)."""
+        if self.is_poisson:
+            return max(1, round(1.0 / self.sample_rate))
+        return self.samples_used // (self.num_groups * self.group_size)
+
+    @property
+    def rounds_per_server_round(self) -> int:
+        """Local rounds (noise draws) per server round: the same for every client."""
+        if self.local_rounds is not None:
+            return int(self.local_rounds)
+        return int(self.epochs or 1) * self.rounds_per_epoch
+
+    def noise_stddev(self, clipping_norm: float | None = None) -> float:
+        """Std of the noise added to ``U``: ``2 C σ`` (``C σ`` for Poisson), before ``/ m``."""
+        c = self.clipping_norm if clipping_norm is None else float(clipping_norm)
+        return (1.0 if self.is_poisson else 2.0) * c * self.sigma
+
+    def sensitivity(self, clipping_norm: float | None = None) -> float:
+        """l2 sensitivity of ``U`` to one record: ``2 C`` (replace-one), ``C`` (Poisson,
+        add/remove); ``noise_stddev / sensitivity = σ``."""
+        c = self.clipping_norm if clipping_norm is None else float(clipping_norm)
+        return c if self.is_poisson else 2.0 * c
+
+    # ------------------------------------------------------------------ events and ε
+    def event(self) -> Any:
+        """One local round's privacy event for one record, under :attr:`analysis_name`: the
+        fixed-size sampled Gaussian (z = 2σ per unit C, ``m s`` of ``N``;
+        :func:`~fedpriv.accounting.samplers.fixed_size.fixed_size_gaussian_event`), the
+        paper's mixture (:meth:`mixture_event`; also for σ = 0), or for Poisson the
+        Poisson-sampled Gaussian; with :attr:`lattice_noise` the Poisson-subsampled discrete
+        Gaussian, its sensitivity grown by the rounding to the lattice (CKS20,
+        arXiv:2004.00010, Thm 15)."""
+        if self.lattice_noise:
+            z = lattice_noise_multiplier(self.sigma)
+            return DiscreteGaussianEvent(z, self.sample_rate)
+        if self.is_poisson:
+            return poisson_gaussian_event(self.sigma, self.sample_rate)
+        if self.analysis_name is Analysis.PAPER or self.sigma == 0:
+            return self.mixture_event(1)
+        batch = self.num_groups * self.group_size
+        return fixed_size_gaussian_event(
+            2.0 * self.sigma, batch, self.samples_used, self.accountant
+        )
+
+    def mixture_event(self, group_privacy: int = 1) -> BatchClippingEvent:
+        """One local round under the paper's f-DP mixture for groups of ``group_privacy``
+        records (fixed-size batches)."""
+        return BatchClippingEvent(
+            self.sampler.value,
+            self.samples_used,
+            self.num_groups,
+            self.group_size,
+            self.sigma,
+            group_privacy,
+        )
+
+    def round_events(self) -> EventRuns:
+        """``[(event, local rounds per server round)]``: one server round of one client."""
+        return [(self.event(), self.rounds_per_server_round)]
+
+    def degraded_round_events(self, contributors: int) -> EventRuns:
+        """Each client's release carries its own noise and is private alone, so other
+        clients' dropouts weaken nothing: the full round's events (an upper bound for a
+        dropped client)."""
+        return self.round_events()
+
+    def accounting_description(self) -> str:
+        """What answers for ε: :data:`PAPER_ACCOUNTING` or :data:`SAMPLED_ACCOUNTING` (with the
+        group rule :data:`GROUP_RULE` unless ``analysis=paper``) for fixed-size batches, else
+        the ledger's ``"pld"`` / ``"rdp (CONVERSION)"``."""
+        if self.is_poisson:
+            ledger = self.accounting.ledger()
+            ledger.record(self.event(), 1)
+            return str(ledger.analysis())
+        if self.analysis_name is Analysis.PAPER:
+            text = PAPER_ACCOUNTING
+        else:
+            kind = "PLD" if self.accountant is Accountant.PLD else f"RDP ({self.conversion})"
+            text = SAMPLED_ACCOUNTING.format(kind)
+        return text if self.analysis is Analysis.PAPER else text + GROUP_RULE
+
+    def law(self, num_local_rounds: int, group_privacy: int = 1) -> SumSquaresLaw:
+        """The law ``q`` of ``c^2`` after ``num_local_rounds`` (fixed-size batches only; the
+        same law :class:`BatchClippingEvent` composes)."""
+        check(not self.is_poisson, "client.sampler", self.sampler.value, "has no q_E law")
+        return sum_squares_law(
+            self.sampler.value,
+            self.samples_used,
+            self.num_groups,
+            self.group_size,
+            int(num_local_rounds),
+            group_privacy,
+        )
+
+    def report(self, rounds: int) -> dict[str, float]:
+        """``epsilon_g{g}`` (:meth:`group_epsilon`: the analysis of one record for g = 1, the
+        group rule for g > 1) and ``epsilon_g{g}_closed`` (Table 1 closed form) for each ``g``
+        in :attr:`report_group_sizes` after ``rounds`` server rounds, at ``target_delta``;
+        ``{}`` for Poisson or before any round.
+
+        References
+        ----------
+        arXiv:2212.05796, Sec. 5 (group privacy, Theorems 5.5/5.6) and Table 1; Vadhan 2017,
+        Lemma 2.2 (group privacy).
+        """
+        if self.is_poisson or rounds < 1:
+            return {}
+        count = rounds * self.rounds_per_server_round
+        epochs = count / self.rounds_per_epoch
+        delta = self.target_delta
+        out: dict[str, float] = {}
+        for g in self.report_group_sizes:
+            out[f"epsilon_g{g}"] = self.group_epsilon(g, count)
+            mu, _ = table1_mu(self.num_groups, self.group_size, epochs, self.sigma, g)
+            out[f"epsilon_g{g}_closed"] = gdp.gdp_epsilon(delta, mu)
+        return out
+
+    def _ledger(self, count: int) -> PrivacyLedger:
+        """The ledger of ``count`` local rounds for one record (what a run composes)."""
+        ledger = self.accounting.ledger()
+        ledger.record(self.event(), int(count))
+        return ledger
+
+    def group_epsilon(
+        self, group_privacy: int, count: int, target_delta: float | None = None
+    ) -> float:
+        """ε at ``target_delta`` (default the spec's) after ``count`` local rounds for groups of
+        ``group_privacy`` records: g = 1 the run's ledger; g > 1 with ``analysis=paper`` the
+        paper's mixture for g, otherwise the smaller of that mixture and group privacy
+        (:func:`~fedpriv.accounting.core.group_privacy.group_privacy_epsilon`) of the g = 1 profile.
+
+        References
+        ----------
+        arXiv:2212.05796, Sec. 5 (the mixture for g); Vadhan 2017, Lemma 2.2 (group privacy;
+        hypothesis: g replaced records are g replace-one steps).
+        """
+        delta = self.target_delta if target_delta is None else float(target_delta)
+        if count == 0:
+            return 0.0
+        ledger = self._ledger(count)
+        if group_privacy == 1:
+            return float(ledger.get_epsilon(delta))
+        mixture = self.mixture_event(group_privacy).epsilon(delta, count)
+        if self.analysis is Analysis.PAPER:
+            return mixture
+        return min(mixture, group_privacy_epsilon(ledger.get_delta, group_privacy, delta))
+
+    def group_delta(self, group_privacy: int, count: int, target_epsilon: float) -> float:
+        """δ at ``target_epsilon`` after ``count`` local rounds for groups of
+        ``group_privacy`` records, by the rule of :meth:`group_epsilon` (the smaller of the two
+        valid δ for g > 1 unless ``analysis=paper``)."""
+        if count == 0:
+            return 0.0
+        ledger = self._ledger(count)
+        if group_privacy == 1:
+            return float(ledger.get_delta(target_epsilon))
+        mixture = self.mixture_event(group_privacy).delta(target_epsilon, count)
+        if self.analysis is Analysis.PAPER:
+            return mixture
+        return min(mixture, group_privacy_delta(ledger.get_delta, group_privacy, target_epsilon))
+
+    def calibrated_sigma(self, target_epsilon: float, count: int, group_privacy: int = 1) -> float:
+        """The smallest σ (to 0.1 %) whose :meth:`group_epsilon` after ``count`` local rounds
+        is <= ``target_epsilon``: the very function the run and the CLI report (a Poisson
+        PLD is bracketed first with the fast RDP answer).
+
+        Raises
+        ------
+        ConfigError
+            If the target cannot be reached.
+        """
+        name = "privacy.noise_multiplier"
+
+        def eps_of(spec: BatchClippingSpec) -> Any:
+            return lambda sig: spec.with_noise(sig).group_epsilon(group_privacy, count)
+
+        hint = None
+        if self.is_poisson and self.accountant is Accountant.PLD:
+            rdp = replace(self, accountant=Accountant.RDP, conversion=Conversion.DEFAULT)
+            sigma_rdp = bisect_noise(eps_of(rdp), target_epsilon, field=name, rtol=0.01)
+            hint = (0.75 * sigma_rdp, sigma_rdp)
+        elif self.analysis_name is Analysis.WITHOUT_REPLACEMENT and self.accountant is not (
+            Accountant.PLD
+        ):  # dp-accounting's RDP without replacement takes seconds per σ: bracket by the PLD
+            pld = replace(self, accountant=Accountant.PLD, conversion=Conversion.DEFAULT)
+            sigma_pld = bisect_noise(eps_of(pld), target_epsilon, field=name, rtol=0.01)
+            hint = (sigma_pld, 1.5 * sigma_pld)
+        return bisect_noise(eps_of(self), target_epsilon, field=name, hint=hint)
+
+    def calibrated(self, target_epsilon: float, num_rounds: int) -> BatchClippingSpec:
+        """A NEW spec whose σ is the smallest (to 0.1 %) with ε after ``num_rounds`` <=
+        ``target_epsilon`` (:meth:`calibrated_sigma`, one record), evaluated on the very
+        function the run reports (accountant AND conversion honoured, except under the
+        paper's mixture, which answers whatever they are).
+
+        Raises
+        ------
+        ConfigError
+            If the target is not a positive finite number or cannot be reached.
+        """
+        target = check_finite(
+            "privacy.target_epsilon", target_epsilon, "must be a finite number > 0"
+        )
+        check(target > 0, "privacy.target_epsilon", target, "must be > 0")
+        rounds = _int_at_least("num_rounds", num_rounds)
+        sigma = self.calibrated_sigma(target, rounds * self.rounds_per_server_round)
+        return self.with_noise(sigma, target)
+
+    def extra_summary(self) -> dict[str, Any]:
+        """The accounted mechanism for ``results.json``: the analysis (``auto`` resolved),
+        what answers for ε, the group sizes reported, the local rounds per server round, the
+        noise std per unit clipping norm, the relation and the public normalizer."""
+        out: dict[str, Any] = {
+            "mechanism": "gaussian",
+            "analysis": self.analysis_name.value,
+            "group_sizes": list(self.report_group_sizes),
+            "neighboring_relation": self.neighboring_relation.value,
+            "normalizer": self.normalizer,
+        }
+        if self.noise_multiplier is not None:
+            out["noise_stddev_per_unit_clipping_norm"] = self.noise_stddev(1.0)
+            if self.is_poisson or self.num_samples is not None:
+                out["accounting"] = self.accounting_description()
+        if self.is_poisson or self.num_samples is not None:
+            out["local_rounds_per_server_round"] = self.rounds_per_server_round
+        return out
+
+    # ------------------------------------------------------------------ CLI
+    @classmethod
+    def from_params(cls, p: Params) -> BatchClippingSpec:
+        """The spec of ``fedpriv-account batch-clipping key=value ...``.
+
+        Keys read here: ``sampling`` (shuffle | subsample), ``num_samples``, ``num_groups``,
+        ``group_size``, ``epochs`` (per server round) | ``local_rounds`` (per server round),
+        ``group_privacy`` (default 1: ``group_sizes = (g,)``), ``noise_multiplier`` (0 when
+        absent: the CLI calibrates it), ``target_delta`` (default 1e-5), ``analysis`` (auto |
+        without-replacement | paper, as ``client.analysis``) and ``accountant`` (pld | rdp, as
+        ``privacy.accountant``). With the values of a run (``epochs`` or ``local_rounds`` of
+        its client) the spec's events are exactly the run's.
+
+        Raises
+        ------
+        ConfigError
+            On bad values or uncovered combinations (naming the CLI key).
+        """
+        sampling = p.str("sampling")
+        n = p.int("num_samples", ge=1)
+        m = p.int("num_groups", ge=1)
+        s = p.int("group_size", ge=1)
+        given = str(p.exclusive("epochs", "local_rounds"))  # required: never None
+        # beyond 100,000 epochs: minutes of exact convolution, and ε is meaningless
+        per = p.int(given, ge=1, le=100_000 if given == "epochs" else 10**8)
+        g = p.int("group_privacy", 1, ge=1)
+        sigma = p.float("noise_multiplier", 0.0, ge=0.0)
+        delta = p.delta("target_delta", 1e-5)
+        analysis = parse_enum(Analysis, "analysis", p.str("analysis", "auto"))
+        accountant = Accountant(p.choice("accountant", tuple(Accountant), "pld"))
+        _validate(sampling, n, m, s, g)
+        check_fixed_size_analysis(analysis, SamplerKind(sampling), "analysis")
+        return cls(
+            analysis=analysis,
+            accountant=accountant,
+            sampler=SamplerKind(sampling),
+            num_groups=m,
+            group_size=s,
+            epochs=per if given == "epochs" else None,
+            local_rounds=per if given == "local_rounds" else None,
+            noise_multiplier=sigma,
+            num_samples=n,
+            group_sizes=(g,),
+            target_delta=delta,
+        )
+
+
+# --------------------------------------------------------------------------- CLI
+def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
+    """CLI analysis ``batch-clipping``: the :class:`BatchClippingSpec` a run builds.
+
+    Keys (see :meth:`BatchClippingSpec.from_params`): ``sampling`` (shuffle | subsample),
+    ``num_samples``, ``num_groups``, ``group_size``, ``epochs`` | ``local_rounds`` (per
+    server round), ``num_rounds`` (default 1), ``noise_multiplier``, ``group_privacy``
+    (default 1), ``target_delta`` | ``target_epsilon``, ``analysis`` (auto |
+    without-replacement | paper; default auto, the tightest valid), ``accountant`` (pld |
+    rdp), ``lower_bound`` (``true``: a lower bound on ε for one record,
+    :mod:`fedpriv.accounting.batch_clipping.lower`). Without ``noise_multiplier`` but with
+    both targets the smallest noise multiplier meeting them (for ``group_privacy`` records,
+    under the same analysis) is returned (``"calibrated": "noise_multiplier"``).
+
+    Returns
+    -------
+    dict
+        ``epsilon``, ``delta``, ``analysis_used`` (``auto`` resolved) and ``accounting``
+        (what answers), ``rounds`` (local rounds in all), the paper's mixture ε
+        (``paper_epsilon``) and its law ``q_E`` ({"t": probability}, ``t = c^2 = sum k^2``),
+        the Table 1 closed form (``closed_form``) and the worst case.
+
+    Raises
+    ------
+    ConfigError
+        On unknown keys, bad values or uncovered combinations.
+    """
+    p = Params(params, "batch-clipping", KEYS)
+    spec = BatchClippingSpec.from_params(p)
+    num_rounds = p.int("num_rounds", 1, ge=1, le=100_000)
+    lower = p.bool("lower_bound", False)
+    eps_t, delta_t = gdp.cli_targets(p)
+    p.finish()
+    calibrate = not p.has("noise_multiplier")
+    if calibrate and (eps_t is None or delta_t is None):
+        raise ConfigError(
+            "noise_multiplier",
+            None,
+            "is required unless both target_epsilon and target_delta are given",
+        )
+    if not calibrate:
+        gdp.check_one_target(eps_t, delta_t)
+    g = spec.report_group_sizes[0]
+    rounds = num_rounds * spec.rounds_per_server_round
+    law = spec.law(rounds, g)
+    out: dict[str, Any] = {"analysis": "batch-clipping"}
+    if calibrate:
+        assert eps_t is not None and delta_t is not None
+        sigma = 0.0 if law.t_max == 0 else spec.calibrated_sigma(eps_t, rounds, g)
+        spec = spec.with_noise(sigma)
+        out["calibrated"], out["target_epsilon"] = "noise_multiplier", eps_t
+    out.update(_cli_facts(spec, rounds, g))
+    if delta_t is not None and not calibrate:
+        out["epsilon"], out["delta"] = spec.group_epsilon(g, rounds, delta_t), delta_t
+    else:
+        assert eps_t is not None
+        out["epsilon"], out["delta"] = eps_t, spec.group_delta(g, rounds, eps_t)
+    d = out["delta"]
+    out["paper_epsilon"] = batch_clipping_epsilon(law, spec.sigma, d) if 0 < d < 1 else None
+    out.update(_cli_closed_forms(spec, law, spec.sigma, g, rounds / spec.rounds_per_epoch, d))
+    if lower:
+        out.update(_cli_lower_bound(spec, rounds, d))
+    return out
+
+
+def _cli_facts(spec: BatchClippingSpec, rounds: int, g: int) -> dict[str, Any]:
+    """The analysis used and the mechanism's sizes, for the CLI's output."""
+    return {
+        "analysis_used": spec.analysis_name.value,
+        "accounting": spec.accounting_description(),
+        "sampling": spec.sampler.value,
+        "rounds_per_epoch": spec.rounds_per_epoch,
+        "rounds": rounds,
+        "group_privacy": g,
+        "normalizer": spec.normalizer,
+        "noise_multiplier": spec.sigma,
+    }
+
+
+def _cli_lower_bound(spec: BatchClippingSpec, rounds: int, delta: float) -> dict[str, Any]:
+    """``epsilon_lower_bound`` (one record) and how it was obtained, for the CLI's output."""
+    batch = spec.num_groups * spec.group_size
+    bound = batch_clipping_lower_bound(
+        spec.sampler, spec.samples_used, batch, rounds, spec.sigma, delta
+    )
+    if bound is None:
+        return {"epsilon_lower_bound": "not available for this sampler"}
+    return {
+        "epsilon_lower_bound": bound.epsilon,
+        "epsilon_lower_bound_confidence": bound.confidence,
+        "lower_bound_detail": bound.detail,
+    }
+
+
+def _cli_closed_forms(
+    spec: BatchClippingSpec, law: SumSquaresLaw, sigma: float, g: int, epochs: float, d: float
+) -> dict[str, Any]:
+    """The Table 1 closed form, the worst case and the law ``q_E`` for the CLI's output."""
+    mu_t1, formula = table1_mu(spec.num_groups, spec.group_size, epochs, sigma, g)
+    mu_wc = worst_case_mu(law, sigma)
+    return {
+        "closed_form": {
+            "formula": formula,
+            "mu": mu_t1,
+            "epsilon": gdp.gdp_epsilon(d, mu_t1) if 0 < d < 1 else None,
+            "kind": (
+                "upper bound (shuffling)"
+                if spec.sampler is SamplerKind.SHUFFLE
+                else "approximation (Table 1, large N); not a bound for subsampling"
+            ),
+        },
+        "worst_case": {"mu": mu_wc, "epsilon": gdp.gdp_epsilon(d, mu_wc) if 0 < d < 1 else None},
+        "lumped_mass": law.lumped_mass,
+        "mean_c2": law.mean(),
+        "q_E": {str(t): q for t, q in sorted(law.as_dict().items())},
+    }

@@ -1,0 +1,553 @@
+"""Client-level DP-FedAvg: the analysis of each participation scheme, and its calibration.
+
+The privacy unit is a whole client. Every participating client clips its model delta to
+``clipping_norm`` C (one L2 norm over all parameters); the sum over the round's clients gets
+Gaussian noise N(0, σ² C²) (σ = ``noise_multiplier``). With adaptive clipping the round also
+releases the noisy count of unclipped clients (each client adds ``b - 1/2``, ``b ∈ {0, 1}``,
+noise N(0, σ_b²)); both releases together are one Gaussian mechanism whose noise multiplier is
+the configured ``noise_multiplier`` z when the delta's noise is
+``σ_Δ = (z⁻² − (2σ_b)⁻²)^(-1/2)`` (Andrew et al., Sec. 3.1).
+
+Each participation scheme is accounted by the analysis that matches it:
+
+* ``all`` (every client every round): Gaussian mechanism, multiplier z, add/remove.
+* ``poisson`` (``client_sample_rate`` q): Poisson-subsampled Gaussian, add/remove
+  (dp-accounting ``PoissonSampledDpEvent``).
+* ``fixed_size`` (``num_sampled_clients`` m of N, without replacement): sampled without
+  replacement, replace-one neighbours. Replacing one client moves the clipped sum by up to 2C
+  (and the centred count by 1). PLD (default): the dominating pair of
+  :mod:`fedpriv.accounting.samplers.fixed_size` (the Gaussian itself when m = N); RDP: the
+  bound of Wang et al. on the Gaussian at z / 2 (dp-accounting
+  ``SampledWithoutReplacementDpEvent``), looser.
+* ``random_allocation`` (each client in ``rounds_per_client`` k of each ``allocation_window``
+  t rounds, chosen uniformly by the client): the tight PLD of Feldman and Shenfeld
+  (:mod:`fedpriv.accounting.samplers.random_allocation`), one event per epoch, PLD accountant only;
+  an epoch
+  not yet complete (k = 1) is charged for its released rounds.
+
+References
+----------
+McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent Language Models"
+(arXiv:1710.06963), Alg. 1 (DP-FedAvg); Andrew, Thakkar, McMahan, Ramaswamy, "Differentially
+Private Learning with Adaptive Clipping" (arXiv:1905.03871), Alg. 1 and Sec. 3.1; Wang, Balle,
+Kasiviswanathan, "Subsampled Rényi Differential Privacy and Analytical Moments Accountant"
+(arXiv:1808.00087), Thm. 9 (sampling without replacement); Mironov, Talwar, Zhang, "Rényi
+Differential Privacy of the Sampled Gaussian Mechanism" (arXiv:1908.10530); Feldman, Shenfeld,
+"Efficient Privacy Loss Accounting for Subsampling and Random Allocation" (arXiv:2602.17284).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+from dp_accounting import dp_event
+
+from fedpriv.accounting.accountants.monte_carlo import allocation_epsilon_estimate
+from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
+from fedpriv.accounting.core.params import Params, noise_or_target
+from fedpriv.accounting.core.privacy_spec import (
+    EventRuns,
+    PrivacySpec,
+    UnaccountableRound,
+    calibrated_value,
+)
+from fedpriv.accounting.core.vocabulary import Accountant, Conversion, NeighboringRelation
+from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
+from fedpriv.accounting.samplers.fixed_size import fixed_size_gaussian_event
+from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent, charged_rounds
+from fedpriv.common.errors import check
+from fedpriv.common.validate import check_positive
+from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
+from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClientLevelSpec(PrivacySpec):
+    """The mechanism and participation of a client-level DP-FedAvg run (family
+    ``client_level``): what each round releases about a whole client, and its events.
+
+    Built by the run's client algorithm (``clients.client_level_dpfedavg.ClientLevelDPFedAvg``,
+    which binds the run's cohort sampler and where the noise is drawn) and by
+    ``fedpriv-account client-level`` (:meth:`from_params`), so the CLI answers exactly what a
+    run accounts.
+
+    Parameters
+    ----------
+    noise_multiplier : float or None
+        z >= 0: noise std of each round's release per unit of a client's sensitivity C (the
+        effective multiplier of both releases when ``count_noise_multiplier`` is set). 0:
+        NON-PRIVATE. ``None`` with ``target_epsilon`` (calibrated by the run).
+    clipping_norm : float
+        C > 0, the L2 bound of each client's WHOLE model delta (one norm over all
+        parameters; real units). With adaptive clipping it is round 1's clip norm: the clip
+        then moves from round to round, but every round's sensitivity relative to its own C,
+        hence the events, stays the same.
+    count_noise_multiplier : float, optional
+        σ_b of the noisy count of unclipped clients (adaptive clipping, Andrew et al.); the
+        delta's noise is then σ_Δ = (z⁻² − (2σ_b)⁻²)^(-1/2) per unit C, so ``2 σ_b > z`` is
+        required.
+    cohort : CohortSampler, optional
+        Who takes part in each round (all, poisson, fixed_size, random_allocation); bound by
+        the client algorithm from the run (needed for the events).
+    noise_shares : int, optional
+        m: the clients whose noise shares N(0, (σ_Δ C)²/m) make up the sum's noise (each client
+        draws its share: ``client.noise_placement=clients``); ``None`` (default): the trusted
+        aggregator draws the whole noise once per round. Bound by the client algorithm.
+    lattice_noise : bool
+        The trusted aggregator's noise is a lattice discrete Gaussian (``secure_mode``,
+        :mod:`fedpriv.mechanisms.lattice_gaussian`): events :class:`DiscreteGaussianEvent`
+        with the rounding-inflated sensitivity; RDP accountant, client_sampling all or poisson.
+        Bound by the client algorithm.
+    (and the fields of :class:`~fedpriv.accounting.core.privacy_spec.PrivacySpec`)
+
+    Raises
+    ------
+    ConfigError
+        For C <= 0 or non-finite, z < 0, σ_b <= z/2, both or neither of ``noise_multiplier``
+        and ``target_epsilon``, an accountant that cannot account the participation
+        (random_allocation needs pld), lattice noise without
+        ``secure_mode`` or with client shares.
+
+    References
+    ----------
+    McMahan et al. 2018, arXiv:1710.06963, Alg. 1; Andrew et al. 2021, arXiv:1905.03871,
+    Sec. 3.1; Canonne, Kamath, Steinke 2020, arXiv:2004.00010, Thm 15 (discrete Gaussian).
+    """
+
+    family: ClassVar[str] = "client_level"
+    bound_fields: ClassVar[tuple[str, ...]] = (
+        *PrivacySpec.bound_fields,
+        "cohort",
+        "noise_shares",
+        "lattice_noise",
+    )
+
+    noise_multiplier: float | None = 1.0
+    clipping_norm: float = 1.0
+    count_noise_multiplier: float | None = None
+    cohort: CohortSampler | None = None
+    noise_shares: int | None = None
+    lattice_noise: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        set_ = object.__setattr__
+        z = self.noise_or_target(self.noise_multiplier)
+        set_(self, "noise_multiplier", z)
+        set_(self, "clipping_norm", check_positive("privacy.clipping_norm", self.clipping_norm))
+        sb = self.count_noise_multiplier
+        if sb is not None:
+            sb = check_positive("privacy.count_noise_multiplier", sb)
+            set_(self, "count_noise_multiplier", sb)
+            check(
+                z is None or z == 0 or 2 * sb > z,
+                "privacy.count_noise_multiplier",
+                sb,
+                f"must be > noise_multiplier/2 = {(z or 0) / 2:g} (the count's noise would take "
+                "all of the budget: Andrew et al. 2021, Sec. 3.1)",
+            )
+        self._check_shares()
+        if self.cohort is not None and z != 0:
+            self._check_participation()
+
+    def _check_shares(self) -> None:
+        m = self.noise_shares
+        check(
+            m is None or (isinstance(m, int) and not isinstance(m, bool) and m >= 1),
+            "num_clients",
+            m,
+            "must be an integer >= 1 (the clients whose noise shares add up)",
+        )
+        check(
+            isinstance(self.lattice_noise, bool),
+            "privacy.lattice_noise",
+            self.lattice_noise,
+            "must be true or false",
+        )
+        check(
+            not self.lattice_noise or (self.secure_mode and m is None),
+            "privacy.lattice_noise",
+            self.lattice_noise,
+            "needs privacy.secure_mode=true and the trusted aggregator's noise (no shares)",
+        )
+
+    def _check_participation(self) -> None:
+        """The accountant can account the cohort sampling (and the lattice noise)."""
+        kind, acc = self.bound_cohort.client_sampling, self.accountant
+        if self.lattice_noise:
+            self._check_discrete()
+        check(
+            not (kind is ClientSampling.RANDOM_ALLOCATION and acc is Accountant.RDP),
+            "privacy.accountant",
+            acc.value,
+            "cannot account client_sampling=random_allocation (its analysis is a PLD): use "
+            "privacy.accountant=pld (fedpriv-account: accountant=pld)",
+        )
+
+    def _check_discrete(self) -> None:
+        """secure_mode's discrete Gaussian: accounted by RDP, for all or Poisson cohorts."""
+        kind = self.bound_cohort.client_sampling
+        check(
+            kind in (ClientSampling.ALL, ClientSampling.POISSON),
+            "client_sampling",
+            kind.value,
+            "with privacy.secure_mode=true (discrete Gaussian noise) must be all or poisson: "
+            "no analysis here covers the discrete Gaussian under fixed_size or random "
+            "allocation",
+        )
+        check(
+            self.accountant is Accountant.RDP,
+            "privacy.accountant",
+            self.accountant.value,
+            "cannot account privacy.secure_mode=true's discrete Gaussian noise (its analysis "
+            "is RDP: Canonne, Kamath, Steinke 2020, Thm 15): use privacy.accountant=rdp",
+        )
+
+    @classmethod
+    def from_params(cls, p: Params) -> ClientLevelSpec:
+        """``fedpriv-account client-level``'s keys: ``num_clients``, ``client_sampling`` (all
+        by default, as a run) and its parameters, ``count_noise_multiplier``, ``target_delta``,
+        ``accountant`` (pld by default), ``conversion``,
+        ``secure_mode`` (the trusted aggregator's lattice noise) and ``noise_multiplier`` (0
+        when absent: the CLI then calibrates it to ``target_epsilon``). The clip norm does not
+        change ε (C = 1)."""
+        kind = ClientSampling(p.choice("client_sampling", tuple(ClientSampling), "all"))
+        cohort = CohortSampler(
+            num_clients=p.int("num_clients", ge=1),
+            client_sampling=kind,
+            client_sample_rate=p.float("client_sample_rate", None),
+            num_sampled_clients=p.int("num_sampled_clients", None),
+            allocation_window=p.int("allocation_window", None),
+            rounds_per_client=p.int("rounds_per_client", None),
+        )
+        secure = p.bool("secure_mode", False)
+        return cls(
+            noise_multiplier=p.float("noise_multiplier", 0.0, ge=0.0),
+            cohort=cohort,
+            count_noise_multiplier=p.float("count_noise_multiplier", None, gt=0.0),
+            accountant=Accountant(p.choice("accountant", tuple(Accountant), "pld")),
+            conversion=Conversion(p.choice("conversion", tuple(Conversion), "default")),
+            target_delta=p.delta("target_delta"),
+            secure_mode=secure,
+            lattice_noise=secure,
+        )
+
+    # ---- the mechanism --------------------------------------------------------------
+    @property
+    def bound_cohort(self) -> CohortSampler:
+        """The cohort sampler; refuses an unbound spec.
+
+        Raises
+        ------
+        ConfigError
+            Before the client algorithm bound the run's cohort (``for_run(plan)``).
+        """
+        check(
+            self.cohort is not None,
+            "privacy.cohort",
+            None,
+            "is unbound: the client algorithm binds the run's cohort (for_run(plan))",
+        )
+        return self.cohort  # type: ignore[return-value]
+
+    @property
+    def sigma(self) -> float:
+        """``noise_multiplier`` as a number (refused before calibration)."""
+        return calibrated_value("noise_multiplier", self.noise_multiplier)
+
+    @property
+    def non_private(self) -> bool:
+        return self.noise_multiplier == 0
+
+    @property
+    def neighboring_relation(self) -> NeighboringRelation:
+        """replace-one for fixed-size cohorts, add/remove otherwise (and while unbound)."""
+        c = self.cohort
+        if c is not None and c.client_sampling is ClientSampling.FIXED_SIZE:
+            return NeighboringRelation.REPLACE_ONE
+        return NeighboringRelation.ADD_REMOVE
+
+    @property
+    def update_noise_multiplier(self) -> float:
+        """σ_Δ: the delta sum's noise per unit C (z itself without adaptive clipping)."""
+        z, sb = self.sigma, self.count_noise_multiplier
+        if sb is None or z == 0:
+            return z
+        return float((z**-2 - (2 * sb) ** -2) ** -0.5)
+
+    # ---- events ---------------------------------------------------------------------
+    def round_events(self) -> EventRuns:
+        """Events of one released round (for random allocation: of the round's whole epoch,
+        recorded once per epoch, see :meth:`accounting_epoch`)."""
+        z, c = self.sigma, self.bound_cohort
+        if z == 0:
+            return [(dp_event.NonPrivateDpEvent(), 1)]
+        kind = c.client_sampling
+        if self.lattice_noise:
+            q = 1.0 if kind is ClientSampling.ALL else float(c.client_sample_rate)  # type: ignore[arg-type]
+            return [(DiscreteGaussianEvent(lattice_noise_multiplier(z), q), 1)]
+        if kind is ClientSampling.ALL:
+            return [(dp_event.GaussianDpEvent(z), 1)]
+        if kind is ClientSampling.POISSON:
+            q = float(c.client_sample_rate)  # type: ignore[arg-type]
+            return [(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(z)), 1)]
+        if kind is ClientSampling.FIXED_SIZE:
+            return [(self._fixed_size_event(z, c), 1)]
+        t, k = int(c.allocation_window), int(c.rounds_per_client)  # type: ignore[arg-type]
+        return [(RandomAllocationEvent(z, t, k), 1)]
+
+    def _fixed_size_event(self, z: float, c: CohortSampler) -> Any:
+        """m of N without replacement, replace-one (a replaced client moves the sum by up to
+        2C): the Gaussian itself when m = N (exact), else the dominating pair's PLD
+        (:mod:`fedpriv.accounting.samplers.fixed_size`) or, with ``accountant=rdp``,
+        dp-accounting's RDP bound (Wang, Balle, Kasiviswanathan, Thm. 9) at z/2."""
+        m, n = int(c.num_sampled_clients), c.num_clients  # type: ignore[arg-type]
+        return fixed_size_gaussian_event(z, m, n, self.accountant)
+
+    def degraded_round_events(self, contributors: int) -> EventRuns:
+        """The trusted aggregator's noise: the full events (its noise does not depend on who
+        replied). Client shares: ``contributors`` of the m shares reached the sum, multiplier
+        z·√(min(contributors, m)/m).
+
+        Raises
+        ------
+        UnaccountableRound
+            With client shares and no contributor (no noise in the sum).
+        """
+        m = self.noise_shares
+        if m is None:
+            return self.round_events()
+        if contributors < 1:
+            raise UnaccountableRound(f"contributors={contributors}: no noise share in the sum")
+        z = self.sigma * math.sqrt(min(contributors, m) / m)
+        if z == 0:
+            return self.round_events()
+        return self.with_noise(z).round_events()
+
+    def accounting_epoch(self, server_round: int) -> int | None:
+        """The allocation epoch of ``server_round`` (its events cover all of it); ``None`` when
+        every round is its own event."""
+        return self.bound_cohort.epoch_of(server_round)
+
+    def partial_epoch_events(self, server_round: int) -> EventRuns | None:
+        """Random allocation with k = 1 and ``server_round`` inside its epoch: the epoch's
+        first rounds released, charged as
+        :func:`~fedpriv.accounting.samplers.random_allocation.charged_rounds`
+        of them (:class:`RandomAllocationEvent` ``released_rounds``); ``None`` otherwise."""
+        epoch = self.accounting_epoch(server_round)
+        events = self.round_events()
+        event = events[0][0]
+        if epoch is None or len(events) != 1 or not isinstance(event, RandomAllocationEvent):
+            return None
+        released = server_round - epoch * event.num_steps
+        if event.num_selected != 1 or released >= event.num_steps:
+            return None
+        return [
+            (
+                dataclasses.replace(
+                    event, released_rounds=charged_rounds(released, event.num_steps)
+                ),
+                1,
+            )
+        ]
+
+    def events_after(self, num_rounds: int) -> EventRuns:
+        """The events of ``num_rounds`` released rounds (allocation: whole epochs, and the last
+        one's released rounds, see :meth:`partial_epoch_events`)."""
+        epoch = self.accounting_epoch(num_rounds)
+        if epoch is None:
+            return [(e, n * num_rounds) for e, n in self.round_events()]
+        partial = self.partial_epoch_events(num_rounds)
+        whole = epoch + (partial is None)
+        runs = [(e, n * whole) for e, n in self.round_events()] if whole else []
+        return runs + (partial or [])
+
+    def epsilon(self, num_rounds: int) -> float:
+        """ε at ``target_delta`` after ``num_rounds`` rounds (:meth:`events_after`)."""
+        if num_rounds == 0:
+            return 0.0
+        return self.accounting.epsilon(self.events_after(num_rounds))
+
+    def calibrated(self, target_epsilon: float, num_rounds: int) -> ClientLevelSpec:
+        """The spec with the smallest z (to 0.1 %) whose :meth:`epsilon` is <= the target,
+        bisected on the same accountant and conversion as the run's ledger.
+
+        Raises
+        ------
+        ConfigError
+            For a non-positive target, or one that no z <= 1e6 reaches.
+        """
+        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
+        check(
+            isinstance(num_rounds, int) and num_rounds >= 1,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 1",
+        )
+        sb = self.count_noise_multiplier
+
+        def eps_of(z: float) -> float:
+            if sb is not None and 2 * sb <= z:
+                return math.inf
+            return self.with_noise(z).epsilon(num_rounds)
+
+        top = 1e6 if sb is None else 2 * sb * (1 - 1e-9)
+        hint = self._hint(target, num_rounds)
+        z = bisect_noise(
+            eps_of,
+            target,
+            field="privacy.noise_multiplier",
+            highest=top,
+            hint=hint,
+            rtol=1e-3 if hint is None else 3e-3,  # allocation: ~5 s per PLD
+        )
+        return self.with_noise(z, target)
+
+    def _hint(self, target: float, num_rounds: int) -> tuple[float, float] | None:
+        """A bracket for random allocation (each PLD costs seconds): the z of Poisson sampling
+        at q = k/t on dp-accounting's fast PLD, widened by 25 % each way (checked by
+        :func:`~fedpriv.accounting.core.calibrate.bisect_noise` before use)."""
+        c = self.bound_cohort
+        if c.client_sampling is not ClientSampling.RANDOM_ALLOCATION:
+            return None
+        q = c.rounds_per_client / c.allocation_window  # type: ignore[operator]
+        poisson = CohortSampler(c.num_clients, ClientSampling.POISSON, client_sample_rate=q)
+        proxy = dataclasses.replace(self, cohort=poisson, count_noise_multiplier=None)
+        z = proxy.calibrated(target, num_rounds).sigma
+        return (z / 1.25, z * 1.25)
+
+    def extra_summary(self) -> dict[str, Any]:
+        """The privacy unit, the mechanism, σ_Δ, the neighbouring relation and the cohort
+        sampling's parameters (flat, as ``fedpriv-account client-level`` takes them)."""
+        out: dict[str, Any] = {
+            "privacy_unit": "client",
+            "mechanism": "discrete_gaussian" if self.lattice_noise else "gaussian",
+            "neighboring_relation": self.neighboring_relation.value,
+        }
+        if self.noise_multiplier is not None:
+            out["update_noise_multiplier"] = self.update_noise_multiplier
+        c = self.cohort
+        if c is not None:
+            out.update(
+                client_sampling=c.client_sampling.value,
+                client_sample_rate=c.client_sample_rate,
+                num_sampled_clients=c.num_sampled_clients,
+                allocation_window=c.allocation_window,
+                rounds_per_client=c.rounds_per_client,
+            )
+        return out
+
+
+#: Keys of ``fedpriv-account client-level``.
+KEYS = (
+    "secure_mode",
+    "noise_multiplier",
+    "target_epsilon",
+    "num_clients",
+    "client_sampling",
+    "client_sample_rate",
+    "num_sampled_clients",
+    "allocation_window",
+    "rounds_per_client",
+    "count_noise_multiplier",
+    "num_rounds",
+    "target_delta",
+    "accountant",
+    "conversion",
+    "lower_bound",
+)
+#: The spec's summary entries ``fedpriv-account client-level`` prints.
+CLI_SUMMARY = (
+    "privacy_unit",
+    "noise_multiplier",
+    "update_noise_multiplier",
+    "count_noise_multiplier",
+    "client_sampling",
+    "neighboring_relation",
+    "client_sample_rate",
+    "num_sampled_clients",
+    "allocation_window",
+    "rounds_per_client",
+)
+
+
+def run_cli(params: dict[str, str]) -> dict[str, Any]:
+    """``fedpriv-account client-level``: ε (or the calibrated ``noise_multiplier`` for
+    ``target_epsilon``) of client-level DP-FedAvg after ``num_rounds`` rounds, for
+    ``client_sampling`` = all | poisson (``client_sample_rate``) | fixed_size
+    (``num_sampled_clients``) | random_allocation (``allocation_window``,
+    ``rounds_per_client``), with ``num_clients``, optional ``count_noise_multiplier``
+    (adaptive clipping), ``target_delta``, ``accountant``, ``conversion``, ``secure_mode``
+    (the trusted aggregator's lattice discrete Gaussian: RDP). The same
+    :class:`ClientLevelSpec` a run builds, so a run's settings give the run's ε.
+    ``lower_bound=true`` adds a computed lower bound on ε (``epsilon_lower_bound``: the room
+    the answer leaves); fixed-size cohorts also print the looser RDP bound
+    (``epsilon_rdp``); random allocation with ``rounds_per_client`` > 1 prints a Monte Carlo
+    estimate of ε with its confidence interval (``epsilon_estimate``,
+    ``epsilon_estimate_interval``), never used for the budget or calibration."""
+    p = Params(params, "client-level", KEYS)
+    spec = ClientLevelSpec.from_params(p)
+    num_rounds = p.int("num_rounds", 1, ge=1)
+    lower = p.bool("lower_bound", False)
+    spec, calibration = noise_or_target(p, spec, num_rounds)
+    summary = spec.summary()
+    out: dict[str, Any] = {"analysis": "client-level", **calibration}
+    out.update(
+        epsilon=spec.epsilon(num_rounds),
+        delta=spec.target_delta,
+        num_rounds=num_rounds,
+        num_clients=spec.bound_cohort.num_clients,
+        expected_cohort_size=spec.bound_cohort.expected_size,
+        accountant=spec.accountant.value,
+        conversion=spec.conversion.value,
+        **{k: summary[k] for k in CLI_SUMMARY},
+    )
+    return out | _other_bounds(spec, num_rounds, lower)
+
+
+def _other_bounds(spec: ClientLevelSpec, num_rounds: int, lower: bool) -> dict[str, Any]:
+    """Fixed-size cohorts under PLD: the RDP fallback's ε beside it (``epsilon_rdp``); with
+    ``lower`` a computed lower bound on ε (:mod:`fedpriv.accounting.core.lower_bound`)."""
+    out: dict[str, Any] = {}
+    fixed = spec.bound_cohort.client_sampling is ClientSampling.FIXED_SIZE
+    if fixed and spec.accountant is Accountant.PLD and not spec.non_private:
+        rdp = dataclasses.replace(spec, accountant=Accountant.RDP)
+        out["epsilon_rdp"] = rdp.epsilon(num_rounds)
+    if not spec.non_private:
+        out.update(_allocation_estimate(spec, num_rounds, lower))
+    if lower:
+        bound = (
+            math.inf
+            if spec.non_private
+            else epsilon_lower_bound(spec.events_after(num_rounds), spec.target_delta)
+        )
+        out["epsilon_lower_bound"] = "not available for this analysis" if bound is None else bound
+    return out
+
+
+def _allocation_estimate(spec: ClientLevelSpec, num_rounds: int, lower: bool) -> dict[str, Any]:
+    """Random allocation with k > 1: the Monte Carlo ESTIMATE of the scheme's ε and its
+    confidence interval (:mod:`fedpriv.accounting.accountants.monte_carlo`), beside the budget (the
+    decomposition bound, which stays the budget); with ``lower``, how the lower bound holds.
+    """
+    c = spec.bound_cohort
+    if c.client_sampling is not ClientSampling.RANDOM_ALLOCATION or c.rounds_per_client == 1:
+        return {}
+    est = allocation_epsilon_estimate(spec.events_after(num_rounds), spec.target_delta)
+    if est is None:
+        return {}
+    out: dict[str, Any] = {
+        "epsilon_estimate": est.epsilon,
+        "epsilon_estimate_interval": f"[{est.lower:.6g}, {est.upper:.6g}] at "
+        f"{est.confidence:.0%} confidence (Monte Carlo, {est.samples} samples per direction; "
+        "an estimate, not the budget)",
+    }
+    if lower:
+        out["epsilon_lower_bound_confidence"] = (
+            f"{est.confidence:.0%} (the larger of round 1's sure bound and the Monte Carlo "
+            "lower bound of the k-of-t pair)"
+        )
+    return out
