@@ -8,7 +8,8 @@ what SecAgg+ sums. The sum over the m clients carries Sk(μ): one Skellam releas
 which a client (the privacy unit) contributes ONE rounded vector (RDP: Agarwal, Kairouz, Liu,
 "The Skellam Mechanism for Differentially Private Federated Learning", arXiv:2110.04995, Thm
 3.5). The scale, mechanism and events come from the run's
-:class:`fedpriv.accounting.client_level.skellam.ClientLevelSkellamSpec`, whose Skellam part is the
+:class:`fedpriv.accounting.client_level.skellam_shares.ClientLevelSkellamSpec`, whose Skellam part
+is the
 same :class:`fedpriv.accounting.skellam.SkellamSpec` that ``fedpriv-account skellam`` builds
 (``steps=1``, ``sample_rate=1``, ``local_samples=1``, ``max_grad_norm`` = C).
 
@@ -28,7 +29,7 @@ from torch import nn
 
 from clients.client_level_dpfedavg import ClientLevelDPFedAvg, NoisePlacement
 from clients.skellam_dpsgd import UPDATE_NAME, SkellamMessages, sums_signed
-from fedpriv.accounting.client_level.skellam import ClientLevelSkellamSpec
+from fedpriv.accounting.client_level.skellam_shares import ClientLevelSkellamSpec
 from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.common.errors import check
 from fedpriv.data.client_data import ClientData

@@ -14,7 +14,7 @@ from scipy import special, stats
 from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
 from fedpriv.accounting.core.vocabulary import Accountant, Conversion
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
-from fedpriv.accounting.loss_models.skellam import (
+from fedpriv.accounting.loss_models.skellam_rdp import (
     SkellamEvent,
     rounded_sensitivities,
     skellam_rdp,

@@ -69,7 +69,6 @@ def test_family_role_modules_sit_only_in_family_subpackages() -> None:
         str(p.relative_to(REPO))
         for pkg in PACKAGES
         for p in (REPO / pkg).rglob("*.py")
-        if p.stem in FAMILY_ROLES
-        and (p.parent.parent != accounting or p.parent.name in concepts)
+        if p.stem in FAMILY_ROLES and (p.parent.parent != accounting or p.parent.name in concepts)
     ]
     assert misplaced == []

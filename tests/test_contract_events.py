@@ -17,7 +17,7 @@ from fedpriv.accounting.core.ledger import INTEGER_ORDERS
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.loss_models.local_randomizer import LocalReleaseEvent
-from fedpriv.accounting.loss_models.skellam import SkellamEvent
+from fedpriv.accounting.loss_models.skellam_rdp import SkellamEvent
 from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
 from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent
 from tests.contracts import EventContract, gaussian_epsilon

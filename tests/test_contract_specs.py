@@ -14,7 +14,7 @@ import pytest
 from fedpriv.accounting.batch_clipping.spec import BatchClippingSpec
 from fedpriv.accounting.checkin.gaussian import CheckinGaussianSpec
 from fedpriv.accounting.checkin.spec import CheckinSpec
-from fedpriv.accounting.client_level.skellam import ClientLevelSkellamSpec
+from fedpriv.accounting.client_level.skellam_shares import ClientLevelSkellamSpec
 from fedpriv.accounting.client_level.spec import ClientLevelSpec
 from fedpriv.accounting.core.vocabulary import Accountant
 from fedpriv.accounting.dpsgd import DPSGDSpec

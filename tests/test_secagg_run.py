@@ -10,7 +10,7 @@ import pytest
 from clients.skellam_dpsgd import SkellamDPSGD
 from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.core.privacy_spec import UnaccountableRound
-from fedpriv.accounting.loss_models.skellam import SkellamEvent
+from fedpriv.accounting.loss_models.skellam_rdp import SkellamEvent
 from fedpriv.accounting.secagg.spec import secagg_dpsgd
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.config import compose_config as _cfg

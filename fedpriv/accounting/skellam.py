@@ -2,7 +2,7 @@
 
 The spec picks the scale, builds the mechanism and states its events; the loss model (RDP of
 the Skellam mechanism, sensitivities after rounding, :class:`SkellamEvent`) is
-:mod:`fedpriv.accounting.loss_models.skellam` and Poisson subsampling of its RDP curve is
+:mod:`fedpriv.accounting.loss_models.skellam_rdp` and Poisson subsampling of its RDP curve is
 :mod:`fedpriv.accounting.samplers.poisson`.
 
 References
@@ -32,7 +32,7 @@ from fedpriv.accounting.core.params import Params, noise_or_target
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
 from fedpriv.accounting.core.vocabulary import Accountant, Conversion
 from fedpriv.accounting.dpsgd import DPSGDSpec, LocalStepsSum
-from fedpriv.accounting.loss_models.skellam import SkellamEvent
+from fedpriv.accounting.loss_models.skellam_rdp import SkellamEvent
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
 from fedpriv.mechanisms.modular_range import DEFAULT_WRAP_STDDEVS, ScaleRule, SignalGrowth

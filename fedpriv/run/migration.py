@@ -59,12 +59,20 @@ MOVED_TARGETS: dict[str, str] = {
     ),
     "strategies.checkin.CheckinStrategy": "strategies.checkin_server.CheckinStrategy",
     "fedpriv.aggregation.IdealAggregator": "fedpriv.run.aggregation.IdealAggregator",
-    "fedpriv.accounting.batch_clipping.BatchClippingSpec": "fedpriv.accounting.batch_clipping.spec.BatchClippingSpec",
-    "fedpriv.accounting.checkin_spec.CheckinSpec": "fedpriv.accounting.checkin.spec.CheckinSpec",
-    "fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec": "fedpriv.accounting.checkin.gaussian.CheckinGaussianSpec",
-    "fedpriv.accounting.client_level.ClientLevelSpec": "fedpriv.accounting.client_level.spec.ClientLevelSpec",
-    "fedpriv.accounting.client_skellam.ClientLevelSkellamSpec": "fedpriv.accounting.client_level.skellam.ClientLevelSkellamSpec",
-    "fedpriv.accounting.ftrl.FTRLSpec": "fedpriv.accounting.ftrl.spec.FTRLSpec",
+    **{
+        f"fedpriv.accounting.{old}": f"fedpriv.accounting.{new}"
+        for old, new in (
+            ("batch_clipping.BatchClippingSpec", "batch_clipping.spec.BatchClippingSpec"),
+            ("checkin_spec.CheckinSpec", "checkin.spec.CheckinSpec"),
+            ("checkin_gaussian.CheckinGaussianSpec", "checkin.gaussian.CheckinGaussianSpec"),
+            ("client_level.ClientLevelSpec", "client_level.spec.ClientLevelSpec"),
+            (
+                "client_skellam.ClientLevelSkellamSpec",
+                "client_level.skellam_shares.ClientLevelSkellamSpec",
+            ),
+            ("ftrl.FTRLSpec", "ftrl.spec.FTRLSpec"),
+        )
+    },
 }
 
 

@@ -4,7 +4,7 @@ Each record enters the batch independently with probability ``q``; the mechanism
 batch. Given the RDP curve ``ε(j)`` of the unsampled mechanism at the integer orders
 ``j = 2..α``, :func:`poisson_subsampled_rdp` returns an RDP curve of the subsampled one. It is
 applied to the Skellam mechanism
-(:class:`~fedpriv.accounting.loss_models.skellam.SkellamEvent`) and the discrete Gaussian
+(:class:`~fedpriv.accounting.loss_models.skellam_rdp.SkellamEvent`) and the discrete Gaussian
 (:class:`~fedpriv.accounting.loss_models.discrete_gaussian.DiscreteGaussianEvent`); the
 continuous Gaussian's Poisson subsampling is dp-accounting's ``PoissonSampledDpEvent``
 (:func:`fedpriv.accounting.dpsgd.poisson_gaussian_event`).
@@ -67,7 +67,7 @@ def poisson_subsampled_rdp(
     * integer orders (checked here: :func:`integer_orders`).
 
     The second hypothesis cannot be checked on a callable; each caller states why it holds:
-    :class:`~fedpriv.accounting.loss_models.skellam.SkellamEvent` (symmetric noise ``Sk(μ)``:
+    :class:`~fedpriv.accounting.loss_models.skellam_rdp.SkellamEvent` (symmetric noise ``Sk(μ)``:
     the reflection ``x ↦ Δ − x`` swaps the pair, so one curve bounds both orders; checked
     numerically in both directions by
     ``tests/test_accounting_skellam.py::test_skellam_bound_dominates_exact_1d_divergence``) and
