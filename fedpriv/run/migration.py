@@ -59,11 +59,19 @@ MOVED_TARGETS: dict[str, str] = {
     ),
     "strategies.checkin.CheckinStrategy": "strategies.checkin_server.CheckinStrategy",
     "fedpriv.aggregation.IdealAggregator": "fedpriv.run.aggregation.IdealAggregator",
-    "fedpriv.accounting.batch_clipping.BatchClippingSpec": "fedpriv.accounting.batch_clipping.spec.BatchClippingSpec",
+    "fedpriv.accounting.batch_clipping.BatchClippingSpec": (
+        "fedpriv.accounting.batch_clipping.spec.BatchClippingSpec"
+    ),
     "fedpriv.accounting.checkin_spec.CheckinSpec": "fedpriv.accounting.checkin.spec.CheckinSpec",
-    "fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec": "fedpriv.accounting.checkin.gaussian.CheckinGaussianSpec",
-    "fedpriv.accounting.client_level.ClientLevelSpec": "fedpriv.accounting.client_level.spec.ClientLevelSpec",
-    "fedpriv.accounting.client_skellam.ClientLevelSkellamSpec": "fedpriv.accounting.client_level.skellam.ClientLevelSkellamSpec",
+    "fedpriv.accounting.checkin_gaussian.CheckinGaussianSpec": (
+        "fedpriv.accounting.checkin.gaussian.CheckinGaussianSpec"
+    ),
+    "fedpriv.accounting.client_level.ClientLevelSpec": (
+        "fedpriv.accounting.client_level.spec.ClientLevelSpec"
+    ),
+    "fedpriv.accounting.client_skellam.ClientLevelSkellamSpec": (
+        "fedpriv.accounting.client_level.skellam.ClientLevelSkellamSpec"
+    ),
     "fedpriv.accounting.ftrl.FTRLSpec": "fedpriv.accounting.ftrl.spec.FTRLSpec",
 }
 
