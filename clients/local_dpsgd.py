@@ -93,7 +93,8 @@ class LocalDPSGD(ClientAlgorithm):
     Raises
     ------
     ConfigError
-        For out-of-range or non-finite fields (see :class:`~fedpriv.accounting.dpsgd.DPSGDSpec`).
+        For out-of-range or non-finite fields (see :class:`~fedpriv.accounting.dpsgd.DPSGDSpec`),
+        and ``privacy.sample_rate=0`` (the spec takes it for ``fedpriv-account``; a run refuses it).
     """
 
     spec_type: ClassVar[type[PrivacySpec]] = DPSGDSpec
@@ -129,6 +130,12 @@ class LocalDPSGD(ClientAlgorithm):
             "must be an integer >= 1 (records per forward pass) or null (the whole batch)",
         )
         check_spec(self, self.spec_type)
+        check(  # fedpriv-account takes q = 0 (epsilon 0); a run at q = 0 would train nothing
+            self.privacy.sample_rate > 0,
+            "privacy.sample_rate",
+            self.privacy.sample_rate,
+            "must be in (0, 1] for a run (at 0 no step would use any record)",
+        )
         object.__setattr__(self, "privacy", self.privacy.bound(**self.bound_facts()))
 
     def bound_facts(self) -> dict[str, Any]:

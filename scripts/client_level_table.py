@@ -22,13 +22,21 @@ Usage::
     ... --samplers random_allocation --targets 3 8 --out outputs/client_level_b   # a part
 
 Everything after ``--`` is passed to every run (e.g. ``num_rounds=50`` for a quick look).
+
+Ctrl-C (SIGINT) stops the whole table, not just the run in progress: that run gets one SIGINT
+(it finishes its round and saves itself as ``stopped``; a second Ctrl-C aborts it), its row is
+written as ``interrupted``, ``table.md`` is marked unfinished, and the script exits 130. The
+same happens when the SIGINT reaches only the run (``kill -INT`` its pid). A rerun with the same
+``--out`` runs what is missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +44,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+#: The ``fedpriv`` command each row runs (its overrides appended).
+FEDPRIV = [sys.executable, "-m", "fedpriv.cli.experiment"]
+#: The status of a row whose run a SIGINT stopped (it stops the table; a rerun redoes it).
+INTERRUPTED = "interrupted"
 TARGETS = (1.0, 3.0, 8.0)
 #: Hydra overrides of each participation scheme (the experiment itself is Poisson, q = 0.02).
 SAMPLERS: dict[str, list[str]] = {
@@ -117,17 +129,15 @@ def run_one(
         *extra,
     ]
     t0 = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "fedpriv.cli.experiment", *args], cwd=REPO, check=False
-    )
+    returncode, interrupted = run_fedpriv(args)
     row: dict[str, Any] = {
         "sampler": sampler,
         "seed": seed,
         "target_epsilon": target,
-        "status": "failed",
+        "status": INTERRUPTED if interrupted else "failed",
     }
     results = run_dir / "results.json"
-    if proc.returncode == 0 and results.exists():
+    if returncode == 0 and results.exists() and not interrupted:
         r = json.loads(results.read_text())
         row.update(
             status=r["status"],
@@ -137,6 +147,36 @@ def run_one(
         )
     row["s"] = round(time.monotonic() - t0, 1)
     return row
+
+
+def run_fedpriv(args: list[str]) -> tuple[int, bool]:
+    """Run ``fedpriv ARGS`` (:data:`FEDPRIV`) to its end: its exit code, and whether a SIGINT
+    stopped it.
+
+    The run has its own process group, so a Ctrl-C in the terminal reaches this script only,
+    which passes each SIGINT on to the run once (the first stops it after its round, a second
+    aborts it) and waits for it to exit. A run that a SIGINT sent to it alone stopped exits
+    130 (or -2 before fedpriv handles signals).
+    """
+    proc = subprocess.Popen([*FEDPRIV, *args], cwd=REPO, stdin=subprocess.DEVNULL, process_group=0)
+    interrupted = False
+    while True:
+        try:
+            returncode = proc.wait()
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+    return returncode, interrupted or returncode in (128 + signal.SIGINT, -signal.SIGINT)
+
+
+def _write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``runs.csv``: every row so far (rewritten after every run)."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        w.writeheader()
+        w.writerows(rows)
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -229,25 +269,52 @@ def main(argv: list[str] | None = None) -> None:
     path = args.out / "runs.csv"
     rows = [r for r in _read(path) if r["status"] == "complete"]  # a rerun adds what is missing
     chosen = args.samplers or list(TABLES[args.table][1])
-    for seed in args.seeds:  # a whole table per seed first
-        for sampler in chosen:
-            for target in args.targets:
-                same = [
-                    r
-                    for r in rows
-                    if r["sampler"] == sampler and float(r["target_epsilon"]) == target
-                ]
-                if any(int(r["seed"]) == seed for r in same):
-                    continue
-                sigma = float(same[0]["noise_multiplier"]) if same else None
-                rows.append(run_one(args.out, args.table, sampler, target, seed, extra, sigma))
-                with open(path, "w", newline="") as f:  # rewritten after every run
-                    w = csv.DictWriter(f, FIELDS)
-                    w.writeheader()
-                    w.writerows(rows)
+    try:
+        for seed in args.seeds:  # a whole table per seed first
+            for sampler in chosen:
+                for target in args.targets:
+                    same = [
+                        r
+                        for r in rows
+                        if r["sampler"] == sampler and float(r["target_epsilon"]) == target
+                    ]
+                    if any(int(r["seed"]) == seed for r in same):
+                        continue
+                    sigma = float(same[0]["noise_multiplier"]) if same else None
+                    row = run_one(args.out, args.table, sampler, target, seed, extra, sigma)
+                    rows.append(row)
+                    _write_rows(path, rows)
+                    if row["status"] == INTERRUPTED:
+                        stop_unfinished(args.out, rows, row)
+    except KeyboardInterrupt:  # between two runs
+        _write_rows(path, rows)
+        stop_unfinished(args.out, rows, None)
     table = render(rows)
     (args.out / "table.md").write_text(table + "\n")
     print(table)
+
+
+def stop_unfinished(out: Path, rows: list[dict[str, Any]], row: dict[str, Any] | None) -> None:
+    """A SIGINT stopped ``row``'s run (``None``: it came between two runs): write ``table.md``
+    of the finished runs marked unfinished, say so in one line and exit 130 (no further run
+    starts)."""
+    done = sum(r["status"] == "complete" for r in rows)
+    where = (
+        f"during {row['sampler']} at ε ≈ {float(row['target_epsilon']):g}, seed {row['seed']}"
+        if row is not None
+        else "between two runs"
+    )
+    note = (
+        f"**Unfinished**: stopped by SIGINT {where}; {done} run(s) complete in runs.csv. "
+        "Run the same command again to finish the table."
+    )
+    (out / "table.md").write_text(f"{note}\n\n{render(rows)}\n")
+    print(
+        f"client_level_table: stopped by SIGINT {where}; {out / 'runs.csv'} keeps "
+        f"{done} complete run(s), {out / 'table.md'} is marked unfinished",
+        file=sys.stderr,
+    )
+    sys.exit(128 + signal.SIGINT)
 
 
 if __name__ == "__main__":

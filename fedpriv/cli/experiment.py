@@ -7,9 +7,11 @@ code 2), before anything is trained or written.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -24,8 +26,10 @@ from fedpriv.cli.quick_exit import run_then_exit
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.run.config import (
     check_known_keys,
+    check_option,
     compose_config,
     conf_dir,
+    is_schema_option,
     register_schema,
     unknown_privacy_key,
 )
@@ -36,6 +40,11 @@ def _main(cfg: DictConfig) -> float | None:
     from fedpriv.run.runner import RunAborted, StartupInterrupted, run_experiment
 
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:  # an internal schema node picked by a sweep (glob) or a config file
+        for group, option in HydraConfig.get().runtime.choices.items():
+            check_option(str(group), option)
+    except ConfigError as exc:
+        fail(exc)
     if (out_dir / "results.json").exists() and not cfg.get("resume"):
         print(
             f"fedpriv: error: hydra.run.dir={out_dir} already holds a run (results.json): "
@@ -115,7 +124,8 @@ def _one_line(exc: BaseException) -> str:
         for line in text.split("Available options", 1)[1].splitlines()[1:]:
             if not line.strip() or line.strip().startswith("Config search path"):
                 break
-            options.append(line.strip())
+            if not is_schema_option(line.strip()):  # internal schema nodes are no options
+                options.append(line.strip())
         reason += "; available: " + ", ".join(options)
     return f"{key}: {reason}" if key else reason
 
@@ -134,6 +144,7 @@ def precheck(argv: list[str]) -> None:
     try:
         check_argv(argv)
         check_run_dirs(argv)
+        check_group_choices(argv)
     except ConfigError as exc:
         fail(exc)
     if any(a.startswith("-") for a in argv) or any("," in a for a in argv):
@@ -157,21 +168,79 @@ def precheck(argv: list[str]) -> None:
 
 def check_run_dirs(argv: list[str]) -> None:
     """Refuse a ``hydra.run.dir`` / ``hydra.sweep.dir`` that cannot be a directory (a file on
-    its path) before Hydra tries to create it.
+    its path) or cannot be created and written (``/proc/nope``, a read-only place) before
+    Hydra tries to create it. The directory is made and written once to find out, then what
+    the check made is removed again (the literal part before a ``${...}`` is checked).
 
     Raises
     ------
     ConfigError
-        ``hydra.run.dir=README.md/run is not a directory path: README.md is a file``.
+        ``hydra.run.dir=README.md/run is not a directory path: README.md is a file``;
+        ``hydra.run.dir='/proc/nope' cannot be created (No such file or directory: ...)``.
     """
     for arg in argv:
         key, _, value = arg.lstrip("+").partition("=")
-        if key not in ("hydra.run.dir", "hydra.sweep.dir") or not value:
+        if key not in RUN_DIR_KEYS or not value:
             continue
-        path = Path(value)
+        literal, interpolated, _ = value.partition("${")
+        path = Path(literal or ".")
+        if interpolated and not literal.endswith("/"):
+            path = path.parent  # the directory the interpolated name goes into
         for part in [path, *path.parents]:
             if part.exists() and not part.is_dir():
                 raise ConfigError(key, value, f"is not a directory path: {part} is a file")
+        problem = _cannot_write(path)
+        if problem:
+            raise ConfigError(
+                key,
+                value,
+                f"cannot be created ({problem}): give a directory you can write, "
+                f"e.g. {key}={RUN_DIR_KEYS[key]}",
+            )
+
+
+#: The run directory keys a command line may set, each with an example for the refusal.
+RUN_DIR_KEYS = {"hydra.run.dir": "outputs/my-run", "hydra.sweep.dir": "multirun/my-sweep"}
+
+
+def _cannot_write(path: Path) -> str:
+    """Why a file cannot be written in the directory ``path`` ('' if it can): the directory
+    (and its missing parents) is made and a file written in it, then both are removed."""
+    made: list[Path] = []
+    try:
+        for part in [*reversed(path.parents), path]:
+            if not part.is_dir():
+                part.mkdir()
+                made.append(part)
+        fd, probe = tempfile.mkstemp(prefix=".fedpriv-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename or path}"
+    finally:
+        for part in reversed(made):
+            with contextlib.suppress(OSError):
+                part.rmdir()
+    return ""
+
+
+def check_group_choices(argv: list[str]) -> None:
+    """Refuse an internal schema node given as a group's option (``client=dpsgd_schema``),
+    also in a sweep's list (``-m client=dpsgd,dpsgd_schema``).
+
+    Raises
+    ------
+    ConfigError
+        :func:`fedpriv.run.config.check_option`'s line, listing the group's options.
+    """
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        if not sep or "." in key or "/" in key:
+            continue
+        inner = re.sub(r"^\w+\((.*)\)$", r"\1", value.strip())  # choice(a,b), glob(...)
+        for option in inner.split(","):
+            if not any(c in option for c in "*?["):  # a glob's matches: checked per job
+                check_option(key, option.strip().strip("'\""))
 
 
 def unknown_key_error(overrides: list[str], key: str, value: str | None) -> ConfigError | None:
@@ -263,9 +332,21 @@ def main() -> None:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     register_schema()
+    quiet_hydra_lookups()
     sys.argv[1:] = resume_argv(sys.argv[1:])
     precheck(sys.argv[1:])
     hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")(_main)()
+
+
+def quiet_hydra_lookups() -> None:
+    """Drop the ERROR line Hydra logs when a ``_target_`` cannot be imported
+    (``hydra.utils.get_class``): fedpriv refuses that target in its own one line."""
+    logging.getLogger("hydra.utils").addFilter(_not_a_lookup_error)
+
+
+def _not_a_lookup_error(record: logging.LogRecord) -> bool:
+    """``False`` for ``hydra.utils``' ``Error getting class/callable/object at ...`` records."""
+    return not str(record.msg).startswith("Error getting ")
 
 
 def console_main() -> NoReturn:

@@ -233,7 +233,7 @@ def register_schema(conf: Path | None = None) -> None:
             if target == "???":  # custom.yaml: the user names the class
                 continue
             schema = option_schema(get_class(target))
-            store.store(group=group, name=f"{path.stem}_schema", node=schema)
+            store.store(group=group, name=path.stem + SCHEMA_SUFFIX, node=schema)
     if not OmegaConf.has_resolver("fedpriv_pid"):
         OmegaConf.register_new_resolver("fedpriv_pid", lambda: str(os.getpid()))
     _REGISTERED.add(conf)
@@ -241,6 +241,41 @@ def register_schema(conf: Path | None = None) -> None:
 
 #: The conf directories whose schemas are in the ConfigStore (registered once per process).
 _REGISTERED: set[Path] = set()
+
+#: The name ending of the schema nodes :func:`register_schema` stores in a class group.
+SCHEMA_SUFFIX = "_schema"
+
+
+def is_schema_option(name: str) -> bool:
+    """Whether ``name`` is one of the internal schema nodes of a class group (``dpsgd_schema``):
+    the option yamls extend them; they are no options of their own."""
+    return name.endswith(SCHEMA_SUFFIX)
+
+
+def group_options(group: str, conf: Path | None = None) -> list[str]:
+    """The options of config group ``group``: its yaml files in ``conf`` (default
+    :func:`conf_dir`), sorted."""
+    return sorted(path.stem for path in ((conf or conf_dir()) / group).glob("*.yaml"))
+
+
+def check_option(group: str, option: Any) -> None:
+    """Refuse an internal schema node chosen as the option of a class group
+    (``client=dpsgd_schema``).
+
+    Raises
+    ------
+    ConfigError
+        ``client='dpsgd_schema' is an internal schema, not an option: choose one of ...``.
+    """
+    if not (group in CLASS_GROUPS and isinstance(option, str) and is_schema_option(option)):
+        return
+    options = group_options(group)
+    if option not in options:  # a yaml of that name is a real option
+        raise ConfigError(
+            group,
+            option,
+            "is an internal schema, not an option: choose one of " + ", ".join(options),
+        )
 
 
 def conf_dir() -> Path:
