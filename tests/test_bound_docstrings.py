@@ -118,8 +118,8 @@ def test_the_walk_finds_the_bounds() -> None:
     members = public_members()
     for name in (
         "samplers.poisson.poisson_subsampled_rdp",
-        "loss_models.skellam.skellam_rdp",
-        "loss_models.skellam.SkellamEvent",
+        "loss_models.skellam_rdp.skellam_rdp",
+        "loss_models.skellam_rdp.SkellamEvent",
         "loss_models.discrete_gaussian.DiscreteGaussianEvent",
         "loss_models.gaussian_mixture.batch_clipping_epsilon",
         "samplers.batch_groups.sum_squares_law",  # behind lru_cache
@@ -143,7 +143,7 @@ def test_every_exemption_names_a_live_member_and_a_reason() -> None:
     "name",
     [
         "samplers.poisson.poisson_subsampled_rdp",
-        "loss_models.skellam.SkellamEvent",
+        "loss_models.skellam_rdp.SkellamEvent",
         "core.group_privacy.group_privacy_delta",
         "samplers.batch_groups.sum_squares_law",
     ],
