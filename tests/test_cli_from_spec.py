@@ -180,3 +180,16 @@ def test_from_params_builds_the_runs_spec_and_leaves_calibration_pending() -> No
     pending = DPSGDSpec.from_params(Params({**keys, "target_epsilon": "3"}, "poisson-gaussian"))
     assert pending.needs_calibration and pending.noise_multiplier is None
     assert math.isclose(pending.calibrated(3.0, 1).epsilon(1), 3.0, rel_tol=0.01)
+
+
+def test_dpsgd_lower_bound_is_the_runs_pair_in_both_analyses() -> None:
+    """A ``DPSGDSpec`` round releases its S local steps summed: ``poisson-gaussian`` and
+    ``secagg-dpsgd`` answer the same pair (``PrivacySpec.lower_bound``, one hook); releasing
+    every step (``steps=1``) reveals more, so its bound is larger, at the same ε."""
+    base = {"noise_multiplier": "2", "sample_rate": "0.1", "lower_bound": "true"}
+    summed = run("poisson-gaussian", {**base, "steps": "10"})
+    secagg = run("secagg-dpsgd", {**base, "steps": "10", "num_clients": "1"})
+    assert summed["epsilon_lower_bound"] == secagg["epsilon_lower_bound"] < summed["epsilon"]
+    each = run("poisson-gaussian", {**base, "steps": "1", "num_rounds": "10"})
+    assert each["epsilon"] == summed["epsilon"]
+    assert summed["epsilon_lower_bound"] < each["epsilon_lower_bound"] <= each["epsilon"]
