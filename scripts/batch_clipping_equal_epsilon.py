@@ -199,7 +199,8 @@ def paper_sigma(plan: RunPlan) -> float | None:
     """σ the first paper's f-DP mixture needs for the plan's target ε over its whole run
     (``sum_squares_law`` + ``calibrate_noise_multiplier``), whatever analysis the spec
     defaults to; ``None`` for Poisson sampling, which that analysis does not cover."""
-    from fedpriv.accounting.batch_clipping.spec import calibrate_noise_multiplier, sum_squares_law
+    from fedpriv.accounting.batch_clipping.spec import calibrate_noise_multiplier
+    from fedpriv.accounting.samplers.batch_groups import sum_squares_law
 
     spec = batch_spec(plan.privacy)
     if spec.is_poisson:

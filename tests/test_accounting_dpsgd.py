@@ -183,21 +183,18 @@ def test_pld_properties(sigma, q, steps, delta):
     assert e <= poisson_gaussian_epsilon(sigma, q, steps, delta, "rdp") + 1e-12
 
 
-def test_many_runs_compose_fast_enough():
-    # 10 distinct runs of 1e5 steps each: the automatic PLD grid keeps this to seconds.
-    import time
-
+def test_many_distinct_runs_compose_by_pld_below_rdp():
+    # 10 distinct runs of 1e5 steps each: the automatic PLD grid keeps this to seconds (timed by
+    # ``make bench-accounting``, not here).
     ledger = PrivacyLedger()
     for i in range(10):
         ledger.record(poisson_gaussian_event(0.8 + 0.05 * i, 0.01), 100_000)
-    t = time.perf_counter()
     eps = ledger.get_epsilon(1e-5)
     assert math.isfinite(eps)
     rdp = PrivacyLedger("rdp")
     for e, c in ledger.runs:
         rdp.record(e, c)
     assert eps <= rdp.get_epsilon(1e-5)
-    assert time.perf_counter() - t < 20  # ~1.1 s measured on 2 shared cores
     assert np.isclose(eps, 148.2, rtol=0.01)  # PLD at grid 1e-3 (148.19); grid 1e-4 gives 148.08
 
 

@@ -209,7 +209,7 @@ def test_event_from_dict_only_loads_event_classes():
 
 def test_analysis_names_what_answers_for_epsilon():
     from fedpriv.accounting.batch_clipping.spec import BatchClippingEvent
-    from fedpriv.accounting.skellam import SkellamEvent
+    from fedpriv.accounting.loss_models.skellam import SkellamEvent
 
     assert PrivacyLedger().analysis() == "none"
     pg = poisson_gaussian_event(1.1, 0.01)

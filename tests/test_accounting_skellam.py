@@ -14,13 +14,13 @@ from scipy import special, stats
 from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
 from fedpriv.accounting.core.vocabulary import Accountant, Conversion
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
-from fedpriv.accounting.skellam import (
+from fedpriv.accounting.loss_models.skellam import (
     SkellamEvent,
-    SkellamSpec,
-    poisson_subsampled_rdp,
     rounded_sensitivities,
     skellam_rdp,
 )
+from fedpriv.accounting.samplers.poisson import poisson_subsampled_rdp
+from fedpriv.accounting.skellam import SkellamSpec
 from fedpriv.common.errors import ConfigError
 
 logging.getLogger("absl").setLevel(logging.ERROR)

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from fedpriv.accounting.accountants import gdp
 from fedpriv.accounting.batch_clipping import spec as bc
 from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
+from fedpriv.accounting.loss_models import gaussian_mixture as mix
+from fedpriv.accounting.samplers import batch_groups as bg
 from fedpriv.cli.account import run as account
 from fedpriv.common.errors import ConfigError
 
@@ -88,7 +90,7 @@ def partition_shuffle_epoch(n: int, m: int, s: int, g: int) -> dict[int, Fractio
     return dict(law)
 
 
-def assert_law(got: bc.SumSquaresLaw, want: dict[int, Fraction], rel: float = 1e-12) -> None:
+def assert_law(got: bg.SumSquaresLaw, want: dict[int, Fraction], rel: float = 1e-12) -> None:
     d = got.as_dict()
     assert set(d) == {t for t, p in want.items() if p > 0}
     for t, p in want.items():
@@ -104,7 +106,7 @@ def assert_law(got: bc.SumSquaresLaw, want: dict[int, Fraction], rel: float = 1e
 def test_shuffle_epoch_against_all_permutations(m: int, s: int, g: int) -> None:
     n = 7  # 5040 permutations; leaves unused records when m s does not divide 7
     want = brute_shuffle(n, m, s, g, 1)
-    assert_law(bc.sum_squares_law("shuffle", n, m, s, n // (m * s), g, tail_tol=0.0), want)
+    assert_law(bg.sum_squares_law("shuffle", n, m, s, n // (m * s), g, tail_tol=0.0), want)
 
 
 @pytest.mark.parametrize("m, s, g, epochs", [(1, 2, 2, 3), (2, 1, 2, 2), (1, 1, 3, 2)])
@@ -112,7 +114,7 @@ def test_shuffle_epochs_against_brute_force(m: int, s: int, g: int, epochs: int)
     n = 5
     want = brute_shuffle(n, m, s, g, epochs)
     rounds = epochs * (n // (m * s))
-    assert_law(bc.sum_squares_law("shuffle", n, m, s, rounds, g, tail_tol=0.0), want)
+    assert_law(bg.sum_squares_law("shuffle", n, m, s, rounds, g, tail_tol=0.0), want)
 
 
 def test_partial_epoch() -> None:
@@ -120,7 +122,7 @@ def test_partial_epoch() -> None:
     n, m, s, g = 6, 1, 2, 2
     perms = list(itertools.permutations(range(n)))
     want = Counter(_sum_k2(p, g, m, s, 2) for p in perms)
-    law = bc.sum_squares_law("shuffle", n, m, s, 3 + 2, g, tail_tol=0.0)  # 1 epoch + 2 rounds
+    law = bg.sum_squares_law("shuffle", n, m, s, 3 + 2, g, tail_tol=0.0)  # 1 epoch + 2 rounds
     full = brute_shuffle(n, m, s, g, 1)
     expect: dict[int, Fraction] = Counter()
     for t1, p1 in full.items():
@@ -135,7 +137,7 @@ def test_partial_epoch() -> None:
 def test_shuffle_epoch_against_partition_method(m: int, s: int, g: int) -> None:
     n = 43  # several rounds plus unused records
     want = partition_shuffle_epoch(n, m, s, g)
-    assert_law(bc.shuffle_epoch_law(n, m, s, g), want)
+    assert_law(bg.shuffle_epoch_law(n, m, s, g), want)
 
 
 @pytest.mark.parametrize(
@@ -144,13 +146,13 @@ def test_shuffle_epoch_against_partition_method(m: int, s: int, g: int) -> None:
 def test_subsample_against_brute_force(m: int, s: int, g: int, rounds: int) -> None:
     n = 6
     want = brute_subsample(n, m, s, g, rounds)
-    assert_law(bc.sum_squares_law("subsample", n, m, s, rounds, g, tail_tol=0.0), want)
+    assert_law(bg.sum_squares_law("subsample", n, m, s, rounds, g, tail_tol=0.0), want)
 
 
 def test_subsample_g1_is_binomial() -> None:
     # g = 1: k is Bernoulli(m s / N) per round, so c^2 ~ Binomial(T, m s / N).
     n, m, s, rounds = 1000, 4, 8, 500
-    law = bc.sum_squares_law("subsample", n, m, s, rounds, 1, tail_tol=0.0).as_dict()
+    law = bg.sum_squares_law("subsample", n, m, s, rounds, 1, tail_tol=0.0).as_dict()
     pmf = scipy.stats.binom.pmf(np.arange(rounds + 1), rounds, m * s / n)
     for t, p in enumerate(pmf):
         if p > 1e-250:
@@ -173,7 +175,7 @@ def test_shuffle_against_monte_carlo() -> None:
             seen[rows, grp[hit]] = True
             k = seen.sum(axis=1)
             t += k * k
-    law = bc.sum_squares_law("shuffle", n, m, s, epochs * (n // (m * s)), g).as_dict()
+    law = bg.sum_squares_law("shuffle", n, m, s, epochs * (n // (m * s)), g).as_dict()
     obs = Counter(t.tolist())
     keys = [k for k in law if law[k] * draws >= 5]
     exp = np.array([law[k] * draws for k in keys])
@@ -230,28 +232,28 @@ def test_table1_bounds_hold_and_are_attained_in_the_worst_case(g: int) -> None:
 def test_group_privacy_sqrt_g_for_batch_clipping() -> None:
     # the exact mu-equivalent grows like sqrt(g) (mean c^2 close to g E) for m = 1
     for g in [1, 2, 4, 8]:
-        law = bc.sum_squares_law("shuffle", 60000, 1, 256, 60 * (60000 // 256), g)
+        law = bg.sum_squares_law("shuffle", 60000, 1, 256, 60 * (60000 // 256), g)
         assert law.mean() <= g * 60
         assert law.mean() >= 0.98 * g * 60 * (234 * 256 / 60000)
 
 
 # --------------------------------------------------------------------------- mixture, calibration
 def test_epsilon_is_mixture_of_gaussians() -> None:
-    law = bc.sum_squares_law("subsample", 50, 2, 3, 20, 2, tail_tol=0.0)
+    law = bg.sum_squares_law("subsample", 50, 2, 3, 20, 2, tail_tol=0.0)
     d = law.as_dict()
-    eps = bc.batch_clipping_epsilon(law, 1.3, 1e-5)
+    eps = mix.batch_clipping_epsilon(law, 1.3, 1e-5)
     direct = sum(p * gdp.gdp_delta(eps, math.sqrt(t) / 1.3) for t, p in d.items())
     assert direct <= 1e-5 * (1 + 1e-9)
     assert direct == pytest.approx(1e-5, rel=1e-6)
 
 
 def test_lumping_is_conservative() -> None:
-    exact = bc.sum_squares_law("subsample", 3000, 8, 4, 2000, 4, tail_tol=0.0)
-    lumped = bc.sum_squares_law("subsample", 3000, 8, 4, 2000, 4, tail_tol=1e-30)
+    exact = bg.sum_squares_law("subsample", 3000, 8, 4, 2000, 4, tail_tol=0.0)
+    lumped = bg.sum_squares_law("subsample", 3000, 8, 4, 2000, 4, tail_tol=1e-30)
     assert lumped.lumped_mass <= 1e-30
     assert len(lumped.as_dict()) < len(exact.as_dict())
-    e_exact = bc.batch_clipping_epsilon(exact, 2.0, 1e-6)
-    e_lumped = bc.batch_clipping_epsilon(lumped, 2.0, 1e-6)
+    e_exact = mix.batch_clipping_epsilon(exact, 2.0, 1e-6)
+    e_lumped = mix.batch_clipping_epsilon(lumped, 2.0, 1e-6)
     assert e_exact <= e_lumped <= e_exact * (1 + 1e-9)
 
 
@@ -272,9 +274,9 @@ def test_calibration_round_trip() -> None:
     )
     sigma = out["noise_multiplier"]
     assert out["calibrated"] == "noise_multiplier" and out["delta"] <= 1e-5
-    law = bc.sum_squares_law("subsample", 5000, 1, 50, 300, 2)
-    assert bc.batch_clipping_epsilon(law, sigma, 1e-5) <= 3.0
-    assert bc.batch_clipping_epsilon(law, 0.99 * sigma, 1e-5) > 3.0
+    law = bg.sum_squares_law("subsample", 5000, 1, 50, 300, 2)
+    assert mix.batch_clipping_epsilon(law, sigma, 1e-5) <= 3.0
+    assert mix.batch_clipping_epsilon(law, 0.99 * sigma, 1e-5) > 3.0
 
 
 # --------------------------------------------------------------------------- ledger event
@@ -337,10 +339,11 @@ def test_poisson_refusal_points_to_the_right_analysis() -> None:
 
 
 def test_no_noise_is_infinite_only_when_touched() -> None:
-    law = bc.sum_squares_law("shuffle", 100, 1, 10, 10, 1)
-    assert bc.batch_clipping_epsilon(law, 0.0, 1e-5) == math.inf
+    law = bg.sum_squares_law("shuffle", 100, 1, 10, 10, 1)
+    assert mix.batch_clipping_epsilon(law, 0.0, 1e-5) == math.inf
     assert (
-        bc.batch_clipping_epsilon(bc.sum_squares_law("shuffle", 100, 1, 10, 0, 1), 0.0, 1e-5) == 0.0
+        mix.batch_clipping_epsilon(bg.sum_squares_law("shuffle", 100, 1, 10, 0, 1), 0.0, 1e-5)
+        == 0.0
     )
 
 
@@ -366,8 +369,8 @@ def test_epsilon_monotone(
         return
 
     def eps(g_: int, e_: int, sig: float) -> float:
-        law = bc.sum_squares_law(sampling, n, m, s, e_ * per, g_)
-        return bc.batch_clipping_epsilon(law, sig, 1e-5)
+        law = bg.sum_squares_law(sampling, n, m, s, e_ * per, g_)
+        return mix.batch_clipping_epsilon(law, sig, 1e-5)
 
     base = eps(g, epochs, sigma)
     assert not math.isnan(base) and base >= 0

@@ -47,8 +47,28 @@ def test_no_run_layer_function_is_longer_than_60_code_lines() -> None:
     assert long == []
 
 
+#: Names with one role in every accounting family subpackage (``fedpriv/accounting/<family>/``):
+#: ``spec`` is the family's :class:`PrivacySpec`, ``lower`` its lower bound on ε.
+FAMILY_ROLES = frozenset({"spec", "lower"})
+
+
 def test_no_module_name_repeats() -> None:
     names = Counter(
-        p.stem for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py") if p.stem != "__init__"
+        p.stem
+        for pkg in PACKAGES
+        for p in (REPO / pkg).rglob("*.py")
+        if p.stem != "__init__" and p.stem not in FAMILY_ROLES
     )
     assert [name for name, n in names.items() if n > 1] == []
+
+
+def test_family_role_modules_sit_only_in_family_subpackages() -> None:
+    accounting = REPO / "fedpriv" / "accounting"
+    concepts = {"core", "accountants", "loss_models", "samplers"}
+    misplaced = [
+        str(p.relative_to(REPO))
+        for pkg in PACKAGES
+        for p in (REPO / pkg).rglob("*.py")
+        if p.stem in FAMILY_ROLES and (p.parent.parent != accounting or p.parent.name in concepts)
+    ]
+    assert misplaced == []

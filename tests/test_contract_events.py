@@ -17,9 +17,9 @@ from fedpriv.accounting.core.ledger import INTEGER_ORDERS
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.loss_models.local_randomizer import LocalReleaseEvent
+from fedpriv.accounting.loss_models.skellam import SkellamEvent
 from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
 from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent
-from fedpriv.accounting.skellam import SkellamEvent
 from tests.contracts import EventContract, gaussian_epsilon
 
 DELTA = 1e-5

@@ -22,6 +22,7 @@ import pytest
 from fedpriv.accounting.accountants.gdp import gdp_epsilon
 from fedpriv.accounting.batch_clipping import spec as bc
 from fedpriv.accounting.core.ledger import PrivacyLedger
+from fedpriv.accounting.samplers import batch_groups as bg
 from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.data.idx import read_idx
@@ -94,7 +95,7 @@ def test_tiny_table_runs_calibrated_rows_and_resumes(tmp_path: Path, shared_data
             assert res["epsilon"] == pytest.approx(ledger.get_epsilon(1e-5), rel=1e-9)
         assert res["analysis"] and res["neighboring_relation"] == "replace_one"
         if rec["split"] == "final":  # the paper's σ at the same ε: never below the σ used
-            law = bc.sum_squares_law(row["sampler"], n, row["m"], row["s"], n // 64, 1)
+            law = bg.sum_squares_law(row["sampler"], n, row["m"], row["s"], n // 64, 1)
             assert rec["paper_sigma"] == bc.calibrate_noise_multiplier(law, 8.0, 1e-5)
             assert res["sigma"] <= rec["paper_sigma"] * 1.001
         assert res["epsilon_g8"] > res["epsilon_g4"] > res["epsilon_g2"] > res["epsilon_g1"]
@@ -293,7 +294,7 @@ def test_paper_sigma_is_the_mixture_calibration(
     sampler, m = eq.parse_variant(variant, 64)
     row = eq.Row("logistic", sampler, m, 64 // m, 3.0)
     plan = eq.prepared(_args(shared_data, tmp_path), row, "final", 0.1, 0)
-    law = bc.sum_squares_law(sampler, 640, m, 64 // m, 10)  # 1 epoch of 640 // 64 steps
+    law = bg.sum_squares_law(sampler, 640, m, 64 // m, 10)  # 1 epoch of 640 // 64 steps
     assert eq.paper_sigma(plan) == bc.calibrate_noise_multiplier(law, 3.0, 1e-5)
 
 

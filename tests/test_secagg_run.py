@@ -10,8 +10,8 @@ import pytest
 from clients.skellam_dpsgd import SkellamDPSGD
 from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.core.privacy_spec import UnaccountableRound
+from fedpriv.accounting.loss_models.skellam import SkellamEvent
 from fedpriv.accounting.secagg.spec import secagg_dpsgd
-from fedpriv.accounting.skellam import SkellamEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.run.config import compose_config as _cfg
 from fedpriv.run.prepare import build_server, prepare

@@ -255,8 +255,8 @@ class TestChooseScale:
             )
 
     def test_sensitivities_match_the_accountant(self) -> None:
-        # the accountant's independent helper (fedpriv.accounting.skellam) on the padded dimension
-        from fedpriv.accounting.skellam import rounded_sensitivities
+        # the accountant's independent helper (loss_models.skellam) on the padded dimension
+        from fedpriv.accounting.loss_models.skellam import rounded_sensitivities
 
         for rotation, beta in [(False, 0.0), (True, math.exp(-0.5)), (False, 0.3)]:
             m = mech(dim=1000, scale=300.0, rotation=rotation, beta=beta)

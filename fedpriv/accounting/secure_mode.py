@@ -18,7 +18,7 @@ symmetric: shifting by the difference of the two inputs swaps them), which is th
 of the Poisson-subsampled RDP bound for add/remove neighbours (Steinke 2022, "Composition of
 Differential Privacy & Privacy Amplification by Subsampling", arXiv:2210.00597, its
 Poisson-subsampling RDP theorem at integer orders;
-:func:`fedpriv.accounting.skellam.poisson_subsampled_rdp`), used by
+:func:`fedpriv.accounting.samplers.poisson.poisson_subsampled_rdp`), used by
 :class:`~fedpriv.accounting.loss_models.discrete_gaussian.DiscreteGaussianEvent`.
 """
 

@@ -1,48 +1,37 @@
-"""Skellam mechanism: RDP, Poisson subsampling of any RDP curve, rounding sensitivities.
+"""The Skellam family: multi-step local DP-SGD with Skellam noise on integers (SkellamSpec).
 
-The (distributed) Skellam mechanism (Agarwal, Kairouz, Liu 2021) scales a vector by ``scale``,
-rounds it randomly to integers, adds ``Sk(μ) = Pois(μ) - Pois(μ)`` per coordinate (variance
-2μ), sums modulo ``2**bits`` and unscales. Everything here is in the scaled integer domain:
-``mu`` is the Poisson mean of each side of the *total* noise and the sensitivities are those
-of one rounded, scaled contribution.
+The spec picks the scale, builds the mechanism and states its events; the loss model (RDP of
+the Skellam mechanism, sensitivities after rounding, :class:`SkellamEvent`) is
+:mod:`fedpriv.accounting.loss_models.skellam` and Poisson subsampling of its RDP curve is
+:mod:`fedpriv.accounting.samplers.poisson`.
 
 References
 ----------
 Agarwal, Kairouz, Liu (2021), "The Skellam Mechanism for Differentially Private Federated
-Learning", NeurIPS, Theorem 3.5 / Corollary 3.6 (RDP).
+Learning", NeurIPS, arXiv:2110.04995, Theorem 3.5 / Corollary 3.6 (RDP).
 Steinke (2022), "Composition of Differential Privacy & Privacy Amplification by Subsampling",
-arXiv 2210.00597 (RDP of Poisson subsampling, integer orders, add/remove).
-Kairouz, Liu, Steinke (2021), "The Distributed Discrete Gaussian Mechanism for Federated
-Learning with Secure Aggregation", ICML, Theorem 1 (norm after conditional randomized rounding).
+arXiv:2210.00597 (RDP of Poisson subsampling, integer orders, add/remove).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
-from collections.abc import Callable
 from typing import Any, ClassVar
 
-import numpy as np
-from scipy import special, stats
+from scipy import stats
 
 from fedpriv.accounting.core.calibrate import bisect_noise
-from fedpriv.accounting.core.ledger import IntegerRdpEvent
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
 from fedpriv.accounting.core.vocabulary import Accountant
 from fedpriv.accounting.dpsgd import DPSGDSpec, LocalStepsSum
-from fedpriv.common.errors import ConfigError, check
+from fedpriv.accounting.loss_models.skellam import SkellamEvent
+from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
 from fedpriv.mechanisms.modular_range import DEFAULT_WRAP_STDDEVS, ScaleRule, SignalGrowth
-from fedpriv.mechanisms.skellam_noise import (
-    DEFAULT_BETA,
-    MAX_BITS,
-    SkellamMechanism,
-    rounded_norm_bound,
-)
+from fedpriv.mechanisms.skellam_noise import DEFAULT_BETA, MAX_BITS, SkellamMechanism
 
 #: Probability that some client's Poisson batches hold more vectors than the high-probability
 #: count the probabilistic rule sizes the range for (:func:`summands_bound`).
@@ -57,191 +46,6 @@ def _check_count(field: str, value: Any, low: int) -> None:
         value,
         f"must be an integer >= {low}",
     )
-
-
-def _integer_orders(orders: np.ndarray) -> np.ndarray:
-    orders = np.asarray(orders, dtype=float)
-    if orders.size == 0 or np.any(orders < 2) or np.any(orders != np.round(orders)):
-        raise ConfigError("orders", orders.tolist(), "must be integers >= 2 (Skellam/Steinke RDP)")
-    return orders
-
-
-def skellam_rdp(
-    orders: np.ndarray, mu: float, l1_sensitivity: float, l2_sensitivity: float
-) -> np.ndarray:
-    """RDP ε(α) of the Skellam mechanism ``x + Sk(μ)`` per coordinate (no subsampling).
-
-    ``ε(α) = αΔ2²/(4μ) + min(((2α−1)Δ2² + 6Δ1)/(16μ²), 3Δ1/(4μ))`` (AKL21 Thm 3.5 with
-    the noise variance 2μ; the Gaussian of the same variance has the first term only).
-
-    Parameters
-    ----------
-    orders : array of int, shape (k,)
-        Integer orders α >= 2.
-    mu : float
-        Poisson mean of each side, > 0 (noise variance 2μ per coordinate), scaled units.
-    l1_sensitivity, l2_sensitivity : float
-        Δ1, Δ2 >= 0 of one contribution in scaled integer units.
-
-    Returns
-    -------
-    np.ndarray, shape (k,)
-        ε(α); ``inf`` where μ = 0 and Δ2 > 0.
-
-    Raises
-    ------
-    ConfigError
-        For non-integer orders or negative parameters.
-    """
-    a = _integer_orders(orders)
-    check(mu >= 0 and math.isfinite(mu), "mu", mu, "must be a finite number >= 0")
-    check(l1_sensitivity >= 0, "l1_sensitivity", l1_sensitivity, "must be >= 0")
-    check(l2_sensitivity >= 0, "l2_sensitivity", l2_sensitivity, "must be >= 0")
-    d1, d2 = float(l1_sensitivity), float(l2_sensitivity)
-    if d2 == 0 and d1 == 0:
-        return np.zeros_like(a)
-    if mu == 0:
-        return np.full_like(a, np.inf)
-    extra = np.minimum(((2 * a - 1) * d2**2 + 6 * d1) / (16 * mu**2), 3 * d1 / (4 * mu))
-    return a * d2**2 / (4 * mu) + extra
-
-
-def poisson_subsampled_rdp(
-    orders: np.ndarray, sample_rate: float, base_rdp: Callable[[np.ndarray], np.ndarray]
-) -> np.ndarray:
-    """RDP of a mechanism run on a Poisson subsample (rate q), add/remove, integer α.
-
-    ``ε'(α) = 1/(α−1) ln[(1−q)^{α−1}(1+(α−1)q) + Σ_{j=2..α} C(α,j)(1−q)^{α−j} q^j e^{(j−1)ε(j)}]``
-    (Steinke 2022; for the Gaussian it equals the exact formula of Mironov, Talwar, Zhang 2019),
-    and never more than the unsampled ``ε(α)``.
-
-    Parameters
-    ----------
-    orders : array of int, shape (k,)
-        Integer orders α >= 2.
-    sample_rate : float
-        q in [0, 1].
-    base_rdp : callable
-        Integer orders (array) -> RDP ε(j) of the unsampled mechanism (same shape).
-
-    Returns
-    -------
-    np.ndarray, shape (k,)
-    """
-    a = _integer_orders(orders)
-    check(0 <= sample_rate <= 1, "sample_rate", sample_rate, "must be in [0, 1]")
-    base = np.asarray(base_rdp(a), dtype=float)
-    if sample_rate == 1:
-        return base
-    if sample_rate == 0:
-        return np.zeros_like(a)
-    q = float(sample_rate)
-    j = np.arange(2, int(a.max()) + 1, dtype=float)
-    eps_j = np.asarray(base_rdp(j), dtype=float)
-    A = a[:, None]
-    J = j[None, :]
-    with np.errstate(invalid="ignore", over="ignore"):
-        log_terms = (
-            special.gammaln(A + 1)
-            - special.gammaln(J + 1)
-            - special.gammaln(A - J + 1)
-            + (A - J) * math.log1p(-q)
-            + J * math.log(q)
-            + (J - 1) * eps_j[None, :]
-        )
-    log_terms = np.where(J <= A, log_terms, -np.inf)
-    log0 = (a - 1) * math.log1p(-q) + np.log1p((a - 1) * q)
-    total = special.logsumexp(np.concatenate([log0[:, None], log_terms], axis=1), axis=1)
-    return np.asarray(np.minimum(total / (a - 1), base), dtype=float)
-
-
-def rounded_sensitivities(
-    clipping_norm: float, scale: float, num_params: int, beta: float = 0.0
-) -> tuple[float, float]:
-    """ℓ1 and ℓ2 sensitivity of one clipped vector after scaling and randomized rounding.
-
-    A vector of ℓ2 norm ≤ ``clipping_norm`` is multiplied by ``scale`` and each of its
-    ``num_params`` coordinates is rounded up or down at random. Rounding moves each coordinate
-    by < 1, so ``Δ2 = sC + √d`` always; with *conditional* rounding (re-round until the norm
-    is below the bound; failure probability ``beta``) also
-    ``Δ2 ≤ √((sC)² + d/4 + √(2 ln(1/β)) (sC + √d/2))`` (KLS21 Thm 1). For an integer vector
-    ``‖x‖1 ≤ min(√d ‖x‖2, ‖x‖2²)``.
-
-    Parameters
-    ----------
-    clipping_norm : float
-        C > 0 (unscaled).
-    scale : float
-        s > 0.
-    num_params : int
-        d >= 1, the dimension.
-    beta : float
-        Conditional rounding parameter in [0, 1); 0 means unconditional rounding. Use the
-        value the clients actually use, else the bound does not hold.
-
-    Returns
-    -------
-    (float, float)
-        (Δ1, Δ2) in scaled integer units.
-
-    Raises
-    ------
-    ConfigError
-        For out-of-range arguments.
-    """
-    check(
-        clipping_norm > 0 and math.isfinite(clipping_norm),
-        "max_grad_norm",
-        clipping_norm,
-        "must be > 0",
-    )
-    check(scale > 0 and math.isfinite(scale), "scale", scale, "must be > 0")
-    check(
-        isinstance(num_params, (int, np.integer)) and num_params >= 1,
-        "num_params",
-        num_params,
-        "must be an integer >= 1",
-    )
-    check(0 <= beta < 1, "beta", beta, "must be in [0, 1)")
-    l2 = rounded_norm_bound(int(num_params), scale * clipping_norm, beta)
-    l1 = l2 * min(math.sqrt(num_params), l2)
-    return l1, l2
-
-
-@dataclasses.dataclass(frozen=True)
-class SkellamEvent(IntegerRdpEvent):
-    """One (optionally Poisson-subsampled) Skellam release, in scaled integer units.
-
-    Parameters
-    ----------
-    mu : float
-        Poisson mean of each side of the total noise (variance 2μ per coordinate), > 0.
-    l1_sensitivity, l2_sensitivity : float
-        Δ1, Δ2 of one contribution (scaled, rounded), > 0.
-    sample_rate : float
-        Poisson sampling rate q in [0, 1] (1 = no subsampling).
-    """
-
-    mu: float
-    l1_sensitivity: float
-    l2_sensitivity: float
-    sample_rate: float = 1.0
-
-    def __post_init__(self) -> None:
-        check(
-            math.isfinite(self.mu) and self.mu >= 0, "mu", self.mu, "must be a finite number >= 0"
-        )
-        check(self.l1_sensitivity > 0, "l1_sensitivity", self.l1_sensitivity, "must be > 0")
-        check(self.l2_sensitivity > 0, "l2_sensitivity", self.l2_sensitivity, "must be > 0")
-        check(0 <= self.sample_rate <= 1, "sample_rate", self.sample_rate, "must be in [0, 1]")
-
-    def rdp(self, orders: np.ndarray) -> np.ndarray:
-        """RDP of one release at integer ``orders`` (AKL21 Thm 3.5, Steinke 2022)."""
-
-        def base(a: np.ndarray) -> np.ndarray:
-            return skellam_rdp(a, self.mu, self.l1_sensitivity, self.l2_sensitivity)
-
-        return poisson_subsampled_rdp(orders, self.sample_rate, base)
 
 
 def summands_bound(

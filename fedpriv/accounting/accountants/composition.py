@@ -38,12 +38,13 @@ def optimal_composition_delta(
 
     ``1 - (1 - delta)^k (1 - sum_l C(k,l) [e^{(k-l) eps} - e^{eps_g + l eps}]_+ / (1 + e^eps)^k)``,
     the hockey-stick divergence of ``k`` copies of the canonical (eps, delta) pair, valid at
-    every ``eps_g >= 0``.
+    every ``eps_g >= 0``. Hypotheses: ``k``-fold (adaptive) composition of mechanisms each
+    (eps, delta)-DP under one and the same neighbouring relation (any relation).
 
     References
     ----------
     Kairouz, Oh, Viswanath (2015), "The Composition Theorem for Differential Privacy",
-    Theorem 3.3; Murtagh, Vadhan (2016).
+    arXiv:1311.0776, Theorem 3.3; Murtagh, Vadhan (2016).
     """
     k = int(count)
     if epsilon == 0.0:
@@ -73,7 +74,12 @@ def optimal_composition_delta(
 
 
 def advanced_composition_epsilon(epsilon: float, count: int, delta_slack: float) -> float:
-    """``sqrt(2k ln(1/delta_slack)) eps + k eps (e^eps - 1)`` (Dwork, Rothblum, Vadhan 2010)."""
+    """``sqrt(2k ln(1/delta_slack)) eps + k eps (e^eps - 1)`` (Dwork, Rothblum, Vadhan 2010).
+
+    Advanced composition (Dwork, Roth 2014, Theorem 3.20): ``k`` (eps, delta)-DP mechanisms
+    compose to (this, ``k delta + delta_slack``)-DP. Hypotheses: (adaptive) composition under
+    one and the same neighbouring relation (any relation).
+    """
     k = int(count)
     return math.sqrt(2.0 * k * math.log(1.0 / delta_slack)) * epsilon + k * epsilon * math.expm1(
         min(epsilon, 700.0)
@@ -121,6 +127,11 @@ def compose_repetitions(
     conversion of one (eps, delta) point to a smaller epsilon at a larger delta.
     ``fractions``: the per-pass deltas tried, as fractions of ``total_delta / count`` (besides
     ``total_delta / count`` itself, for basic composition).
+
+    Theorems: basic composition (Dwork, Roth 2014, Theorem 3.16), advanced composition (their
+    Theorem 3.20) and optimal composition (Kairouz, Oh, Viswanath, arXiv:1311.0776, Theorem
+    3.3). Hypotheses: each pass is (``pass_epsilon(d)``, ``d``)-DP for every ``d`` under one
+    and the same neighbouring relation, with fresh randomness (fresh check-ins) per pass.
     """
     eps_basic = pass_epsilon(total_delta / count)
     best, method = count * eps_basic, ("basic" if count > 1 else "single pass")

@@ -93,7 +93,9 @@ def gdp_tradeoff(alpha: ArrayLike, mu: float) -> np.ndarray:
 
     References
     ----------
-    Dong, Roth, Su (2019), Definition 2.7.
+    Dong, Roth, Su (2019), arXiv:1905.02383, Definition 2.7. Hypotheses: none of its own (a
+    definition); a mechanism is ``G_mu``-DP under a stated neighbouring relation, and every
+    bound derived from this curve holds for that relation only.
     """
     mu = _check_mu(mu)
     a = np.asarray(alpha, dtype=float)
@@ -114,7 +116,8 @@ def compose_mu(mus: Iterable[float]) -> float:
 
     References
     ----------
-    Dong, Roth, Su (2019), Corollary 3.3.
+    Dong, Roth, Su (2019), arXiv:1905.02383, Corollary 3.3. Hypotheses: (adaptive)
+    composition of mechanisms each ``G_mu_i``-DP under one and the same neighbouring relation.
     """
     values = [_check_mu(m) for m in mus]
     return float(math.sqrt(math.fsum(m * m for m in values)))
@@ -130,7 +133,9 @@ def group_mu(mu: float, group_size: int) -> float:
 
     References
     ----------
-    Dong, Roth, Su (2019), Theorem 2.14.
+    Dong, Roth, Su (2019), arXiv:1905.02383, Theorem 2.14. Hypotheses: ``G_mu``-DP for datasets
+    at distance 1, and datasets at distance ``g`` joined by ``g`` such steps (true for the
+    replace-one relation, and for add/remove between datasets ``g`` additions apart).
     """
     mu = _check_mu(mu)
     check(
@@ -186,8 +191,9 @@ def gdp_log_delta(epsilon: ArrayLike, mu: float | ArrayLike) -> np.ndarray:
 
     References
     ----------
-    Dong, Roth, Su (2019), Corollary 2.13:
-    ``delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``.
+    Dong, Roth, Su (2019), arXiv:1905.02383, Corollary 2.13:
+    ``delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)``. Hypotheses: the
+    mechanism is ``G_mu``-DP under some neighbouring relation; the profile holds for it.
     """
     eps_arr, mu_arr = np.broadcast_arrays(np.asarray(epsilon, float), np.asarray(mu, float))
     eps_arr = np.array(eps_arr, dtype=float)
@@ -205,7 +211,9 @@ def gdp_log_delta(epsilon: ArrayLike, mu: float | ArrayLike) -> np.ndarray:
 def gdp_delta(epsilon: ArrayLike, mu: float | ArrayLike) -> np.ndarray | float:
     """Exact privacy profile ``delta_{G_mu}(epsilon)`` (see :func:`gdp_log_delta`).
 
-    Returns a float for scalar input, an array otherwise.
+    Returns a float for scalar input, an array otherwise. Dong, Roth, Su, arXiv:1905.02383,
+    Corollary 2.13; hypotheses: a ``G_mu``-DP mechanism under some neighbouring relation
+    (the profile holds for that relation).
     """
     out = np.exp(gdp_log_delta(epsilon, mu))
     return float(out) if out.ndim == 0 else out
@@ -257,6 +265,12 @@ def gdp_epsilon(target_delta: float, mu: float) -> float:
     ------
     ConfigError
         If ``target_delta`` is not in (0, 1) or ``mu < 0``.
+
+    References
+    ----------
+    Dong, Roth, Su (2019), arXiv:1905.02383, Corollary 2.13 (the profile inverted; the root
+    is moved up until the profile meets ``target_delta``). Hypotheses: a ``G_mu``-DP
+    mechanism under some neighbouring relation (the ε holds for that relation).
     """
     target_delta = _check_delta(target_delta)
     mu = _check_mu(mu)
@@ -285,6 +299,12 @@ def gdp_mu(target_epsilon: float, target_delta: float) -> float:
     ------
     ConfigError
         If ``target_epsilon < 0`` or ``target_delta`` not in (0, 1).
+
+    References
+    ----------
+    Dong, Roth, Su (2019), arXiv:1905.02383, Corollary 2.13 (every ``G_mu`` with this ``mu``
+    or less is (``target_epsilon``, ``target_delta``)-DP). Hypotheses: the relation under
+    which the mechanism is ``G_mu``-DP (any).
     """
     eps = _check_epsilon(target_epsilon)
     log_t = math.log(_check_delta(target_delta)) - _MARGIN
@@ -354,7 +374,10 @@ def mixture_delta(epsilon: float, mus: ArrayLike, weights: ArrayLike) -> float:
     References
     ----------
     van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping",
-    arXiv:2212.05796, Lemma B.1 / eq. (6).
+    arXiv:2212.05796, Lemma B.1 / eq. (6). Hypotheses: under one neighbouring relation, the
+    law of the component ``i`` is the same for both datasets and, given ``i``, the mechanism
+    is ``G_{mus[i]}``-DP; revealing ``i`` only helps the adversary, so the profile is an
+    upper bound on the mechanism's.
     """
     eps = _check_epsilon(epsilon, "epsilon")
     mu_arr, w_arr = _mixture_arrays(mus, weights)
@@ -371,6 +394,12 @@ def mixture_epsilon(target_delta: float, mus: ArrayLike, weights: ArrayLike) -> 
     ------
     ConfigError
         See :func:`mixture_delta`; also if ``target_delta`` is not in (0, 1).
+
+    References
+    ----------
+    van Dijk et al., arXiv:2212.05796, Lemma B.1 / eq. (6), inverted (the root is moved up
+    until the profile meets ``target_delta``). Hypotheses: those of :func:`mixture_delta`
+    (one neighbouring relation, a component law that does not depend on the data).
     """
     target_delta = _check_delta(target_delta)
     mu_arr, w_arr = _mixture_arrays(mus, weights)
@@ -416,7 +445,10 @@ def analytic_gaussian_sigma(
 
     References
     ----------
-    Balle, Wang (2018), Theorem 8 (the exact condition, here solved through G_mu).
+    Balle, Wang (2018), arXiv:1805.06530, Theorem 8 (the exact condition, here solved
+    through G_mu). Hypotheses: ``sensitivity`` bounds the l2 distance of the query on any
+    two neighbours of the caller's relation (``2 C`` under replace-one for a clip ``C``,
+    ``C`` under add/remove).
     """
     eps = _check_epsilon(local_epsilon, "local_epsilon")
     delta = _check_delta(local_delta, "local_delta")
@@ -430,6 +462,8 @@ def noise_for_mu(mu: float, scale: float, epsilon: float, delta: float) -> float
     """``scale / mu``, nudged up until ``delta_{G_{scale/sigma}}(epsilon) <= delta`` holds.
 
     Guards the division against rounding so that a calibrated noise never falls short.
+    The check is the profile of Dong, Roth, Su (arXiv:1905.02383, Corollary 2.13); hypotheses:
+    ``scale`` is the l2 sensitivity under the caller's neighbouring relation.
     """
     if mu == 0.0:
         return math.inf

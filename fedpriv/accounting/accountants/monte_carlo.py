@@ -123,6 +123,11 @@ def log_elementary_symmetric(a: np.ndarray, k: int) -> np.ndarray:
 def allocation_loss(y: np.ndarray, noise_multiplier: float, k: int) -> np.ndarray:
     """The privacy loss ``log p/q`` of the k-of-t allocation pair (module docstring).
 
+    The pair of random allocation (Feldman, Shenfeld, arXiv:2602.17284) for one client at
+    sensitivity 1. Hypotheses: the add/remove relation (the client present or absent); its
+    ``k`` rounds uniform among ``t``; a Gaussian of std ``z`` per round; the other clients'
+    contributions fixed (they cancel in the ratio).
+
     Parameters
     ----------
     y : numpy.ndarray
@@ -261,6 +266,14 @@ def allocation_epsilon_estimate(
     ------
     ConfigError
         For ``target_delta`` or ``confidence`` outside (0, 1).
+
+    References
+    ----------
+    Wang, Mahloujifar, Wu, Jia, Mittal (arXiv:2304.07927), Monte Carlo accounting; Maurer,
+    Pontil (arXiv:0907.3740), Thm. 4 (the interval). Hypotheses: the add/remove relation and
+    the pair of :func:`allocation_loss`; whole epochs with independent allocations; the
+    interval holds with probability ``confidence`` over the seeded samples, so it is a
+    statistical bound, never a budget.
     """
     check(0 < target_delta < 1, "target_delta", target_delta, "must be in (0, 1)")
     check(0 < confidence < 1, "confidence", confidence, "must be in (0, 1)")

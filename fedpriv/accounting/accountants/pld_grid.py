@@ -96,7 +96,14 @@ def optimistic_gaussian_pld(
     """The PLD of the Gaussian with sensitivity 1 and std ``noise_multiplier``, Poisson
     sampled at ``sampling_prob`` (both directions), discretized OPTIMISTICALLY on a loss grid
     of ``interval`` (dp-accounting, no connect-the-dots): its composition gives a lower bound
-    on ε, the closer the finer the grid."""
+    on ε, the closer the finer the grid.
+
+    Optimistic discretization (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi,
+    arXiv:2207.04380): every loss rounded down, so the PLD is dominated by the pair's.
+    Hypotheses: the add/remove relation (both directions of the Poisson-sampled pair); a
+    lower bound on a mechanism's ε only where datasets realise this pair in every occurrence
+    (:mod:`fedpriv.accounting.core.lower_bound`).
+    """
     return pld_lib.from_gaussian_mechanism(
         noise_multiplier,
         pessimistic_estimate=False,
@@ -109,6 +116,12 @@ def optimistic_gaussian_pld(
 def compose_on_common_grid(a: Any, b: Any, pessimistic: bool = True) -> Any:
     """``a`` composed with ``b`` (dp-accounting ``PrivacyLossDistribution``), both directions
     moved to the coarser loss interval first (rounded up, or down with ``pessimistic=False``).
+
+    Rounding every loss up keeps a dominating PLD dominating (and down keeps a dominated one
+    dominated), and PLDs of independent mechanisms compose by convolution (Doroshenko et al.,
+    arXiv:2207.04380). Hypotheses: ``a`` and ``b`` are PLDs of mechanisms run with independent
+    randomness under one and the same neighbouring relation, both pessimistic (upper bound)
+    or both optimistic (lower bound).
     """
     remove = _compose(a._pmf_remove, b._pmf_remove, pessimistic)
     add = _compose(a._pmf_add, b._pmf_add, pessimistic)
@@ -123,7 +136,13 @@ def _compose(x: Any, y: Any, pessimistic: bool) -> Any:
 def regrid(pmf: Any, interval: float, pessimistic: bool = True) -> Any:
     """The loss pmf as a dense pmf on multiples of ``interval`` (> 0), each loss rounded up
     (``pessimistic``) or down, marked with that estimate type (dp-accounting composes only
-    pmfs of one type)."""
+    pmfs of one type).
+
+    Moving loss mass up can only raise the hockey-stick divergence at every ε (and down only
+    lower it), the rounding of Doroshenko et al. (arXiv:2207.04380). Hypotheses: ``pmf`` is
+    one direction of a PLD under the caller's neighbouring relation; pessimistic rounding of
+    an upper-bound pmf, optimistic of a lower-bound one.
+    """
     dense = pmf.to_dense_pmf()
     probs, lower = dense._probs, int(dense._lower_loss)
     if dense._discretization != interval:

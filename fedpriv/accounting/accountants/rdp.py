@@ -56,6 +56,14 @@ def event_rdp(
     (subsampling never hurts under add/remove: joint convexity of Rényi divergence).
     dp-accounting drops fractional orders whose series fail to converge (small σ, large q)
     and would otherwise report *more* ε at q = 0.75 than at q = 1.
+
+    The curves are dp-accounting's: the Poisson-sampled Gaussian of Mironov, Talwar, Zhang
+    (arXiv:1908.10530), sampling without replacement by Wang, Balle, Kasiviswanathan
+    (arXiv:1808.00087, Theorem 9). Hypotheses: ``relation`` is the run's neighbouring
+    relation and the event is one dp-accounting covers under it (its accountant refuses the
+    others: Poisson sampling is add/remove, sampling without replacement replace-one); the
+    cap by the unsampled curve holds under add/remove, where the sampled pair is a mixture of
+    the unsampled pairs.
     """
     orders = np.asarray(orders, dtype=float)
     missing = [a for a in orders.tolist() if (event, relation, a) not in _CACHE]
@@ -104,7 +112,11 @@ def epsilon_objective(
     curve: Callable[[np.ndarray], np.ndarray], target_delta: float
 ) -> Callable[[np.ndarray], np.ndarray]:
     """ε at ``target_delta`` order by order for a composed curve (dp-accounting's conversion,
-    Canonne, Kamath, Steinke 2020, Prop. 12, with its KL bound for tiny divergences)."""
+    Canonne, Kamath, Steinke 2020, arXiv:2004.00010, Prop. 12, with its KL bound for tiny
+    divergences). Hypotheses: ``curve`` bounds the composed mechanism's Rényi divergence at
+    every order it is asked for, for one neighbouring relation (any), in both orders of the
+    pair where the relation is symmetric; every order α > 1 gives a valid ε.
+    """
 
     def objective(orders: np.ndarray) -> np.ndarray:
         rdp = curve(orders)
@@ -124,7 +136,10 @@ def delta_objective(
     curve: Callable[[np.ndarray], np.ndarray], target_epsilon: float
 ) -> Callable[[np.ndarray], np.ndarray]:
     """δ at ``target_epsilon`` order by order (the inverse conversion of
-    :func:`epsilon_objective`)."""
+    :func:`epsilon_objective`: Canonne, Kamath, Steinke, arXiv:2004.00010, Prop. 12).
+    Hypotheses: as :func:`epsilon_objective` (``curve`` bounds the composed mechanism's RDP
+    under one neighbouring relation).
+    """
 
     def objective(orders: np.ndarray) -> np.ndarray:
         rdp = curve(orders)

@@ -43,21 +43,13 @@ and adds ``N(0, (2 C sigma)^2 I)``. For data sets differing in ``g = group_priva
 (replace relation), a round whose differing records fall into ``k`` of its groups has l2
 sensitivity ``2 k C`` and is ``G_{k/sigma}``-DP. Given the sampling, the whole run is
 ``G_{c/sigma}``-DP with ``c^2 = sum_rounds k^2``; revealing ``c`` to the adversary gives the
-mixture profile ``delta(eps) = sum_c q(c) delta_{G_{c/sigma}}(eps)`` (see :mod:`.gdp`).
+mixture profile ``delta(eps) = sum_c q(c) delta_{G_{c/sigma}}(eps)`` (see
+:mod:`fedpriv.accounting.accountants.gdp`).
 
-This module computes ``q`` EXACTLY as a distribution of ``t = c^2 = sum k^2`` (integers):
-
-* shuffling: per epoch the ``g`` differing records occupy a uniformly random ``g``-subset of
-  the ``N`` positions of the permutation; the count of subsets per value of ``t`` is the
-  coefficient of ``x^g`` in ``P(x, z)^R (1 + x)^L`` where ``P`` is the one-round generating
-  polynomial ``sum_{j,k} C(m,k) surj(k, s, j) x^j z^{k^2}`` (``j`` records in ``k`` occupied
-  groups). Epochs use independent permutations, so the run is the epoch law convolved.
-* subsampling: each round draws ``S_b`` (``m s`` of ``N``) independently; ``j`` is
-  hypergeometric and ``k | j`` follows the same occupancy count; rounds are convolved.
-
-Convolution powers use repeated squaring. Upper tails whose total probability is below
-``tail_tol`` (default 1e-30) are moved to the largest possible ``t`` -- a conservative
-(stochastically larger) law, reported as ``lumped_mass``; ``tail_tol = 0`` disables it.
+The law ``q`` of ``t = c^2`` is computed exactly by
+:mod:`fedpriv.accounting.samplers.batch_groups` (the sampler) and the mixture profile by
+:mod:`fedpriv.accounting.loss_models.gaussian_mixture` (the loss model); this module states
+the event (:class:`BatchClippingEvent`), the spec and the CLI.
 
 References
 ----------
@@ -71,12 +63,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from fractions import Fraction
-from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.special
 
 from fedpriv.accounting.accountants import gdp
 from fedpriv.accounting.batch_clipping.lower import ALPHA, batch_clipping_lower_bound
@@ -89,6 +78,21 @@ from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, calibra
 from fedpriv.accounting.core.vocabulary import Accountant, Conversion, NeighboringRelation
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
+from fedpriv.accounting.loss_models.gaussian_mixture import (
+    batch_clipping_delta,
+    batch_clipping_epsilon,
+    worst_case_mu,
+)
+from fedpriv.accounting.loss_models.gaussian_mixture import (
+    check_noise_multiplier as _check_sigma,
+)
+from fedpriv.accounting.samplers.batch_groups import (
+    MAX_GROUP_PRIVACY,
+    SAMPLINGS,
+    SumSquaresLaw,
+    sum_squares_law,
+)
+from fedpriv.accounting.samplers.batch_groups import validate_sizes as _validate
 from fedpriv.accounting.samplers.fixed_size import fixed_size_gaussian_event
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.validate import check_finite, parse_enum
@@ -99,423 +103,10 @@ __all__ = [
     "Analysis",
     "BatchClippingSpec",
     "DEFAULT_GROUP_SIZES",
-    "SAMPLINGS",
-    "SumSquaresLaw",
     "BatchClippingEvent",
-    "shuffle_epoch_law",
-    "subsample_round_law",
-    "sum_squares_law",
     "table1_mu",
-    "worst_case_mu",
-    "batch_clipping_epsilon",
-    "batch_clipping_delta",
     "calibrate_noise_multiplier",
 ]
-
-SAMPLINGS = ("shuffle", "subsample")
-#: Largest group_privacy computed exactly (the shuffling polynomial costs ~g^7 operations:
-#: 3 s at g = 64 with individual clipping on this machine).
-MAX_GROUP_PRIVACY = 64
-
-
-# --------------------------------------------------------------------------- combinatorics
-@lru_cache(maxsize=4096)
-def _surj(k: int, s: int, j: int) -> int:
-    """Ways to choose ``j`` of the ``k s`` slots of ``k`` groups (size ``s``) hitting all ``k``."""
-    return sum((-1) ** (k - i) * math.comb(k, i) * math.comb(i * s, j) for i in range(k + 1))
-
-
-def occupancy_counts(num_groups: int, group_size: int, j: int) -> dict[int, int]:
-    """Exact counts ``{k: #ways}`` of placing ``j`` marked records into a round.
-
-    A round has ``num_groups`` groups of ``group_size`` slots; the ``j`` records take ``j``
-    distinct slots; ``k`` is the number of groups holding at least one. The counts sum to
-    ``C(m s, j)``.
-    """
-    m, s = num_groups, group_size
-    out = {}
-    for k in range(min(j, m) + 1):
-        v = math.comb(m, k) * _surj(k, s, j)
-        if v:
-            out[k] = v
-    return out
-
-
-def _log_int(v: int) -> float:
-    return math.log(v) if v > 0 else -math.inf
-
-
-# --------------------------------------------------------------------------- law container
-@dataclass(frozen=True)
-class SumSquaresLaw:
-    """Distribution of ``t = c^2 = sum_rounds k^2`` over a number of rounds.
-
-    Attributes
-    ----------
-    probs : numpy.ndarray, shape (T,)
-        ``probs[t]`` = P(sum k^2 = t) for ``t < T`` (the exact part).
-    lumped_mass : float
-        Probability moved up to ``t_max`` by tail truncation (0 when exact).
-    t_max : int
-        Largest possible value of ``t`` (where the lumped mass sits).
-    """
-
-    probs: np.ndarray
-    lumped_mass: float
-    t_max: int
-
-    def as_dict(self) -> dict[int, float]:
-        """``{t: probability}`` over the support (the lumped mass added at ``t_max``)."""
-        out = {int(t): float(p) for t, p in enumerate(self.probs) if p > 0.0}
-        if self.lumped_mass > 0.0:
-            out[self.t_max] = out.get(self.t_max, 0.0) + self.lumped_mass
-        return out
-
-    def components(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(t values, probabilities)`` as arrays, normalised to sum to 1."""
-        d = self.as_dict()
-        t = np.fromiter(d.keys(), dtype=float, count=len(d))
-        p = np.fromiter(d.values(), dtype=float, count=len(d))
-        return t, p / p.sum()
-
-    def mean(self) -> float:
-        """Expected value of ``t`` (the lumped mass counted at ``t_max``)."""
-        t, p = self.components()
-        return float(np.dot(t, p))
-
-
-def _point_law() -> SumSquaresLaw:
-    return SumSquaresLaw(np.ones(1), 0.0, 0)
-
-
-def _truncate(probs: np.ndarray, lumped: float, t_max: int, tol: float) -> SumSquaresLaw:
-    """Move the largest upper tail with mass <= tol to ``t_max`` (conservative)."""
-    probs = np.maximum(probs, 0.0)
-    nz = np.flatnonzero(probs)
-    probs = probs[: (nz[-1] + 1 if nz.size else 1)]
-    if tol > 0.0 and probs.size > 1:
-        tail = np.cumsum(probs[::-1])[::-1]  # tail[i] = sum probs[i:]
-        cut = int(np.searchsorted(-tail, -tol, side="left"))  # first i with tail[i] <= tol
-        cut = max(cut, 1)
-        if cut < probs.size:
-            lumped += float(tail[cut])
-            probs = probs[:cut]
-    return SumSquaresLaw(probs, lumped, t_max)
-
-
-def _combine(a: SumSquaresLaw, b: SumSquaresLaw, tol: float) -> SumSquaresLaw:
-    """Law of the sum of independent variables; cross terms with a lump go to the lump."""
-    probs = np.convolve(a.probs, b.probs)
-    exact = max(1.0 - a.lumped_mass, 0.0) * max(1.0 - b.lumped_mass, 0.0)
-    lumped = a.lumped_mass + b.lumped_mass - a.lumped_mass * b.lumped_mass
-    # Renormalise the exact part to its intended mass (guards float drift).
-    total = float(probs.sum())
-    if total > 0.0:
-        probs = probs * (exact / total)
-    return _truncate(probs, lumped, a.t_max + b.t_max, tol)
-
-
-def _power(law: SumSquaresLaw, n: int, tol: float) -> SumSquaresLaw:
-    """``n``-fold convolution by repeated squaring."""
-    result = _point_law()
-    base = law
-    while n > 0:
-        if n & 1:
-            result = _combine(result, base, tol)
-        n >>= 1
-        if n:
-            base = _combine(base, base, tol)
-    return result
-
-
-# --------------------------------------------------------------------------- validation
-def _validate(
-    sampling: str, num_samples: int, num_groups: int, group_size: int, group_privacy: int
-) -> int:
-    """Check the sampler and sizes; return the number of rounds per epoch."""
-    if sampling == "poisson":
-        raise ConfigError(
-            "sampling",
-            sampling,
-            "is not covered by the batch-clipping analysis (fixed-size batches); "
-            "use the poisson-gaussian analysis for Poisson sampling with "
-            "individual clipping and noise N(0,(C sigma)^2)",
-        )
-    check(sampling in SAMPLINGS, "sampling", sampling, "must be one of: shuffle, subsample")
-    for name, v in (
-        ("num_samples", num_samples),
-        ("num_groups", num_groups),
-        ("group_size", group_size),
-        ("group_privacy", group_privacy),
-    ):
-        check(
-            isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1,
-            name,
-            v,
-            "must be an integer >= 1",
-        )
-    batch = num_groups * group_size
-    check(
-        batch <= num_samples,
-        "num_groups",
-        num_groups,
-        f"times group_size={group_size} must be <= num_samples={num_samples}",
-    )
-    check(
-        group_privacy <= num_samples,
-        "group_privacy",
-        group_privacy,
-        f"must be <= num_samples={num_samples}",
-    )
-    check(
-        group_privacy <= MAX_GROUP_PRIVACY,
-        "group_privacy",
-        group_privacy,
-        f"must be <= {MAX_GROUP_PRIVACY} (exact q_E is computed up to that size)",
-    )
-    return num_samples // batch
-
-
-# --------------------------------------------------------------------------- shuffling
-def _round_poly(m: int, s: int, g: int, log_theta: float) -> np.ndarray:
-    """``Q[j, t]`` = scaled count of placing ``j >= 1`` records in a round with ``t = k^2``.
-
-    The width is ``g min(g, m) + 1``: ``sum k^2 <= min(g, m) sum k <= g min(g, m)``.
-    """
-    q = np.zeros((g + 1, g * min(g, m) + 1))
-    for j in range(1, min(g, m * s) + 1):
-        for k, v in occupancy_counts(m, s, j).items():
-            q[j, k * k] = math.exp(_log_int(v) + j * log_theta)
-    return q
-
-
-def _poly_mul(a: np.ndarray, b: np.ndarray, reach: list[int]) -> np.ndarray:
-    """Product of bivariate polynomials ``[j, t]`` truncated at the shape of ``a``.
-
-    ``reach[j]`` bounds the largest ``t`` with a nonzero coefficient at ``x^j``.
-    """
-    g, width = a.shape[0] - 1, a.shape[1]
-    out = np.zeros_like(a)
-    for j1 in range(g + 1):
-        if not a[j1].any():
-            continue
-        for j2 in range(g + 1 - j1):
-            if b[j2].any():
-                r1, r2 = reach[j1] + 1, reach[j2] + 1
-                prod = np.convolve(a[j1, :r1], b[j2, :r2])[:width]
-                out[j1 + j2, : prod.size] += prod
-    return out
-
-
-def shuffle_epoch_law(
-    num_samples: int,
-    num_groups: int,
-    group_size: int,
-    group_privacy: int = 1,
-    rounds: int | None = None,
-) -> SumSquaresLaw:
-    """Exact law of ``sum_b k_b^2`` over one shuffled epoch (or its first ``rounds`` rounds).
-
-    Parameters
-    ----------
-    num_samples, num_groups, group_size : int
-        ``N``, ``m``, ``s`` (``m s <= N``).
-    group_privacy : int
-        ``g``, the number of differing records (``g <= N``).
-    rounds : int, optional
-        Rounds of the epoch that have run (default all ``N // (m s)``).
-
-    Returns
-    -------
-    SumSquaresLaw
-        Exact (``lumped_mass = 0``), support in ``[0, g^2]``.
-
-    Raises
-    ------
-    ConfigError
-        On invalid sizes.
-
-    Notes
-    -----
-    The count of ``g``-subsets of positions per value ``t`` is ``[x^g] P^r (1+x)^L`` with
-    ``P = 1 + Q`` and ``L = N - r m s``; since ``Q`` has no ``x^0`` term,
-    ``P^r = sum_{i<=g} C(r, i) Q^i`` truncated at ``x^g``. ``x`` is scaled by ``1/N`` to
-    keep floats in range; the counts are normalised by their total ``C(N, g)``.
-    """
-    per_epoch = _validate("shuffle", num_samples, num_groups, group_size, group_privacy)
-    r = per_epoch if rounds is None else int(rounds)
-    check(0 <= r <= per_epoch, "rounds", rounds, f"must be in [0, {per_epoch}]")
-    m, s, g, n = num_groups, group_size, group_privacy, num_samples
-    log_theta = -math.log(n)
-    q = _round_poly(m, s, g, log_theta)
-    reach = [min(j * min(j, m), q.shape[1] - 1) for j in range(g + 1)]
-    acc = np.zeros_like(q)
-    acc[0, 0] = 1.0
-    power = acc.copy()
-    for i in range(1, min(g, r) + 1):
-        power = _poly_mul(power, q, reach)
-        acc += float(scipy.special.comb(r, i, exact=False)) * power
-    unused = n - r * m * s
-    counts = np.zeros(q.shape[1])
-    for j in range(g + 1):
-        if g - j <= unused:
-            log_c = (
-                scipy.special.gammaln(unused + 1)
-                - scipy.special.gammaln(g - j + 1)
-                - scipy.special.gammaln(unused - g + j + 1)
-            )
-            counts += math.exp(log_c + (g - j) * log_theta) * acc[j]
-    counts = counts / counts.sum()
-    t_max = int(np.flatnonzero(counts)[-1])
-    return _truncate(counts, 0.0, t_max, 0.0)
-
-
-# --------------------------------------------------------------------------- subsampling
-def subsample_round_law(
-    num_samples: int, num_groups: int, group_size: int, group_privacy: int = 1
-) -> SumSquaresLaw:
-    """Exact law of ``k^2`` for one subsampled round.
-
-    ``j`` (differing records in ``S_b``) is hypergeometric(N, g, m s); given ``j`` the
-    split into groups is uniform, so ``P(k | j) = C(m,k) surj(k,s,j) / C(m s, j)``.
-
-    Raises
-    ------
-    ConfigError
-        On invalid sizes.
-    """
-    _validate("subsample", num_samples, num_groups, group_size, group_privacy)
-    m, s, g, n = num_groups, group_size, group_privacy, num_samples
-    b = m * s
-    kmax = min(g, m)
-    probs = np.zeros(kmax * kmax + 1)
-    log_total = (
-        scipy.special.gammaln(n + 1)
-        - scipy.special.gammaln(b + 1)
-        - scipy.special.gammaln(n - b + 1)
-    )
-    for j in range(0, min(g, b) + 1):
-        if b - j > n - g:
-            continue
-        log_h = (_lcomb(g, j) + _lcomb(n - g, b - j)) - log_total
-        total_j = math.comb(b, j)
-        for k, v in occupancy_counts(m, s, j).items():
-            probs[k * k] += math.exp(log_h) * float(Fraction(v, total_j))
-    probs = probs / probs.sum()
-    return _truncate(probs, 0.0, kmax * kmax, 0.0)
-
-
-def _lcomb(n: int, k: int) -> float:
-    return float(
-        scipy.special.gammaln(n + 1)
-        - scipy.special.gammaln(k + 1)
-        - scipy.special.gammaln(n - k + 1)
-    )
-
-
-# --------------------------------------------------------------------------- whole run
-@lru_cache(maxsize=64)  # calibration asks for the same law at every σ it tries
-def sum_squares_law(
-    sampling: str,
-    num_samples: int,
-    num_groups: int,
-    group_size: int,
-    num_rounds: int,
-    group_privacy: int = 1,
-    tail_tol: float = 1e-30,
-) -> SumSquaresLaw:
-    """Law ``q`` of ``c^2 = sum k^2`` after ``num_rounds`` local rounds.
-
-    Parameters
-    ----------
-    sampling : {"shuffle", "subsample"}
-        Sampler of Algorithm 1 (``"poisson"`` is refused: not covered here).
-    num_samples, num_groups, group_size, group_privacy : int
-        ``N``, ``m``, ``s``, ``g``.
-    num_rounds : int
-        Local rounds run so far (``E`` epochs = ``E * (N // (m s))`` rounds); shuffling
-        treats them as full epochs followed by a partial one.
-    tail_tol : float
-        Upper-tail mass below which the tail is moved to the maximum (conservative).
-
-    Returns
-    -------
-    SumSquaresLaw
-
-    Raises
-    ------
-    ConfigError
-        On invalid or uncovered parameters.
-    """
-    per_epoch = _validate(sampling, num_samples, num_groups, group_size, group_privacy)
-    check(
-        isinstance(num_rounds, (int, np.integer)) and num_rounds >= 0,
-        "num_rounds",
-        num_rounds,
-        "must be an integer >= 0",
-    )
-    check(0.0 <= tail_tol < 1e-6, "tail_tol", tail_tol, "must be in [0, 1e-6)")
-    # A truncated tail is reused at most num_rounds times per level of repeated squaring.
-    tol = tail_tol / ((int(num_rounds) + 1) * (2 * int(num_rounds).bit_length() + 2))
-    if sampling == "subsample":
-        return _power(
-            subsample_round_law(num_samples, num_groups, group_size, group_privacy),
-            int(num_rounds),
-            tol,
-        )
-    epochs, rest = divmod(int(num_rounds), per_epoch)
-    law = _power(shuffle_epoch_law(num_samples, num_groups, group_size, group_privacy), epochs, tol)
-    if rest:
-        part = shuffle_epoch_law(num_samples, num_groups, group_size, group_privacy, rest)
-        law = _combine(law, part, tol)
-    return law
-
-
-def _mixture(law: SumSquaresLaw, noise_multiplier: float) -> tuple[np.ndarray, np.ndarray]:
-    t, p = law.components()
-    if noise_multiplier == 0.0:
-        mus = np.where(t > 0, np.inf, 0.0)
-    else:
-        mus = np.sqrt(t) / noise_multiplier
-    return mus, p
-
-
-def _check_sigma(noise_multiplier: float) -> float:
-    sigma = float(noise_multiplier)
-    check(
-        math.isfinite(sigma) and sigma >= 0.0,
-        "noise_multiplier",
-        noise_multiplier,
-        "must be a finite number >= 0",
-    )
-    return sigma
-
-
-def batch_clipping_epsilon(
-    law: SumSquaresLaw, noise_multiplier: float, target_delta: float
-) -> float:
-    """Smallest epsilon with ``sum_t q(t) delta_{G_{sqrt(t)/sigma}}(epsilon) <= target_delta``.
-
-    Raises
-    ------
-    ConfigError
-        If ``noise_multiplier < 0`` or ``target_delta`` not in (0, 1).
-
-    References
-    ----------
-    van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping"
-    (arXiv:2212.05796), Lemma B.1 and eq. (6).
-    """
-    mus, p = _mixture(law, _check_sigma(noise_multiplier))
-    return gdp.mixture_epsilon(target_delta, mus, p)
-
-
-def batch_clipping_delta(
-    law: SumSquaresLaw, noise_multiplier: float, target_epsilon: float
-) -> float:
-    """``delta(eps) = sum_t q(t) delta_{G_{sqrt(t)/sigma}}(eps)`` (exact mixture profile)."""
-    mus, p = _mixture(law, _check_sigma(noise_multiplier))
-    return gdp.mixture_delta(target_epsilon, mus, p)
 
 
 def calibrate_noise_multiplier(
@@ -572,15 +163,6 @@ def table1_mu(
     return mu, formula
 
 
-def worst_case_mu(law: SumSquaresLaw, noise_multiplier: float) -> float:
-    """``sqrt(max t)/sigma``: the guarantee if every sampling outcome were the worst one."""
-    sigma = _check_sigma(noise_multiplier)
-    t_max = max(law.as_dict().keys())
-    if t_max == 0:
-        return 0.0
-    return math.inf if sigma == 0 else math.sqrt(t_max) / sigma
-
-
 # --------------------------------------------------------------------------- ledger event
 @dataclass(frozen=True)
 class BatchClippingEvent(FedprivEvent):
@@ -600,7 +182,7 @@ class BatchClippingEvent(FedprivEvent):
     group_privacy : int
         ``g``, size of the groups of records protected (1 = record-level).
     tail_tol : float
-        See :func:`sum_squares_law`.
+        See :func:`~fedpriv.accounting.samplers.batch_groups.sum_squares_law`.
 
     Notes
     -----

@@ -104,6 +104,7 @@ def _cli_fields(values: dict[str, Any]) -> dict[str, Any]:
     """``num_slots`` (``num_clients`` for ``shuffle``, which ignores it; required otherwise)
     and ``randomizer`` (``gaussian`` when ``local_delta > 0``, else ``laplace``)."""
     variant, n = values["variant"], values["num_clients"]
+    check(n >= 1, "num_clients", n, "must be an integer >= 1")
     slots = values["num_slots"]
     if slots is None:
         check(variant is CheckinVariant.SHUFFLE, "num_slots", None, "is required")

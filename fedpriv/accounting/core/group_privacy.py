@@ -54,7 +54,9 @@ def group_privacy_delta(
 
     References
     ----------
-    Vadhan 2017, Lemma 2.2; Dwork, Roth 2014, Theorem 2.2.
+    Vadhan 2017, Lemma 2.2; Dwork, Roth 2014, Theorem 2.2. Hypotheses: ``delta_of`` holds for
+    every pair of neighbours of the replace-one relation, and datasets differing in ``g``
+    records are joined by ``g`` replace-one steps.
     """
     g = _check_group(group_privacy)
     eps1 = float(target_epsilon) / g
@@ -94,7 +96,9 @@ def group_privacy_epsilon(
 
     References
     ----------
-    Vadhan 2017, Lemma 2.2; Dwork, Roth 2014, Theorem 2.2.
+    Vadhan 2017, Lemma 2.2; Dwork, Roth 2014, Theorem 2.2. Hypotheses: ``delta_of`` holds for
+    every pair of neighbours of the replace-one relation, and datasets differing in ``g``
+    records are joined by ``g`` replace-one steps.
     """
     g = _check_group(group_privacy)
     check(0 < target_delta < 1, "target_delta", target_delta, "must be in (0, 1)")

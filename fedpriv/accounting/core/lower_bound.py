@@ -97,6 +97,14 @@ def epsilon_lower_bound(events: list[tuple[Any, int]], target_delta: float) -> f
     :data:`LOWER_FINEST`, :data:`LOWER_MAX_POINTS`); the larger of the two, each a lower
     bound (every loss rounded down, by less than the grid).
 
+    Source: optimistic PLDs (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi,
+    arXiv:2207.04380); exact μ-GDP for Gaussians without sampling (Dong, Roth, Su,
+    arXiv:1905.02383, Corollary 2.13). Hypotheses: under the ledger's neighbouring relation
+    (add/remove for Poisson sampling and random allocation, replace-one for fixed-size
+    cohorts), one pair of neighbouring datasets realises each event's lower pair in EVERY
+    occurrence (a record at full sensitivity all along), so the occurrences compose as that
+    pair does; an event whose sensitivity is only an upper bound must not be passed here.
+
     Raises
     ------
     ConfigError

@@ -4,7 +4,7 @@ The discrete Gaussian ``N_ℤ(0, s²)`` per coordinate, ℓ2 sensitivity ``Δ`` 
 ``Δ²/(2s²)``-zCDP: RDP ``ε(α) = α / (2 z²)`` with ``z = s/Δ`` (Canonne, Kamath, Steinke 2020,
 "The Discrete Gaussian for Differential Privacy", arXiv:2004.00010, Theorems 4 and 15), the
 continuous Gaussian's RDP curve; Poisson subsampling at rate ``q`` by the general RDP bound for
-any mechanism (Steinke 2022, arXiv:2210.00597; :func:`fedpriv.accounting.skellam.
+any mechanism (Steinke 2022, arXiv:2210.00597; :func:`fedpriv.accounting.samplers.poisson.
 poisson_subsampled_rdp`), integer orders. The PLD of the discrete Gaussian is not the
 continuous one's, so this event composes by RDP only (``privacy.accountant=rdp``).
 """
@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from fedpriv.accounting.core.ledger import IntegerRdpEvent
-from fedpriv.accounting.skellam import poisson_subsampled_rdp
+from fedpriv.accounting.samplers.poisson import poisson_subsampled_rdp
 from fedpriv.common.errors import check
 
 
@@ -26,6 +26,15 @@ class DiscreteGaussianEvent(IntegerRdpEvent):
     """One discrete Gaussian release of noise multiplier ``noise_multiplier`` (noise std per
     unit of lattice sensitivity, rounding included: :func:`fedpriv.mechanisms.lattice_gaussian.
     lattice_noise_multiplier`), on a Poisson subsample of rate ``sample_rate`` (1: none).
+
+    Bound: RDP ``α/(2z²)`` (Canonne, Kamath, Steinke, arXiv:2004.00010, Theorem 4 (scalar) and
+    Theorem 15 (independent coordinates)), Poisson-subsampled by
+    :func:`~fedpriv.accounting.samplers.poisson.poisson_subsampled_rdp` (Steinke,
+    arXiv:2210.00597). Hypotheses: the add/remove relation (the default
+    ``supported_relations``); the query is integer-valued on the lattice with ℓ2 sensitivity
+    Δ (after rounding, which ``lattice_noise_multiplier`` charges); Theorem 4's bound is
+    symmetric in the two means, so it bounds both orders of the divergence, which the
+    subsampling theorem requires.
 
     Raises
     ------

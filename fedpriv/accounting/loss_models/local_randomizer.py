@@ -42,6 +42,12 @@ def randomizer_noise_scale(
     (0, 1)); ``laplace``: the scale ``b = 2L / eps0`` at l1 sensitivity ``2L`` (pure
     ``eps0``-DP; needs ``delta0 = 0``).
 
+    Bounds: the analytic Gaussian mechanism (Balle, Wang, arXiv:1805.06530, Theorem 8) and the
+    Laplace mechanism (Dwork, Roth 2014, Theorem 3.6). Hypotheses: local DP, i.e. any two
+    inputs of one client (the replace-one relation at the client): two clipped reports differ
+    by at most ``2L`` in l2 (Gaussian) or l1 (Laplace), so ``L`` must be the clip the
+    randomizer applies in that norm.
+
     Parameters
     ----------
     kind : RandomizerKind or str
@@ -89,7 +95,9 @@ def calibrated_randomizer(
     kind: RandomizerKind | str, clipping_norm: float, local_epsilon: float, local_delta: float
 ) -> LocalRandomizer:
     """The :class:`LocalRandomizer` whose every report is (``local_epsilon``,
-    ``local_delta``)-DP (:func:`randomizer_noise_scale`).
+    ``local_delta``)-DP (:func:`randomizer_noise_scale`: Balle, Wang, arXiv:1805.06530,
+    Theorem 8, or the Laplace mechanism; hypotheses: local DP, replace-one relation at the
+    client, sensitivity ``2 clipping_norm``).
 
     Raises
     ------
@@ -101,7 +109,12 @@ def calibrated_randomizer(
 
 
 def release_event(randomizer: LocalRandomizer) -> LocalReleaseEvent:
-    """One release of ``randomizer``: its noise scale in units of its sensitivity ``2L``."""
+    """One release of ``randomizer``: its noise scale in units of its sensitivity ``2L``.
+
+    The event's bound is :class:`LocalReleaseEvent`'s (Dong, Roth, Su, arXiv:1905.02383, for
+    the Gaussian; dp-accounting's Laplace PLD); hypotheses: the replace-one relation at the
+    client, whose two clipped reports differ by at most ``2L``.
+    """
     return LocalReleaseEvent(randomizer.kind.value, randomizer.noise_scale / randomizer.sensitivity)
 
 

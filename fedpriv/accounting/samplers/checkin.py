@@ -89,6 +89,16 @@ def pure_epsilon(
 ) -> float:
     """The theorem's central epsilon for an ``eps0``-DP randomizer (one pass).
 
+    Source: Balle, Bell, Gascon, Kairouz, Thakurta, arXiv:2007.06605, Theorem 3.2 (``fixed``),
+    Theorem 4.1 (``averaged``; its pure form reconstructed, see the module docstring), Theorem
+    4.3 (``sliding-window``), Theorem 5.1 (``shuffle``). Hypotheses: the replace-one relation
+    (one client's data changes); a pure ``eps0``-DP local randomizer applied to every report;
+    each client checks in with its own randomness (the server never picks clients) under the
+    variant's protocol: ``fixed`` Algorithm 1 (window ``[m]``, probability ``p0``, one update
+    per slot chosen uniformly among those checked in, a dummy when none), ``averaged``
+    Algorithm 2 (``p0 = 1``, the server averages), ``sliding-window`` (``p0 = 1``, ``m <= n``),
+    ``shuffle`` (``n`` reports uniformly permuted).
+
     Parameters
     ----------
     variant : {"fixed", "averaged", "sliding-window", "shuffle"}
@@ -140,8 +150,13 @@ def delta0_bound(local_epsilon: float, delta1: float) -> float:
     """Largest ``delta0`` the (eps0, delta0) forms accept for a given ``delta1``.
 
     ``(1 - e^-eps0) delta1 / (4 e^eps0 (2 + ln(2/delta1) / ln(1/(1 - e^{-5 eps0}))))``
-    (identical in Theorems 3.2, 4.1, 4.3, 5.1), evaluated in log space: for a huge ``eps0``
-    it underflows to 0 (no ``delta0 > 0`` qualifies) instead of overflowing or dividing by 0.
+    (identical in Theorems 3.2, 4.1, 4.3, 5.1 of arXiv:2007.06605), evaluated in log space: for
+    a huge ``eps0`` it underflows to 0 (no ``delta0 > 0`` qualifies) instead of overflowing or
+    dividing by 0.
+
+    Hypotheses: an (``eps0``, ``delta0``)-DP local randomizer under the replace-one relation;
+    when ``delta0`` is at most this bound, each theorem holds with ``eps0 -> 8 eps0`` and
+    ``delta' = delta + K (e^{eps'} + 1) delta1`` (module docstring).
     """
     e0 = float(local_epsilon)
     t = -5.0 * e0
@@ -156,6 +171,10 @@ def delta0_bound(local_epsilon: float, delta1: float) -> float:
 
 def min_delta1(local_epsilon: float, local_delta: float) -> float:
     """Smallest ``delta1`` in (0, 1) with ``local_delta <= delta0_bound(eps0, delta1)``.
+
+    The precondition of the (``eps0``, ``delta0``) forms of Theorems 3.2, 4.1, 4.3 and 5.1
+    (arXiv:2007.06605); hypotheses as :func:`delta0_bound` (replace-one relation). The
+    smallest ``delta1`` gives the smallest ``K (e^{eps'} + 1) delta1`` term.
 
     Raises
     ------
@@ -257,7 +276,15 @@ def _pass_epsilon_fixed_split(p: PassParams, total_delta: float, delta2: float |
 
 
 def single_pass_epsilon(p: PassParams, total_delta: float) -> float:
-    """Smallest epsilon of one pass at total delta ``total_delta`` over the delta splits."""
+    """Smallest epsilon of one pass at total delta ``total_delta`` over the delta splits.
+
+    :func:`pure_epsilon` (arXiv:2007.06605, Theorems 3.2, 4.1, 4.3, 5.1; with ``8 eps0`` and
+    the ``K (e^{eps'} + 1) delta1`` term for (``eps0``, ``delta0``) randomizers) at each split
+    of ``total_delta`` into the theorem's ``delta``, ``delta2`` (Theorem 4.1) and the
+    ``delta1`` term: every split tried is a valid guarantee, so their minimum is too.
+    Hypotheses: those of :func:`pure_epsilon` (replace-one relation, one pass of fresh
+    check-ins) and, for ``local_delta > 0``, ``local_delta <= delta0_bound(eps0, delta1)``.
+    """
     if p.variant != "averaged":
         return _pass_epsilon_fixed_split(p, total_delta, None)
     if p.delta2 is not None:
@@ -275,7 +302,9 @@ def expected_dummy_updates(
     Returns ``{"expected": exact expectation, "bound": the paper's bound}``:
     fixed / averaged ``m (1 - p0/m)^n`` (Theorem 3.4; exact); sliding window
     ``(n - m + 1)(1 - 1/m)^m`` exact and ``(n - m + 1)/e`` (the paper's bound).
-    ``shuffle`` has none.
+    ``shuffle`` has none. Not a privacy bound (arXiv:2007.06605, Theorem 3.4 and Section 4);
+    hypotheses: each client checks in independently, with probability ``p0``, at a slot
+    uniform over its window.
     """
     n, m, p = num_clients, num_slots, checkin_probability
     if variant in ("fixed", "averaged"):

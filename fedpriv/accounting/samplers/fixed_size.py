@@ -68,6 +68,15 @@ class WithoutReplacementGaussianEvent(PldEvent):
     Gaussian sum with multiplier ``noise_multiplier`` per unit of one client's bound C (a
     replaced client moves the sum by up to 2C); replace-one neighbours.
 
+    Its PLD dominates the round: the pair whose profile is the pointwise maximum of the remove
+    and add pairs of the Gaussian sampled at γ = m/N with sensitivity 2C (coupling and joint
+    convexity, Balle, Barthe, Gaboardi, arXiv:1807.01647, Theorem 2; the worst pair, Lebeda,
+    Regehr, Kamath, Steinke, arXiv:2405.20769; its existence, Zhu, Dong, Wang,
+    arXiv:2106.08567, Sec. 3), discretized by pessimistic connect-the-dots (Doroshenko et al.,
+    arXiv:2207.04380, Theorem 3.3). Hypotheses: the replace-one relation; each round's cohort
+    is a uniform ``m``-subset drawn independently of the data and of other rounds; every
+    contribution is clipped to C.
+
     Parameters
     ----------
     noise_multiplier : float

@@ -69,7 +69,12 @@ def allocation_interval(sigma: float, num_steps: int, num_selected: int) -> floa
 
 def charged_rounds(released: int, num_steps: int) -> int:
     """The rounds a partial epoch is charged for: ``released`` rounded up to 1, 2, 3, 4, 6, 8,
-    12, 16, ... (powers of two and three times them), at most ``num_steps``."""
+    12, 16, ... (powers of two and three times them), at most ``num_steps``.
+
+    An upper bound by post-processing (Dwork, Roth 2014, Proposition 2.1): the first
+    ``released`` rounds are a function of the first ``charged`` ones. Hypotheses: those of
+    :class:`RandomAllocationEvent` for a partial epoch (k = 1, add/remove relation).
+    """
     charged = 1
     while charged < released:
         power_of_two = charged & (charged - 1) == 0
@@ -99,6 +104,16 @@ class RandomAllocationEvent(PldEvent):
     ConfigError
         For σ <= 0 or non-finite, ``t`` < 1, ``k`` outside ``1..t``, ``r`` outside ``1..t``,
         or ``r < t`` with ``k > 1``.
+
+    Notes
+    -----
+    Bound: the dominating PLD of random allocation (Feldman, Shenfeld, arXiv:2602.17284,
+    Sec. 4; ``pld-accounting``'s ``gaussian_allocation_pld``, ``BoundType.DOMINATES``) and,
+    for a partial epoch, its PLD subsampling (their App. C; :func:`subsampled_allocation_pld`).
+    Hypotheses: the add/remove relation (the default ``supported_relations``); each client
+    picks its ``k`` rounds uniformly, independently of the other clients and of the data;
+    each round releases a Gaussian sum with std ``σ`` per unit of a client's L2 sensitivity;
+    epochs use independent allocations (they compose by PLD self-composition).
     """
 
     noise_multiplier: float
@@ -189,7 +204,10 @@ def _allocation_pld(key: tuple[float, int, int], bound: str) -> Any:
 def subsampled_allocation_pld(sigma: float, num_steps: int, sampling_probability: float) -> Any:
     """The dominating PLD of the k = 1 allocation over ``num_steps`` rounds at noise σ, taking
     part with probability ``sampling_probability`` in (0, 1] (1: the allocation itself):
-    pld-accounting's ``subsample_pld`` (remove ``(p·A + (1 − p)·Q, Q)``, add the mirror)."""
+    pld-accounting's ``subsample_pld`` (remove ``(p·A + (1 − p)·Q, Q)``, add the mirror;
+    Feldman, Shenfeld, arXiv:2602.17284, App. C). Hypotheses: the add/remove relation;
+    k = 1; the client's round falls among the released ones with probability ``p`` and is
+    then uniform over them (the module docstring's partial epoch)."""
     base = _allocation_pld((sigma, num_steps, 1), "DOMINATES")
     if sampling_probability == 1.0:
         return base

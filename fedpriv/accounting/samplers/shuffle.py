@@ -123,6 +123,11 @@ def closed_form_epsilon(num_clients: int, local_epsilon: float, delta: float) ->
     ``c = 8 e^eps0 / n``, ``b = 1 - e^-eps0``, ``d = 1 + e^{-eps0 - ln(1 + a + c)}``;
     outside that regime ``eps0`` (the trivial bound). Never above ``eps0``.
 
+    Hypotheses (Feldman, McMillan, Talwar, arXiv:2012.12803): the replace-one relation (one
+    client's report changes); each of the ``n`` clients sends exactly one report of an
+    ``eps0``-DP local randomizer (pure ``eps0``, for every pair of inputs); the shuffler is
+    trusted and its permutation uniform and independent of the reports.
+
     Parameters
     ----------
     num_clients : int
@@ -287,6 +292,11 @@ def _delta_upper(
 def shuffle_delta(num_clients: int, local_epsilon: float, epsilon: float) -> float:
     """Numerical upper bound on the central delta at ``epsilon`` of shuffling ``n`` reports.
 
+    Hypotheses (Feldman, McMillan, Talwar, arXiv:2012.12803): the replace-one relation (one
+    client's report changes); each of the ``n`` clients sends exactly one report of an
+    ``eps0``-DP local randomizer (pure ``eps0``, for every pair of inputs); the shuffler is
+    trusted and its permutation uniform and independent of the reports.
+
     Parameters
     ----------
     num_clients : int
@@ -359,6 +369,11 @@ def shuffle_epsilon(
     it, else ``eps0``) for the smallest epsilon with :func:`shuffle_delta` below ``delta``;
     returns the upper end of the final bracket, so the result is always certified (or
     ``eps0``).
+
+    Hypotheses (Feldman, McMillan, Talwar, arXiv:2012.12803): the replace-one relation (one
+    client's report changes); each of the ``n`` clients sends exactly one report of an
+    ``eps0``-DP local randomizer (pure ``eps0``, for every pair of inputs); the shuffler is
+    trusted and its permutation uniform and independent of the reports.
 
     Parameters
     ----------
