@@ -89,13 +89,14 @@ ROWS: tuple[Row, ...] = (
     Row(
         "poisson-gaussian",
         "README: σ 1.1, q 0.01, 10⁴ steps",
-        _p("noise_multiplier=1.1 sample_rate=0.01 steps=10000 target_delta=1e-5"),
+        # one step per round: every step's sum released (the lower bound's pair)
+        _p("noise_multiplier=1.1 sample_rate=0.01 steps=1 num_rounds=10000 target_delta=1e-5"),
         slow=True,
     ),
     Row(
         "poisson-gaussian",
         "small ε: σ 3, q 0.001, 1,000 steps",
-        _p("noise_multiplier=3 sample_rate=0.001 steps=1000 target_delta=1e-5"),
+        _p("noise_multiplier=3 sample_rate=0.001 steps=1 num_rounds=1000 target_delta=1e-5"),
     ),
     Row(
         "batch-clipping",

@@ -216,9 +216,14 @@ def test_registry_is_lazy_and_complete():
         "secagg-dpsgd",
         "ftrl",
     }
-    for target in cli.ANALYSES.values():
-        module, _, func = target.partition(":")
-        assert module.startswith("fedpriv.accounting.") and func.startswith("run_cli")
+    from fedpriv.accounting.core.cli_runner import Choice, FunctionAnalysis
+    from fedpriv.accounting.core.privacy_spec import PrivacySpec
+
+    for name, target in cli.ANALYSES.items():
+        assert target.startswith("fedpriv.accounting.")  # "module:attribute", imported on use
+        obj = cli.load_analysis(name)
+        spec = isinstance(obj, type) and issubclass(obj, PrivacySpec)
+        assert spec or isinstance(obj, (Choice, FunctionAnalysis)), name
 
 
 def test_console_script_subprocess():
@@ -304,5 +309,6 @@ def test_analysis_help_lists_its_keys(name: str, capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert out.startswith(f"usage: fedpriv-account {name} key=value")
     assert "target_delta" in out or "target_epsilon" in out or "local_epsilon" in out
-    if name == "client-level":
-        assert "keys: accountant, allocation_window, client_sample_rate" in out
+    if name == "client-level":  # the spec's fields, the cohort sampler's among them
+        for row in ("accountant={pld,rdp}", "allocation_window=int", "client_sample_rate=float"):
+            assert f"\n  {row} " in out

@@ -273,13 +273,16 @@ def test_spec_calibration_uses_its_own_accountant_and_conversion(
 
 
 def test_cli_num_rounds_composes_steps_per_round() -> None:
-    from fedpriv.accounting.dpsgd import run_cli
+    from fedpriv.cli.account import run as account
 
     keys = {"noise_multiplier": "1.1", "sample_rate": "0.05", "target_delta": "1e-5"}
-    per_round = run_cli({**keys, "steps": "5", "num_rounds": "20", "accountant": "rdp"})
-    flat = run_cli({**keys, "steps": "100", "accountant": "rdp"})
+    per_round = account(
+        "poisson-gaussian", {**keys, "steps": "5", "num_rounds": "20", "accountant": "rdp"}
+    )
+    flat = account("poisson-gaussian", {**keys, "steps": "100", "accountant": "rdp"})
     assert per_round["epsilon"] == flat["epsilon"] == _spec(accountant="rdp").epsilon(20)
-    cal = run_cli(
+    cal = account(
+        "poisson-gaussian",
         {
             **{k: v for k, v in keys.items() if k != "noise_multiplier"},
             "target_epsilon": "3",
@@ -287,6 +290,6 @@ def test_cli_num_rounds_composes_steps_per_round() -> None:
             "num_rounds": "3",
             "accountant": "rdp",
             "conversion": "mironov",
-        }
+        },
     )
     assert 0.99 * 3 <= cal["epsilon"] <= 3

@@ -163,7 +163,7 @@ def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
     # A run's Skellam settings, with the run's own σ (noise_multiplier is σ of the sum in both),
     # give the run's central and local ε: the CLI builds the run's SkellamSpec (same scale
     # rule).
-    from fedpriv.accounting.secagg.spec import run_cli
+    from fedpriv.cli.account import run as account
     from fedpriv.run.config import compose_config
     from fedpriv.run.prepare import prepare
     from fedpriv.run.run_privacy import RunPrivacy
@@ -185,7 +185,8 @@ def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
     for _ in range(2):
         privacy.record_round()
     s = algo.privacy_summary()
-    out = run_cli(
+    out = account(
+        "secagg-dpsgd",
         {
             "mechanism": "skellam",
             "noise_multiplier": "1.3",
@@ -199,7 +200,7 @@ def test_secagg_skellam_cli_is_the_runs_mechanism() -> None:
             "bits": "24",
             "beta": repr(s["beta"]),
             "local_samples": str(s["local_samples"]),
-        }
+        },
     )
     assert out["scale"] == s["scale"]
     assert out["noise_multiplier"] == s["noise_multiplier"] == 1.3

@@ -19,6 +19,7 @@ from fedpriv.accounting.batch_clipping import spec as bc
 from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
 from fedpriv.accounting.loss_models import gaussian_mixture as mix
 from fedpriv.accounting.samplers import batch_groups as bg
+from fedpriv.cli.account import run as account
 from fedpriv.common.errors import ConfigError
 
 
@@ -188,7 +189,8 @@ def test_shuffle_against_monte_carlo() -> None:
 # --------------------------------------------------------------------------- Table 1
 def test_table1_batch_clipping_shuffling_g1_is_exact() -> None:
     # m = 1, g = 1, m s | N: every epoch touches exactly one round, q = point mass at E.
-    out = bc.run_cli(
+    out = account(
+        "batch-clipping",
         {
             "sampling": "shuffle",
             "num_samples": "1000",
@@ -197,7 +199,7 @@ def test_table1_batch_clipping_shuffling_g1_is_exact() -> None:
             "epochs": "7",
             "noise_multiplier": "1.5",
             "target_delta": "1e-5",
-        }
+        },
     )
     assert out["q_E"] == {"7": pytest.approx(1.0)}
     want = gdp.gdp_epsilon(1e-5, math.sqrt(7) / 1.5)  # G_{sqrt(E)/sigma}
@@ -215,11 +217,11 @@ def test_table1_bounds_hold_and_are_attained_in_the_worst_case(g: int) -> None:
         "target_delta": "1e-5",
         "group_privacy": str(g),
     }
-    batch = bc.run_cli({**base, "num_groups": "1", "group_size": "20"})
+    batch = account("batch-clipping", {**base, "num_groups": "1", "group_size": "20"})
     assert batch["closed_form"]["mu"] == pytest.approx(math.sqrt(g * 5) / 2)
     assert batch["worst_case"]["mu"] == pytest.approx(math.sqrt(g * 5) / 2)  # t_max = g E
     assert batch["epsilon"] <= batch["closed_form"]["epsilon"]
-    indiv = bc.run_cli({**base, "num_groups": "20", "group_size": "1"})
+    indiv = account("batch-clipping", {**base, "num_groups": "20", "group_size": "1"})
     assert indiv["closed_form"]["mu"] == pytest.approx(g * math.sqrt(5) / 2)
     assert indiv["worst_case"]["mu"] == pytest.approx(g * math.sqrt(5) / 2)  # t_max = g^2 E
     assert indiv["epsilon"] <= indiv["closed_form"]["epsilon"]
@@ -256,7 +258,8 @@ def test_lumping_is_conservative() -> None:
 
 
 def test_calibration_round_trip() -> None:
-    out = bc.run_cli(
+    out = account(
+        "batch-clipping",
         {
             "sampling": "subsample",
             "num_samples": "5000",
@@ -267,7 +270,7 @@ def test_calibration_round_trip() -> None:
             "target_epsilon": "3",
             "target_delta": "1e-5",
             "analysis": "paper",  # the mixture alone (default: test_batch_clipping_issue40.py)
-        }
+        },
     )
     sigma = out["noise_multiplier"]
     assert out["calibrated"] == "noise_multiplier" and out["delta"] <= 1e-5
@@ -282,7 +285,8 @@ def test_event_in_ledger_matches_cli_and_round_trips() -> None:
     ledger = PrivacyLedger(neighboring_relation="replace_one")
     for _ in range(4):
         ledger.record(ev, 50)  # 2 epochs of 100 rounds
-    cli = bc.run_cli(
+    cli = account(
+        "batch-clipping",
         {
             "sampling": "shuffle",
             "num_samples": 1000,
@@ -292,7 +296,7 @@ def test_event_in_ledger_matches_cli_and_round_trips() -> None:
             "noise_multiplier": 1.2,
             "group_privacy": 3,
             "target_delta": 1e-5,
-        }
+        },
     )
     assert ledger.get_epsilon(1e-5) == pytest.approx(cli["epsilon"], rel=1e-12)
     again = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
@@ -325,7 +329,7 @@ def test_refusals_name_the_key(params: dict[str, str], key: str) -> None:
         "target_delta": "1e-5",
     }
     with pytest.raises(ConfigError) as err:
-        bc.run_cli({**base, **params})
+        account("batch-clipping", {**base, **params})
     assert str(err.value).startswith(key + "=")
 
 

@@ -23,6 +23,7 @@ from fedpriv.accounting.batch_clipping.spec import BatchClippingSpec
 from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.dpsgd import DPSGDSpec
 from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
+from fedpriv.cli.account import run as account
 from fedpriv.common.errors import ConfigError
 from fedpriv.data.client_data import ClientData
 from fedpriv.models.zoo import build_model
@@ -387,7 +388,8 @@ def test_flower_run_epsilon_equals_engine_batch_clipping_analysis(tmp_path: Path
     rounds = summary["rounds"]
     for r, row in enumerate(rounds, start=1):
         for g in (1, 2, 4, 8):
-            cli = bc.run_cli(
+            cli = account(
+                "batch-clipping",
                 {
                     "sampling": "shuffle",
                     "num_samples": "3000",
@@ -397,7 +399,7 @@ def test_flower_run_epsilon_equals_engine_batch_clipping_analysis(tmp_path: Path
                     "noise_multiplier": "1.5",
                     "group_privacy": str(g),
                     "target_delta": "1e-5",
-                }
+                },
             )
             assert row[f"epsilon_g{g}"] == pytest.approx(cli["epsilon"], rel=1e-9)
             assert row[f"epsilon_g{g}_closed"] == pytest.approx(

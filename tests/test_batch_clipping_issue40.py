@@ -20,6 +20,7 @@ from fedpriv.accounting.batch_clipping.lower import (
 from fedpriv.accounting.core.group_privacy import group_privacy_delta, group_privacy_epsilon
 from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
+from fedpriv.cli.account import run as account
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.samplers import SamplerKind
 
@@ -55,7 +56,7 @@ def test_subsample_default_is_the_fixed_size_sampled_gaussian_composed_directly(
     same PLD is finer here), equal to the without-replacement event composed by its own PLD
     (z = 2σ per unit C, 64 of 60,000, 9,370 rounds) to 1e-9, within 0.002 of 0.634;
     ``analysis=paper`` gives the paper's 23.43 (to 0.01) on the same call."""
-    out = bc.run_cli(MNIST)
+    out = account("batch-clipping", MNIST)
     direct = WithoutReplacementGaussianEvent(2.0, 64, 60000).pld().self_compose(9370)
     assert out["epsilon"] == pytest.approx(direct.get_epsilon_for_delta(DELTA), rel=1e-9)
     assert out["epsilon"] == pytest.approx(0.634, abs=0.002)
@@ -64,10 +65,12 @@ def test_subsample_default_is_the_fixed_size_sampled_gaussian_composed_directly(
         "fixed-size sampled Gaussian PLD (replace-one, sensitivity 2C)"
     )
     assert out["paper_epsilon"] == pytest.approx(23.43, abs=0.01)
-    paper = bc.run_cli({**MNIST, "analysis": "paper"})
+    paper = account("batch-clipping", {**MNIST, "analysis": "paper"})
     assert paper["epsilon"] == pytest.approx(23.43, abs=0.01)
     assert paper["analysis_used"] == "paper" and paper["accounting"] == bc.PAPER_ACCOUNTING
-    old = bc.run_cli({**MNIST, "analysis": "batch-clipping"})  # the spelling before issue 40
+    old = account(
+        "batch-clipping", {**MNIST, "analysis": "batch-clipping"}
+    )  # the spelling before issue 40
     assert old["epsilon"] == paper["epsilon"]
 
 
@@ -75,8 +78,8 @@ def test_rdp_fallback_is_dp_accountings_without_replacement_event() -> None:
     """``accountant=rdp``: dp-accounting's SampledWithoutReplacementDpEvent, as for client-level
     fixed-size cohorts; looser than the PLD, never below it (at N = 6,000: 2 epochs)."""
     keys = {**MNIST, "num_samples": "6000", "epochs": "2"}
-    pld = bc.run_cli(keys)["epsilon"]
-    rdp = bc.run_cli({**keys, "accountant": "rdp"})
+    pld = account("batch-clipping", keys)["epsilon"]
+    rdp = account("batch-clipping", {**keys, "accountant": "rdp"})
     assert rdp["accounting"].startswith("fixed-size sampled Gaussian RDP (default)")
     assert pld <= rdp["epsilon"] <= 3 * pld
 
@@ -140,10 +143,10 @@ def test_calibration_meets_the_target_under_the_reported_analysis() -> None:
     keys = {**MNIST, "num_samples": "1200", "num_groups": "20", "epochs": "1"}
     keys["target_epsilon"] = "2"
     del keys["noise_multiplier"]
-    sigma = bc.run_cli(keys)["noise_multiplier"]
+    sigma = account("batch-clipping", keys)["noise_multiplier"]
     back = {**keys, "noise_multiplier": str(sigma)}
     del back["target_epsilon"]
-    eps = bc.run_cli(back)["epsilon"]
+    eps = account("batch-clipping", back)["epsilon"]
     assert 2.0 * 0.99 <= eps <= 2.0
     run = _spec("subsample", 1200, 20, 1, 1, None, target_epsilon=2.0)
     assert run.calibrated(2.0, 1).sigma == sigma
@@ -152,7 +155,8 @@ def test_calibration_meets_the_target_under_the_reported_analysis() -> None:
 def test_shuffle_full_shift_lower_bound_at_the_issue_setting() -> None:
     """N = 600, one group of 60, 1 epoch, σ = 2: above the old 0.369 (shift C), below the
     reported 1.993, labelled with its confidence; deterministic (seeded)."""
-    out = bc.run_cli(
+    out = account(
+        "batch-clipping",
         {
             "sampling": "shuffle",
             "num_samples": "600",
@@ -162,7 +166,7 @@ def test_shuffle_full_shift_lower_bound_at_the_issue_setting() -> None:
             "noise_multiplier": "2",
             "target_delta": "1e-5",
             "lower_bound": "true",
-        }
+        },
     )
     assert 0.369 < out["epsilon_lower_bound"] < out["epsilon"] == pytest.approx(1.993, abs=1e-3)
     assert out["epsilon_lower_bound_confidence"] == pytest.approx(0.999)
@@ -189,7 +193,7 @@ def test_full_shift_monte_carlo_is_below_the_exact_gaussian() -> None:
 )
 def test_bad_analysis_refused_in_one_line(key: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        bc.run_cli({**MNIST, key: value})
+        account("batch-clipping", {**MNIST, key: value})
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 

@@ -62,10 +62,6 @@ NOT_A_BOUND = {
     "accountants.monte_carlo.log_elementary_symmetric": "numerics (log-space recursion)",
     "accountants.monte_carlo.composed_losses": "samples (the bound: allocation_epsilon_estimate)",
     "accountants.monte_carlo.sample_count": "a sample size",
-    "accountants.gdp.cli_targets": "command-line parsing",
-    "accountants.gdp.check_one_target": "command-line validation",
-    "accountants.gdp.run_cli": "command line (its bounds are the functions it calls)",
-    "accountants.gdp.run_cli_gaussian": "command line (its bounds are the functions it calls)",
 }
 
 

@@ -18,7 +18,6 @@ from fedpriv.accounting.accountants.composition import (
     optimal_composition_delta,
 )
 from fedpriv.accounting.checkin.events import CheckinEvent
-from fedpriv.accounting.checkin.spec import run_cli
 from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.samplers.checkin import (
     VARIANTS,
@@ -28,6 +27,7 @@ from fedpriv.accounting.samplers.checkin import (
     pure_epsilon,
 )
 from fedpriv.accounting.samplers.shuffle import shuffle_epsilon
+from fedpriv.cli.account import run as account
 from fedpriv.common.errors import ConfigError
 
 mp.mp.dps = 40
@@ -200,14 +200,15 @@ def test_precondition_refused_with_reason() -> None:
     with pytest.raises(ConfigError, match="^local_delta="):
         CheckinEvent("shuffle", 0.01, 1000, local_delta=0.5)
     # no split of target_delta makes the theorem apply here, but eps0 itself still holds
-    out = run_cli(
+    out = account(
+        "checkin",
         {
             "variant": "shuffle",
             "local_epsilon": "0.5",
             "local_delta": "1e-15",
             "num_clients": "100000",
             "target_delta": "1e-6",
-        }
+        },
     )
     assert out["epsilon"] == 0.5 and out["composition"].startswith("local")
 
@@ -308,12 +309,13 @@ def test_expected_dummies_sliding_window_monte_carlo() -> None:
 def test_cli_refusals_name_the_key(params: dict[str, str], key: str) -> None:
     base = {"local_epsilon": "1", "num_clients": "1000", "num_slots": "100", "target_delta": "1e-6"}
     with pytest.raises(ConfigError) as err:
-        run_cli({**base, **params})
+        account("checkin", {**base, **params})
     assert str(err.value).startswith(key + "=")
 
 
 def test_cli_and_ledger_agree() -> None:
-    out = run_cli(
+    out = account(
+        "checkin",
         {
             "variant": "fixed",
             "local_epsilon": "1",
@@ -322,7 +324,7 @@ def test_cli_and_ledger_agree() -> None:
             "checkin_probability": "0.1",
             "target_delta": "1e-6",
             "repetitions": "10",
-        }
+        },
     )
     ev = CheckinEvent("fixed", 1.0, 10_000, 1_000, 0.1)
     ledger = PrivacyLedger(neighboring_relation="replace_one")
@@ -330,7 +332,8 @@ def test_cli_and_ledger_agree() -> None:
     assert ledger.get_epsilon(1e-6) == pytest.approx(out["epsilon"], rel=1e-12)
     again = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
     assert again.get_epsilon(1e-6) == ledger.get_epsilon(1e-6)
-    back = run_cli(
+    back = account(
+        "checkin",
         {
             "variant": "fixed",
             "local_epsilon": "1",
@@ -339,7 +342,7 @@ def test_cli_and_ledger_agree() -> None:
             "checkin_probability": "0.1",
             "target_epsilon": str(out["epsilon"]),
             "repetitions": "10",
-        }
+        },
     )
     assert ev.epsilon(back["delta"], 10) <= out["epsilon"] + 1e-12
     assert back["delta"] == pytest.approx(1e-6, rel=5e-3)

@@ -370,7 +370,7 @@ def test_fedpriv_account_client_level_answers_the_run_spec() -> None:
     )
     assert out["epsilon"] == spec("poisson", acc="rdp", client_sample_rate=0.02).epsilon(500)
     assert out["neighboring_relation"] == "add_remove" and out["expected_cohort_size"] == 120
-    with pytest.raises(ConfigError, match="rounds_per_client=6 must be an integer in 1..allocat"):
+    with pytest.raises(ConfigError, match="rounds_per_client='6' must be an integer in 1..allocat"):
         run(
             "client-level",
             {

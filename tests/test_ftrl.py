@@ -293,9 +293,10 @@ def test_a_stream_that_is_not_the_accounted_matrix_stops_the_run(
 
 def test_fedpriv_account_ftrl_answers_the_runs_epsilon() -> None:
     """``fedpriv-account ftrl`` with the run's settings prints the ε the run's spec accounts."""
-    from fedpriv.accounting.ftrl.spec import run_cli
+    from fedpriv.cli.account import run as account
 
-    out = run_cli(
+    out = account(
+        "ftrl",
         {
             "factorization": "tree_online",
             "participation": "min_separation",
@@ -304,7 +305,7 @@ def test_fedpriv_account_ftrl_answers_the_runs_epsilon() -> None:
             "num_rounds": "24",
             "noise_multiplier": "2.0",
             "target_delta": "1e-5",
-        }
+        },
     )
     spec = ftrl(
         24,
@@ -317,9 +318,10 @@ def test_fedpriv_account_ftrl_answers_the_runs_epsilon() -> None:
     )
     assert out["epsilon"] == pytest.approx(spec.epsilon(24), rel=1e-12)
     assert out["sensitivity"] == pytest.approx(spec.prefix_sensitivities[-1][1], rel=1e-12)
-    cal = run_cli(
+    cal = account(
+        "ftrl",
         {"factorization": "identity", "num_rounds": "10", "target_epsilon": "1.5"}
-        | {"target_delta": "1e-5"}
+        | {"target_delta": "1e-5"},
     )
     assert 0.99 * 1.5 <= cal["epsilon"] <= 1.5 and cal["calibrated"] == "noise_multiplier"
 
@@ -491,7 +493,9 @@ def test_sizes_that_would_hang_are_refused(kw: dict[str, Any], field: str) -> No
 
 
 def test_fedpriv_account_ftrl_needs_num_rounds() -> None:
-    from fedpriv.accounting.ftrl.spec import run_cli
+    from fedpriv.cli.account import run as account
 
     with pytest.raises(ConfigError, match="^num_rounds=None is required"):
-        run_cli({"factorization": "identity", "noise_multiplier": "1", "target_delta": "1e-5"})
+        account(
+            "ftrl", {"factorization": "identity", "noise_multiplier": "1", "target_delta": "1e-5"}
+        )

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedpriv.accounting.accountants import gdp
+from fedpriv.cli.account import run as account
 from fedpriv.common.errors import ConfigError
 
 mp.mp.dps = 60
@@ -175,25 +176,25 @@ def test_edges() -> None:
     e18, e15 = gdp.gdp_epsilon(1e-18, 1.0), gdp.gdp_epsilon(1e-15, 1.0)
     assert math.isfinite(e18) and e18 > e15
     # 10^6 steps
-    out = gdp.run_cli_gaussian(
-        {"noise_multiplier": "100", "steps": "1000000", "target_delta": "1e-5"}
+    out = account(
+        "gaussian", {"noise_multiplier": "100", "steps": "1000000", "target_delta": "1e-5"}
     )
     assert math.isfinite(out["epsilon"]) and out["mu"] == pytest.approx(10.0)
     assert (
-        gdp.run_cli_gaussian({"noise_multiplier": "0", "target_delta": "1e-5"})["epsilon"]
+        account("gaussian", {"noise_multiplier": "0", "target_delta": "1e-5"})["epsilon"]
         == math.inf
     )
 
 
 def test_cli_calibration_round_trip() -> None:
-    out = gdp.run_cli_gaussian({"steps": "50", "target_epsilon": "2", "target_delta": "1e-6"})
+    out = account("gaussian", {"steps": "50", "target_epsilon": "2", "target_delta": "1e-6"})
     sigma = out["noise_multiplier"]
     assert out["calibrated"] == "noise_multiplier"
     assert gdp.gdp_epsilon(1e-6, math.sqrt(50) / sigma) <= 2.0
     assert gdp.gdp_epsilon(1e-6, math.sqrt(50) / (0.99 * sigma)) > 2.0
-    out = gdp.run_cli({"target_epsilon": "1", "target_delta": "1e-5"})
+    out = account("gdp", {"target_epsilon": "1", "target_delta": "1e-5"})
     assert gdp.gdp_delta(1.0, out["mu"]) <= 1e-5
-    assert gdp.run_cli({"mu": "1", "target_epsilon": "1"})["delta"] == pytest.approx(
+    assert account("gdp", {"mu": "1", "target_epsilon": "1"})["delta"] == pytest.approx(
         float(mp_delta(1.0, 1.0)), rel=1e-12
     )
 
@@ -209,7 +210,7 @@ def test_cli_calibration_round_trip() -> None:
 )
 def test_cli_errors_name_the_key(params: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigError) as err:
-        gdp.run_cli(params)
+        account("gdp", params)
     assert str(err.value).startswith(key + "=")
 
 
@@ -229,7 +230,7 @@ def test_gaussian_grows_with_steps_falls_with_noise(
     sigma: float, steps: int, factor: float
 ) -> None:
     def eps(s: float, t: int) -> float:
-        return gdp.run_cli_gaussian({"noise_multiplier": s, "steps": t, "target_delta": 1e-5})[
+        return account("gaussian", {"noise_multiplier": s, "steps": t, "target_delta": 1e-5})[
             "epsilon"
         ]
 

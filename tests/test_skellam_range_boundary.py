@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from fedpriv.accounting.skellam import run_cli
+from fedpriv.cli.account import run as account
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.modular_range import coordinate_tail_bound, signed_reach
 
@@ -69,6 +69,6 @@ def test_a_scale_past_the_reach_needs_one_more_bit() -> None:
 def test_cli_answer_at_16_bits() -> None:
     """Golden values of the doc's 16-bit call: scale 3700.9293 -> 3700.8164 (R/2**15 of the
     old, less the rounding term's share), epsilon 4.2727125 -> 4.2727126 (to 1e-7)."""
-    out = run_cli(dict(DOC_16))
+    out = account("skellam", dict(DOC_16))
     assert out["scale"] == pytest.approx(3700.8164, rel=1e-7)
     assert out["epsilon"] == pytest.approx(4.2727126, abs=1e-6)

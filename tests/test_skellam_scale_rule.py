@@ -13,7 +13,8 @@ import pytest
 from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import special
 
-from fedpriv.accounting.skellam import SkellamSpec, run_cli
+from fedpriv.accounting.skellam import SkellamSpec
+from fedpriv.cli.account import run as account
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.modular_range import ScaleRule, coordinate_tail_bound, signed_reach
 from fedpriv.mechanisms.skellam_noise import MAX_POISSON_MEAN, SkellamMechanism
@@ -126,11 +127,13 @@ def test_multi_step_range_holds_every_step_and_beats_no_wrap(
 def test_cli_states_what_no_wrap_costs() -> None:
     keys = {"noise_multiplier": "2.18", "bits": "12", "num_params": "10250", "num_clients": "10"}
     keys |= {"sample_rate": "0.1", "steps": "1", "target_delta": "1e-5"}
-    out = run_cli({**keys, "scale_rule": "no_wrap", "rotation": "false"})
+    out = account("skellam", {**keys, "scale_rule": "no_wrap", "rotation": "false"})
     assert out["epsilon"] == pytest.approx(0.656, abs=5e-4)
-    assert out["probabilistic_epsilon"] == pytest.approx(run_cli(keys)["epsilon"], rel=1e-12)
+    assert out["probabilistic_epsilon"] == pytest.approx(
+        account("skellam", keys)["epsilon"], rel=1e-12
+    )
     assert out["probabilistic_scale"] > 4 * out["scale"]
-    assert "probabilistic_epsilon" not in run_cli(keys)
+    assert "probabilistic_epsilon" not in account("skellam", keys)
 
 
 def test_no_wrap_keeps_its_bound_and_cost() -> None:
@@ -186,7 +189,8 @@ def test_tail_bound_matches_closed_forms() -> None:
 
 
 def test_cli_equals_spec_and_states_the_rule() -> None:
-    out = run_cli(
+    out = account(
+        "skellam",
         {
             "noise_multiplier": "2.18",
             "bits": "12",
@@ -195,7 +199,7 @@ def test_cli_equals_spec_and_states_the_rule() -> None:
             "sample_rate": "0.1",
             "steps": "1",
             "target_delta": "1e-5",
-        }
+        },
     )
     assert out["scale_rule"] == "probabilistic" and out["rotation"] is True
     assert out["epsilon"] == pytest.approx(spec(12, 2.18).epsilon(1), rel=1e-12)

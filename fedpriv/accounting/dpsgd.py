@@ -21,14 +21,9 @@ from typing import Any, ClassVar
 from dp_accounting import dp_event
 
 from fedpriv.accounting.core.calibrate import bisect_noise
-from fedpriv.accounting.core.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
-from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
-from fedpriv.accounting.core.lower_report import (
-    LOWER_BOUND_KEY,
-    lower_bound_entry,
-    wants_lower_bound,
-)
-from fedpriv.accounting.core.params import Params, noise_or_target
+from fedpriv.accounting.core.ledger import PrivacyLedger
+from fedpriv.accounting.core.lower_report import LowerBound
+from fedpriv.accounting.core.params import CliKeys, Key
 from fedpriv.accounting.core.privacy_spec import (
     EventRuns,
     PrivacySpec,
@@ -43,23 +38,24 @@ SAMPLING_REFUSAL = (
     "is not covered: the Poisson analysis under-reports epsilon for shuffled or fixed-size "
     "batches; use sampling=poisson or the batch-clipping analysis"
 )
-KEYS = (
-    "noise_multiplier",
-    "target_epsilon",
-    "sample_rate",
-    "steps",
-    "target_delta",
-    "accountant",
-    "conversion",
-    "sampling",
-    "num_rounds",
-    LOWER_BOUND_KEY,
+#: ``fedpriv-account poisson-gaussian``'s ``sampling`` (only Poisson batches are covered).
+SAMPLING_KEY = Key(
+    name="sampling",
+    kind=str,
+    default="poisson",
+    choices=("poisson",),
+    refusal=SAMPLING_REFUSAL,
+    doc="how batches are drawn: only poisson is covered by this analysis",
 )
-#: What ``lower_bound=true`` answers for ``poisson-gaussian``: the optimistic PLD
-#: (Doroshenko et al. arXiv:2207.04380) of the realised add/remove pair: one record whose
-#: clipped gradient has norm C at every step, the others 0, so that each step releases the
-#: Poisson-subsampled Gaussian itself (:mod:`fedpriv.accounting.core.lower_bound`).
-LOWER_BOUND_METHOD = "optimistic PLD of the realised pair (a record at norm C every step)"
+#: What ``lower_bound=true`` answers for a :class:`DPSGDSpec`
+#: (:class:`~fedpriv.accounting.secagg.lower.LocalStepsGaussianRound`): the optimistic PLD
+#: (Doroshenko et al. arXiv:2207.04380) of the realised add/remove pair of one round, a record
+#: whose clipped gradient is the constant ``C e_1`` and the others 0, the round releasing its
+#: ``steps`` noisy sums summed (one step: the Poisson-subsampled Gaussian itself).
+LOWER_BOUND_METHOD = (
+    "optimistic PLD of the realised pair: a record with a constant gradient of norm C, the "
+    "others 0, each round releasing its S local steps summed"
+)
 
 
 def poisson_gaussian_event(
@@ -297,25 +293,19 @@ class DPSGDSpec(PrivacySpec, LocalStepsSum):
         "num_clients",
         "normalizer",
     )
+    cli: ClassVar[CliKeys] = CliKeys(
+        doc="DP-SGD: epsilon after num_rounds rounds of `steps` Poisson-subsampled Gaussian "
+        "steps (the run's DPSGDSpec; noise_multiplier is sigma of the released sum)",
+        takes=("steps",),
+        hide=("max_grad_norm", "honest_but_curious"),
+        extra=(SAMPLING_KEY,),
+        summary=("noise_multiplier", "sample_rate", "steps", "accountant", "conversion"),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         object.__setattr__(self, "noise_multiplier", self.noise_or_target(self.noise_multiplier))
         self.check_local_steps()
-
-    @classmethod
-    def from_params(cls, p: Params) -> DPSGDSpec:
-        """``fedpriv-account poisson-gaussian``'s keys ``sample_rate``, ``steps`` (per round),
-        ``target_delta``, ``accountant``, ``conversion`` and ``noise_multiplier`` (0 when
-        absent: the CLI calibrates it to ``target_epsilon``)."""
-        return cls(
-            noise_multiplier=p.float("noise_multiplier", 0.0, ge=0.0),
-            sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
-            steps=p.int("steps", ge=1),
-            accountant=Accountant(p.choice("accountant", ACCOUNTANTS, "pld")),
-            conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
-            target_delta=p.delta("target_delta"),
-        )
 
     # ---- noise shares -----------------------------------------------------------------
     @property
@@ -390,6 +380,20 @@ class DPSGDSpec(PrivacySpec, LocalStepsSum):
         sigma = bisect_noise(eps_of(self), target, field="privacy.noise_multiplier", hint=hint)
         return self.with_noise(sigma, target)
 
+    def lower_bound(self, num_rounds: int) -> LowerBound:
+        """:data:`LOWER_BOUND_METHOD` after ``num_rounds`` rounds at ``target_delta`` (exact
+        0 when no record is ever sampled; none without noise)."""
+        from fedpriv.accounting.secagg.lower import LocalStepsGaussianRound
+
+        if self.sample_rate == 0:
+            return LowerBound(0.0, "exact: sample_rate=0 releases nothing about a record")
+        if self.sigma == 0:
+            return LowerBound.not_available(
+                "noise_multiplier=0 releases the sum without noise (no pair is computed)"
+            )
+        pair = LocalStepsGaussianRound(self.sigma, self.sample_rate, self.steps)
+        return LowerBound.of_events([(pair, num_rounds)], self.target_delta, LOWER_BOUND_METHOD)
+
     def extra_summary(self) -> dict[str, Any]:
         """The mechanism, each client's share of σ and the noise shares."""
         out: dict[str, Any] = {"mechanism": "gaussian"}
@@ -436,43 +440,3 @@ def calibrate_noise_multiplier(
         target_delta=target_delta,
     )
     return spec.calibrated(target_epsilon, 1).sigma
-
-
-def run_cli(params: dict[str, str]) -> dict[str, Any]:
-    """``fedpriv-account poisson-gaussian``: keys noise_multiplier | target_epsilon,
-    sample_rate, steps (per round), num_rounds (default 1), target_delta, accountant=pld|rdp,
-    conversion=default|mironov, lower_bound (true: ``epsilon_lower_bound``, the optimistic PLD
-    of the same steps, :data:`LOWER_BOUND_METHOD`). Builds the run's :class:`DPSGDSpec`, so a
-    run's settings give the run's ε (``steps * num_rounds`` composed steps)."""
-    p = Params(params, "poisson-gaussian", KEYS)
-    lower = wants_lower_bound(p)
-    sampling = p.str("sampling", "poisson")
-    check(sampling == "poisson", "sampling", sampling, SAMPLING_REFUSAL)
-    spec = DPSGDSpec.from_params(p)
-    num_rounds = p.int("num_rounds", 1, ge=1)
-    spec, calibration = noise_or_target(p, spec, num_rounds)
-    out: dict[str, Any] = {"analysis": "poisson-gaussian", **calibration}
-    out.update(
-        epsilon=spec.epsilon(num_rounds),
-        delta=spec.accounting.target_delta,
-        noise_multiplier=spec.noise_multiplier,
-        sample_rate=spec.sample_rate,
-        steps=spec.steps,
-        num_rounds=num_rounds,
-        accountant=spec.accounting.accountant.value,
-        conversion=spec.accounting.conversion.value,
-        neighboring_relation="add_remove",
-    )
-    if lower:
-        out.update(_lower_bound(spec, num_rounds))
-    return out
-
-
-def _lower_bound(spec: DPSGDSpec, num_rounds: int) -> dict[str, Any]:
-    """``epsilon_lower_bound`` after ``num_rounds`` rounds: :data:`LOWER_BOUND_METHOD`."""
-    steps = spec.steps * num_rounds
-    if spec.sample_rate == 0:  # no record is ever used: ε = 0 exactly
-        return lower_bound_entry(0.0, "exact: sample_rate=0 releases nothing about a record")
-    bound = epsilon_lower_bound([(spec.step_event(), steps)], spec.accounting.target_delta)
-    why = "noise_multiplier=0 releases the sum without noise (no pair is computed)"
-    return lower_bound_entry(bound, LOWER_BOUND_METHOD if bound is not None else why)

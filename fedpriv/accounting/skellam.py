@@ -22,15 +22,10 @@ from typing import Any, ClassVar
 from scipy import stats
 
 from fedpriv.accounting.core.calibrate import bisect_noise
-from fedpriv.accounting.core.ledger import CONVERSIONS
-from fedpriv.accounting.core.lower_report import (
-    LOWER_BOUND_KEY,
-    lower_bound_entry,
-    wants_lower_bound,
-)
-from fedpriv.accounting.core.params import Params, noise_or_target
+from fedpriv.accounting.core.lower_report import LowerBound
+from fedpriv.accounting.core.params import CliKeys
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
-from fedpriv.accounting.core.vocabulary import Accountant, Conversion
+from fedpriv.accounting.core.vocabulary import Accountant
 from fedpriv.accounting.dpsgd import DPSGDSpec, LocalStepsSum
 from fedpriv.accounting.loss_models.skellam_rdp import SkellamEvent
 from fedpriv.common.errors import check
@@ -80,9 +75,10 @@ def summands_bound(
     return k, float(num_clients * stats.binom.sf(k, draws, sample_rate))
 
 
-SKELLAM_KEYS = (
+#: The mechanism's fields, bound by the client (``client.*``) and keys of ``fedpriv-account
+#: skellam`` and ``secagg-dpsgd mechanism=skellam``.
+MECHANISM_FIELDS = (
     "num_params",
-    "max_grad_norm",
     "bits",
     "scale",
     "beta",
@@ -93,21 +89,33 @@ SKELLAM_KEYS = (
     "wrap_stddevs",
     "signal_growth",
 )
-KEYS = (
+#: The answer's entries of the spec's summary (``fedpriv-account skellam``).
+CLI_SUMMARY = (
     "noise_multiplier",
-    "target_epsilon",
+    "mu",
+    "scale",
+    "l1_sensitivity",
+    "l2_sensitivity",
     "num_clients",
+    "honest_but_curious",
     "sample_rate",
     "steps",
-    "num_rounds",
-    "honest_but_curious",
-    "target_delta",
+    "max_grad_norm",
+    "bits",
+    "num_params",
+    "beta",
+    "rotation",
+    "dropout_tolerance",
+    "local_samples",
+    "scale_rule",
+    "wrap_stddevs",
+    "signal_growth",
+    "wrap_bound",
     "accountant",
     "conversion",
-    LOWER_BOUND_KEY,
-    *SKELLAM_KEYS,
 )
-#: Why ``lower_bound=true`` has no number for the Skellam analysis (:func:`_lower_bound`).
+#: Why ``lower_bound=true`` has no number for the Skellam analysis
+#: (:meth:`SkellamSpec.lower_bound`).
 NO_LOWER_BOUND = (
     "no realised pair is computed for the modular Skellam sum (rotation, conditional rounding "
     "and wrapping make the released pmfs unavailable here)"
@@ -194,6 +202,17 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
         "scale_rule",
         "wrap_stddevs",
         "signal_growth",
+    )
+
+    cli: ClassVar[CliKeys] = CliKeys(
+        doc="Skellam DP-SGD: epsilon of the run's SkellamSpec (noise_multiplier is sigma of "
+        "the summed noise; RDP only), and one client's own local_epsilon",
+        takes=("steps", "num_clients", *MECHANISM_FIELDS),
+        required=("num_params",),
+        defaults={"num_clients": 1},
+        local_epsilon=True,
+        summary=CLI_SUMMARY,
+        report=lambda spec, n: no_wrap_cost(spec, n),
     )
 
     accountant: Accountant = Accountant.RDP
@@ -384,44 +403,24 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
         )
         return out
 
-    @classmethod
-    def from_params(cls, p: Params) -> SkellamSpec:
-        """``fedpriv-account skellam``'s keys (:data:`KEYS` but ``target_epsilon`` and
-        ``num_rounds``); their defaults are the run's. ``noise_multiplier`` is 1.0 when absent
-        (the CLI then calibrates it to ``target_epsilon``)."""
-        p.choice("accountant", ["rdp"], "rdp")
-        return cls(
-            noise_multiplier=p.float("noise_multiplier", 1.0, gt=0.0),
-            sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
-            steps=p.int("steps", ge=1),
-            num_clients=p.int("num_clients", 1, ge=1),
-            honest_but_curious=p.bool("honest_but_curious", False),
-            conversion=Conversion(p.choice("conversion", CONVERSIONS, "default")),
-            target_delta=p.delta("target_delta"),
-            **cls.mechanism_keys(p),
-        )
+    def lower_bound(self, num_rounds: int) -> LowerBound:
+        """Not available (:data:`NO_LOWER_BOUND`).
 
-    @staticmethod
-    def mechanism_keys(p: Params) -> dict[str, Any]:
-        """The mechanism's keys of a ``fedpriv-account`` call (:data:`SKELLAM_KEYS`), typed and
-        range-checked; their defaults are the run's (``num_params`` is required)."""
-        return {
-            "num_params": p.int("num_params", ge=1),
-            "max_grad_norm": p.float("max_grad_norm", 1.0, gt=0.0),
-            "bits": p.int("bits", 32, ge=2, le=MAX_BITS),
-            "scale": p.float("scale", None, gt=0.0),
-            "beta": p.float("beta", DEFAULT_BETA, ge=0.0, lt=1.0),
-            "rotation": p.bool("rotation", True),
-            "dropout_tolerance": p.int("dropout_tolerance", 0, ge=0),
-            "local_samples": p.int("local_samples", 1, ge=1),
-            "scale_rule": ScaleRule(
-                p.choice("scale_rule", [r.value for r in ScaleRule], "probabilistic")
-            ),
-            "wrap_stddevs": p.float("wrap_stddevs", DEFAULT_WRAP_STDDEVS, gt=0.0),
-            "signal_growth": SignalGrowth(
-                p.choice("signal_growth", [g.value for g in SignalGrowth], "linear")
-            ),
-        }
+        The RDP bound (Agarwal, Kairouz, Liu arXiv:2110.04995, Theorem 3.5 / Corollary 3.6,
+        with Steinke's subsampling, arXiv:2210.00597) uses sensitivities Δ1, Δ2 that bound
+        EVERY conditionally rounded, rotated vector; a record realises a random rounded
+        vector, rotated by a per-round random sign pattern, and the release is the sum modulo
+        ``2**bits``. A valid lower bound needs the pmf of a statistic of that release for a
+        realised pair. The record ``c e_1`` with ``s c / sqrt(n)`` an integer is realised
+        exactly (its rotated, scaled coordinates are all ``±f``, no rounding), but the
+        statistics whose pmfs are computable lose the signal: the projection on the rotated
+        record has noise ``sqrt(n)`` times a coordinate's, far beyond ``2**bits`` under the
+        probabilistic rule (it folds to nearly uniform), and one coordinate carries
+        ``1/sqrt(n)`` of the signal; the whole vector under Poisson sampling is a mixture of
+        products, not a composition. A Gaussian of the same variance is not a lower bound
+        either (the Skellam pmf differs from the Gaussian's in the tails that decide δ).
+        """
+        return LowerBound.not_available(NO_LOWER_BOUND)
 
 
 def no_wrap_cost(spec: SkellamSpec, num_rounds: int) -> dict[str, Any]:
@@ -434,71 +433,3 @@ def no_wrap_cost(spec: SkellamSpec, num_rounds: int) -> dict[str, Any]:
         "probabilistic_epsilon": other.epsilon(num_rounds),
         "probabilistic_scale": other.mechanism.scale,
     }
-
-
-def run_cli(params: dict[str, str]) -> dict[str, Any]:
-    """``fedpriv-account skellam``: noise_multiplier | target_epsilon (σ of the SUM, as in a
-    run's ``privacy.noise_multiplier``), num_params, num_clients, sample_rate, steps (per
-    round), num_rounds, target_delta [, bits, max_grad_norm, beta, rotation,
-    dropout_tolerance, local_samples, honest_but_curious, conversion, scale]. Builds the run's
-    :class:`SkellamSpec`: a run's ``results.json`` settings give exactly the run's ε.
-    ``lower_bound=true`` adds ``epsilon_lower_bound`` (here: why none, :func:`_lower_bound`)."""
-    p = Params(params, "skellam", KEYS)
-    lower = wants_lower_bound(p)
-    spec = SkellamSpec.from_params(p)
-    num_rounds = p.int("num_rounds", 1, ge=1)
-    spec, calibration = noise_or_target(p, spec, num_rounds)
-    ev = spec.step_event()
-    return {
-        **no_wrap_cost(spec, num_rounds),
-        "analysis": "skellam",
-        **calibration,
-        "epsilon": spec.epsilon(num_rounds),
-        "delta": spec.target_delta,
-        "local_epsilon": spec.local_epsilon(num_rounds),
-        "noise_multiplier": spec.noise_multiplier,
-        "mu": ev.mu,
-        "scale": spec.mechanism.scale,
-        "l1_sensitivity": ev.l1_sensitivity,
-        "l2_sensitivity": ev.l2_sensitivity,
-        "num_clients": spec.num_clients,
-        "honest_but_curious": spec.honest_but_curious,
-        "sample_rate": spec.sample_rate,
-        "steps": spec.steps,
-        "num_rounds": num_rounds,
-        "max_grad_norm": spec.max_grad_norm,
-        "bits": spec.bits,
-        "num_params": spec.num_params,
-        "beta": spec.beta,
-        "rotation": spec.rotation,
-        "dropout_tolerance": spec.dropout_tolerance,
-        "local_samples": spec.local_samples,
-        "scale_rule": spec.scale_rule.value,
-        "wrap_stddevs": spec.wrap_stddevs,
-        "signal_growth": spec.signal_growth.value,
-        "wrap_bound": spec.mechanism.wrap_bound,
-        "accountant": "rdp",
-        "conversion": spec.conversion.value,
-        "neighboring_relation": "add_remove",
-        **(_lower_bound() if lower else {}),
-    }
-
-
-def _lower_bound() -> dict[str, Any]:
-    """``epsilon_lower_bound`` of the Skellam analysis: not available.
-
-    The RDP bound (Agarwal, Kairouz, Liu arXiv:2110.04995, Theorem 3.5 / Corollary 3.6, with
-    Steinke's subsampling, arXiv:2210.00597) uses sensitivities Δ1, Δ2 that bound EVERY
-    conditionally rounded, rotated vector; a record realises a random rounded vector, rotated
-    by a per-round random sign pattern, and the release is the sum modulo ``2**bits``. A
-    valid lower bound needs the pmf of a statistic of that release for a realised pair. The
-    record ``c e_1`` with ``s c / sqrt(n)`` an integer is realised exactly (its rotated,
-    scaled coordinates are all ``±f``, no rounding), but the statistics whose pmfs are
-    computable lose the signal: the projection on the rotated record has noise ``sqrt(n)``
-    times a coordinate's, far beyond ``2**bits`` under the probabilistic rule (it folds to
-    nearly uniform), and one coordinate carries ``1/sqrt(n)`` of the signal; the whole vector
-    under Poisson sampling is a mixture of products, not a composition. A Gaussian of the
-    same variance is not a lower bound either (the Skellam pmf differs from the Gaussian's in
-    the tails that decide δ). None is computed here.
-    """
-    return lower_bound_entry(None, NO_LOWER_BOUND)

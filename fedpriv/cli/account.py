@@ -1,11 +1,13 @@
 r"""``fedpriv-account ANALYSIS key=value ... [--json]``: every privacy analysis from a shell.
 
-The analyses form a registry: ``ANALYSES`` maps a name to ``"module:function"``, imported only
-when that analysis runs. Each function has the signature ``run_cli(params: dict[str, str]) ->
-dict`` (read the values with :class:`fedpriv.accounting.core.params.Params`), returns a JSON-able
-dict that always has ``"epsilon"`` and ``"delta"``, and raises
-:class:`fedpriv.common.errors.ConfigError` on bad input. Bad input exits with status 2 and ONE line
-on stderr naming the key and the value; a refused combination (``NotImplementedError``) too.
+The analyses form a registry: ``ANALYSES`` maps a name to ``"module:attribute"``, imported only
+when that analysis runs: a privacy spec class (its keys are the spec's fields, its answer the
+spec's ε: :mod:`fedpriv.accounting.core.cli_runner`), a
+:class:`~fedpriv.accounting.core.cli_runner.Choice` of specs by one key (``checkin noise=``,
+``secagg-dpsgd mechanism=``), or a :class:`~fedpriv.accounting.core.cli_runner.FunctionAnalysis`
+(the G_μ analyses, which are no spec). The answer is a JSON-able dict that always has
+``"epsilon"`` and ``"delta"``. Bad input exits with status 2 and ONE line on stderr naming the
+key and the value; a refused combination (``NotImplementedError``) too.
 
 Every analysis takes ``lower_bound=true``: the answer then has ``epsilon_lower_bound``, a
 lower bound on the ε of the same mechanism (a number <= ``epsilon``, or a sentence saying why
@@ -31,28 +33,28 @@ Examples
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fedpriv.accounting.core import cli_runner
 from fedpriv.accounting.core.params import parse_assignments
 from fedpriv.common.errors import ConfigError
 
-#: ANALYSIS name -> "module:function" with signature ``run_cli(params: dict[str, str]) -> dict``.
+#: ANALYSIS name -> "module:attribute": a spec class, a Choice of specs, or a FunctionAnalysis.
 ANALYSES: dict[str, str] = {
-    "gaussian": "fedpriv.accounting.accountants.gdp:run_cli_gaussian",
-    "gdp": "fedpriv.accounting.accountants.gdp:run_cli",
-    "poisson-gaussian": "fedpriv.accounting.dpsgd:run_cli",
-    "batch-clipping": "fedpriv.accounting.batch_clipping.spec:run_cli",
-    "checkin": "fedpriv.accounting.checkin.spec:run_cli",
-    "skellam": "fedpriv.accounting.skellam:run_cli",
-    "secagg-dpsgd": "fedpriv.accounting.secagg.spec:run_cli",
-    "client-level": "fedpriv.accounting.client_level.spec:run_cli",
-    "ftrl": "fedpriv.accounting.ftrl.spec:run_cli",
+    "gaussian": "fedpriv.accounting.accountants.gdp:GAUSSIAN",
+    "gdp": "fedpriv.accounting.accountants.gdp:GDP",
+    "poisson-gaussian": "fedpriv.accounting.dpsgd:DPSGDSpec",
+    "batch-clipping": "fedpriv.accounting.batch_clipping.spec:BatchClippingSpec",
+    "checkin": "fedpriv.accounting.checkin.spec:ANALYSIS",
+    "skellam": "fedpriv.accounting.skellam:SkellamSpec",
+    "secagg-dpsgd": "fedpriv.accounting.secagg.spec:ANALYSIS",
+    "client-level": "fedpriv.accounting.client_level.spec:ClientLevelSpec",
+    "ftrl": "fedpriv.accounting.ftrl.spec:FTRLSpec",
 }
 
 USAGE = (
@@ -62,8 +64,8 @@ USAGE = (
 )
 
 
-def load_analysis(name: str) -> Callable[[dict[str, str]], dict[str, Any]]:
-    """Import the ``run_cli`` function registered for ``name``.
+def load_analysis(name: str) -> Any:
+    """Import the entry registered for ``name``.
 
     Raises
     ------
@@ -72,7 +74,7 @@ def load_analysis(name: str) -> Callable[[dict[str, str]], dict[str, Any]]:
     """
     if name not in ANALYSES:
         raise ConfigError("analysis", name, "must be one of: " + ", ".join(ANALYSES))
-    module_name, _, func_name = ANALYSES[name].partition(":")
+    module_name, _, attr = ANALYSES[name].partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
@@ -81,41 +83,34 @@ def load_analysis(name: str) -> Callable[[dict[str, str]], dict[str, Any]]:
         raise ConfigError(
             "analysis", name, f"is not available (module {module_name} missing)"
         ) from None
-    func = getattr(module, func_name, None)
-    if func is None:
-        raise ConfigError("analysis", name, f"is not available ({module_name}.{func_name} missing)")
-    return func  # type: ignore[no-any-return]
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise ConfigError("analysis", name, f"is not available ({module_name}.{attr} missing)")
+    return obj
 
 
-def analysis_help(name: str) -> str:
-    """``fedpriv-account ANALYSIS --help``: the analysis's documentation and its keys.
+def analysis_help(name: str, params: Mapping[str, Any] | None = None) -> str:
+    """``fedpriv-account ANALYSIS [key=value ...] --help``: what it answers and its keys, each
+    with its type, default and meaning (a key choosing the spec, e.g. ``noise=``, picks whose).
 
     Raises
     ------
     ConfigError
         For an unknown analysis.
     """
-    func = load_analysis(name)
-    doc = inspect.cleandoc(func.__doc__ or "").split("\nRaises\n", 1)[0].rstrip()
-    keys = analysis_keys(func)
-    text = f"usage: fedpriv-account {name} key=value ... [--json]\n\n{doc}"
-    if keys:
-        text += "\n\nkeys: " + ", ".join(sorted(keys))
-    return text
+    return cli_runner.help_text(name, load_analysis(name), params)
 
 
-def analysis_keys(func: Callable[..., Any]) -> tuple[str, ...] | None:
-    """The keys of an analysis: its module's ``KEYS_BY_FUNCTION[function name]`` (a module
-    that hosts several analyses) or its module's ``KEYS``; ``None`` when it states none."""
-    module = sys.modules[func.__module__]
-    by_function = getattr(module, "KEYS_BY_FUNCTION", {})
-    keys = by_function.get(func.__name__, getattr(module, "KEYS", None))
-    return None if keys is None else tuple(keys)
+def run(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Run analysis ``name`` on ``params`` (strings or numbers); the result dict (Python API
+    of the CLI).
 
-
-def run(name: str, params: dict[str, str]) -> dict[str, Any]:
-    """Run analysis ``name`` on string ``params``; the result dict (Python API of the CLI)."""
-    result = load_analysis(name)(params)
+    Raises
+    ------
+    ConfigError
+        One line naming the key and the value.
+    """
+    result = cli_runner.answer(name, load_analysis(name), params)
     if "epsilon" not in result or "delta" not in result:
         raise RuntimeError(f"analysis {name} returned no epsilon/delta")
     return result
@@ -185,7 +180,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0 if args else 2
     if any(a in ("-h", "--help") for a in args[1:]):
         try:
-            print(analysis_help(args[0]))
+            given = [a for a in args[1:] if "=" in a and not a.startswith("-")]
+            print(analysis_help(args[0], parse_assignments(given)))
         except ConfigError as err:
             print(f"fedpriv-account: error: {err}", file=sys.stderr)
             return 2

@@ -17,7 +17,7 @@ Lemma B.1 / eq. (6) (mixture of G_mu's with the component revealed).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -25,12 +25,8 @@ import scipy.optimize
 import scipy.special
 from numpy.typing import ArrayLike
 
-from fedpriv.accounting.core.lower_report import (
-    LOWER_BOUND_KEY,
-    lower_bound_entry,
-    wants_lower_bound,
-)
-from fedpriv.accounting.core.params import Params
+from fedpriv.accounting.core.lower_report import LowerBound
+from fedpriv.accounting.core.params import Key
 from fedpriv.common.errors import ConfigError, check
 
 __all__ = [
@@ -45,8 +41,8 @@ __all__ = [
     "mixture_epsilon",
     "analytic_gaussian_sigma",
     "noise_for_mu",
-    "run_cli",
-    "run_cli_gaussian",
+    "GDP",
+    "GAUSSIAN",
 ]
 
 _SQRT2 = math.sqrt(2.0)
@@ -479,31 +475,23 @@ def noise_for_mu(mu: float, scale: float, epsilon: float, delta: float) -> float
 
 
 # --------------------------------------------------------------------------- CLI
-def cli_targets(p: Params) -> tuple[float | None, float | None]:
-    """Read ``target_epsilon`` and ``target_delta`` (at least one is required)."""
-    eps = p.float("target_epsilon", None, ge=0.0)
-    delta = p.delta("target_delta", None)
-    if delta is None and eps is None:
-        raise ConfigError("target_delta", None, "is required (or give target_epsilon)")
-    return eps, delta
-
-
-def check_one_target(eps: float | None, delta: float | None) -> None:
-    """With the noise given, exactly one target is a question (ε at δ, or δ at ε); both at once
-    would silently ignore one of them.
+def _targets(values: dict[str, Any], noise: str) -> tuple[float | None, float | None]:
+    """``target_epsilon`` and ``target_delta`` (at least one); with the noise given, exactly
+    one is the question (ε at δ, or δ at ε): both at once would silently ignore one.
 
     Raises
     ------
     ConfigError
-        If both ``target_epsilon`` and ``target_delta`` are given.
+        Neither target, or both with the noise given.
     """
-    if eps is not None and delta is not None:
-        raise ConfigError(
-            "target_epsilon",
-            eps,
-            "cannot be combined with target_delta when the noise is given: give target_delta "
-            "for epsilon, target_epsilon for delta, or omit the noise to calibrate it",
-        )
+    eps, delta = values["target_epsilon"], values["target_delta"]
+    if delta is None and eps is None:
+        raise ConfigError("target_delta", None, "is required (or give target_epsilon)")
+    if values[noise] is not None and eps is not None and delta is not None:
+        from fedpriv.accounting.core.cli_runner import BOTH_TARGETS
+
+        raise ConfigError("target_epsilon", eps, BOTH_TARGETS)
+    return eps, delta
 
 
 #: Below this mu, delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu) cancels to
@@ -545,83 +533,54 @@ def _run_mu(mu: float | None, eps: float | None, delta: float | None) -> dict[st
     return {"epsilon": eps, "delta": float(gdp_delta(eps, mu)), "mu": mu}
 
 
-#: ``fedpriv-account gdp`` and ``gaussian`` keys (one module, two analyses).
-KEYS_BY_FUNCTION = {
-    "run_cli": ("mu", "target_delta", "target_epsilon", LOWER_BOUND_KEY),
-    "run_cli_gaussian": (
-        "noise_multiplier",
-        "steps",
-        "target_delta",
-        "target_epsilon",
-        LOWER_BOUND_KEY,
-    ),
-}
 #: What ``lower_bound=true`` answers for a G_mu mechanism.
 #: The Gaussian mechanism IS G_mu: a record moving the release by its full sensitivity
 #: realises the pair N(0, 1), N(mu, 1) (Dong, Roth, Su arXiv:1905.02383, Theorem 2.7,
 #: Corollaries 2.13 and 3.3), so the lower bound equals epsilon.
 EXACT_LOWER_BOUND = "exact: G_mu is attained by a record at full sensitivity (arXiv:1905.02383)"
+#: The targets and the lower bound, keys of both analyses.
+_COMMON = (
+    Key(
+        name="target_delta",
+        default=None,
+        limits={"gt": 0.0, "lt": 1.0},
+        doc="delta: answer epsilon at it (with target_epsilon and no noise: calibrate)",
+    ),
+    Key(
+        name="target_epsilon",
+        default=None,
+        limits={"ge": 0.0},
+        doc="epsilon: answer delta at it, or with target_delta and no noise calibrate",
+    ),
+)
 
 
 def _exact_lower_bound(out: dict[str, Any], lower: bool) -> dict[str, Any]:
     """``out`` with ``epsilon_lower_bound = epsilon`` when ``lower`` (a G_mu answer is exact:
     :data:`EXACT_LOWER_BOUND`)."""
     if lower:
-        out.update(lower_bound_entry(out["epsilon"], EXACT_LOWER_BOUND))
+        out.update(LowerBound(out["epsilon"], EXACT_LOWER_BOUND).entries())
     return out
 
 
-def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
-    """CLI analysis ``gdp``: keys ``mu``, ``target_delta`` | ``target_epsilon``,
-    ``lower_bound``.
-
-    With ``mu`` and ``target_delta`` returns the exact epsilon; with ``mu`` and
+def _gdp(values: dict[str, Any]) -> dict[str, Any]:
+    """``gdp``: with ``mu`` and ``target_delta`` the exact epsilon; with ``mu`` and
     ``target_epsilon`` the exact delta; without ``mu`` but with both targets the largest mu
-    that meets them (``"calibrated": "mu"``). The dict always has ``epsilon`` and ``delta``;
-    ``lower_bound=true`` adds ``epsilon_lower_bound``, equal to ``epsilon`` (exact).
-
-    Raises
-    ------
-    ConfigError
-        On unknown keys or out-of-range values.
-    """
-    p = Params(params, "gdp", KEYS_BY_FUNCTION["run_cli"])
-    mu = p.float("mu", None, ge=0.0, allow_inf=True)
-    eps, delta = cli_targets(p)
-    lower = wants_lower_bound(p)
-    p.finish()
-    if mu is not None:
-        check_one_target(eps, delta)
-    out: dict[str, Any] = {"analysis": "gdp"}
-    out.update(_run_mu(mu, eps, delta))
-    return _exact_lower_bound(out, lower)
+    that meets them (``"calibrated": "mu"``)."""
+    eps, delta = _targets(values, "mu")
+    out: dict[str, Any] = {"analysis": "gdp", **_run_mu(values["mu"], eps, delta)}
+    return _exact_lower_bound(out, values["lower_bound"])
 
 
-def run_cli_gaussian(params: Mapping[str, Any]) -> dict[str, Any]:
-    """CLI analysis ``gaussian``: ``noise_multiplier``, ``steps`` (1), ``target_delta`` |
-    ``target_epsilon``, ``lower_bound``.
-
-    ``steps`` compositions of the Gaussian mechanism with noise std ``noise_multiplier``
-    times the sensitivity form exactly ``G_mu`` with ``mu = sqrt(steps)/noise_multiplier``.
-    Without ``noise_multiplier`` but with both targets returns the smallest noise multiplier
-    that meets them (``"calibrated": "noise_multiplier"``). ``lower_bound=true`` adds
-    ``epsilon_lower_bound``, equal to ``epsilon`` (exact).
-
-    Raises
-    ------
-    ConfigError
-        On unknown keys or out-of-range values.
-    """
-    p = Params(params, "gaussian", KEYS_BY_FUNCTION["run_cli_gaussian"])
-    sigma = p.float("noise_multiplier", None, ge=0.0, allow_inf=True)
-    steps = p.int("steps", 1, ge=1)
-    eps, delta = cli_targets(p)
-    lower = wants_lower_bound(p)
-    p.finish()
+def _gaussian(values: dict[str, Any]) -> dict[str, Any]:
+    """``gaussian``: ``steps`` compositions of the Gaussian mechanism with noise std
+    ``noise_multiplier`` times the sensitivity form exactly ``G_mu``, ``mu =
+    sqrt(steps)/noise_multiplier``; without ``noise_multiplier`` but with both targets the
+    smallest noise multiplier that meets them (``"calibrated": "noise_multiplier"``)."""
+    sigma, steps = values["noise_multiplier"], values["steps"]
+    eps, delta = _targets(values, "noise_multiplier")
     if sigma is not None:
-        check_one_target(eps, delta)
-        mu = math.inf if sigma == 0 else math.sqrt(steps) / sigma
-        res = _run_mu(mu, eps, delta)
+        res = _run_mu(math.inf if sigma == 0 else math.sqrt(steps) / sigma, eps, delta)
     else:
         res = _run_mu(None, eps, delta)
         assert eps is not None and delta is not None
@@ -631,4 +590,33 @@ def run_cli_gaussian(params: Mapping[str, Any]) -> dict[str, Any]:
         res["calibrated"] = "noise_multiplier"
     out: dict[str, Any] = {"analysis": "gaussian", "noise_multiplier": sigma, "steps": steps}
     out.update(res)
-    return _exact_lower_bound(out, lower)
+    return _exact_lower_bound(out, values["lower_bound"])
+
+
+def _analysis(keys: tuple[Key, ...], run: Callable[..., dict[str, Any]], doc: str) -> Any:
+    from fedpriv.accounting.core.cli_runner import LOWER_BOUND, FunctionAnalysis
+
+    return FunctionAnalysis((*keys, *_COMMON, LOWER_BOUND), run, doc)
+
+
+#: ``fedpriv-account gdp``: a G_mu mechanism's exact (ε, δ), or the mu for both targets.
+GDP = _analysis(
+    (Key(name="mu", default=None, allow_inf=True, limits={"ge": 0.0}, doc="mu of G_mu"),),
+    _gdp,
+    "Gaussian DP: the exact epsilon(delta) or delta(epsilon) of G_mu (Dong, Roth, Su 2019)",
+)
+#: ``fedpriv-account gaussian``: ``steps`` Gaussian mechanisms, exactly G_mu.
+GAUSSIAN = _analysis(
+    (
+        Key(
+            name="noise_multiplier",
+            default=None,
+            allow_inf=True,
+            limits={"ge": 0.0},
+            doc="noise std per unit sensitivity",
+        ),
+        Key(name="steps", kind=int, default=1, limits={"ge": 1}, doc="compositions"),
+    ),
+    _gaussian,
+    "the Gaussian mechanism composed `steps` times: exactly G_mu, mu = sqrt(steps)/sigma",
+)

@@ -61,7 +61,6 @@ van Dijk, Nguyen, Nguyen, Phan, "Generalizing DP-SGD with Shuffling and Batch Cl
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -69,11 +68,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedpriv.accounting.accountants import gdp
-from fedpriv.accounting.batch_clipping.lower import batch_clipping_lower_bound
+from fedpriv.accounting.batch_clipping.lower import ALPHA, batch_clipping_lower_bound
 from fedpriv.accounting.core.calibrate import bisect_noise
 from fedpriv.accounting.core.group_privacy import group_privacy_delta, group_privacy_epsilon
 from fedpriv.accounting.core.ledger import FedprivEvent, PrivacyLedger
-from fedpriv.accounting.core.params import Params
+from fedpriv.accounting.core.lower_report import LowerBound
+from fedpriv.accounting.core.params import CliKeys, Key
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, calibrated_value
 from fedpriv.accounting.core.vocabulary import Accountant, Conversion, NeighboringRelation
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
@@ -88,6 +88,7 @@ from fedpriv.accounting.loss_models.gaussian_mixture import (
 )
 from fedpriv.accounting.samplers.batch_groups import (
     MAX_GROUP_PRIVACY,
+    SAMPLINGS,
     SumSquaresLaw,
     sum_squares_law,
 )
@@ -105,7 +106,6 @@ __all__ = [
     "BatchClippingEvent",
     "table1_mu",
     "calibrate_noise_multiplier",
-    "run_cli",
 ]
 
 
@@ -248,23 +248,6 @@ GROUP_RULE = (
     "; groups g > 1: the smaller of the paper's f-DP mixture for g and group privacy "
     "(Vadhan 2017, Lemma 2.2) of g = 1"
 )
-#: ``fedpriv-account batch-clipping``'s keys.
-KEYS = (
-    "sampling",
-    "num_samples",
-    "num_groups",
-    "group_size",
-    "epochs",
-    "local_rounds",
-    "num_rounds",
-    "group_privacy",
-    "noise_multiplier",
-    "target_epsilon",
-    "target_delta",
-    "lower_bound",
-    "analysis",
-    "accountant",
-)
 
 
 class Analysis(StrEnum):
@@ -325,6 +308,111 @@ def _int_at_least(field_name: str, value: Any, lo: int = 1) -> int:
         f"must be an integer >= {lo}",
     )
     return int(value)
+
+
+# --------------------------------------------------------------------------- fedpriv-account
+#: What ``lower_bound=true`` answers (:mod:`fedpriv.accounting.batch_clipping.lower`).
+LOWER_BOUND_METHOD = {
+    SamplerKind.SUBSAMPLE: "optimistic PLD of the fixed-size sampled Gaussian pair of one "
+    "record (+C replaced by -C) in every round",
+    SamplerKind.SHUFFLE: "the largest of: each epoch's first round alone, the random "
+    f"allocation of a +C record to one of the epoch's rounds (optimistic PLDs), and the "
+    f"full-shift pair by seeded Monte Carlo (one-sided confidence {1 - ALPHA:g})",
+}
+#: ``sampling``: the fixed-size samplers this analysis covers (the ``sampler`` field).
+SAMPLING_KEY = Key(
+    name="sampling",
+    kind=SamplerKind,
+    default=SamplerKind.SHUFFLE,
+    field="sampler",
+    choices=SAMPLINGS,
+    refusal="is not covered by the batch-clipping analysis (fixed-size batches: shuffle or "
+    "subsample); use the poisson-gaussian analysis for Poisson sampling with individual "
+    "clipping and noise N(0,(C sigma)^2)",
+    doc="shuffle (a permutation per epoch) or subsample (m*s of N, independently per round)",
+)
+#: ``group_privacy``: the group of records whose ε is answered (``group_sizes = (g,)``).
+GROUP_KEY = Key(
+    name="group_privacy",
+    kind=int,
+    default=1,
+    limits={"ge": 1},
+    doc="g: answer epsilon for groups of g records (the paper's mixture for g, or group "
+    "privacy of g = 1, whichever is smaller)",
+)
+
+
+def _cli_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """``epochs`` or ``local_rounds`` (exactly one; one epoch when neither), the sizes and
+    the group checked as the CLI names them, ``group_sizes = (group_privacy,)``."""
+    epochs, local = values["epochs"], values["local_rounds"]
+    if epochs is not None and local is not None:
+        raise ConfigError("local_rounds", local, "cannot be combined with epochs; give one")
+    sampler, g = values["sampling"], values["group_privacy"]
+    n, m, s = values["num_samples"], values["num_groups"], values["group_size"]
+    _validate(sampler.value, n, m, s, g)
+    check_fixed_size_analysis(values["analysis"], sampler, "analysis")
+    return {"group_sizes": (g,), "epochs": 1 if epochs is None and local is None else epochs}
+
+
+def _group(spec: Any, num_rounds: int) -> tuple[int, int]:
+    """The group answered for and the local rounds after ``num_rounds`` server rounds."""
+    return spec.report_group_sizes[0], num_rounds * spec.rounds_per_server_round
+
+
+def _cli_epsilon(spec: Any, num_rounds: int) -> float:
+    g, rounds = _group(spec, num_rounds)
+    return float(spec.group_epsilon(g, rounds))
+
+
+def _cli_delta(spec: Any, epsilon: float, num_rounds: int) -> float:
+    g, rounds = _group(spec, num_rounds)
+    return float(spec.group_delta(g, rounds, epsilon))
+
+
+def _cli_calibrated(spec: Any, target: float, num_rounds: int) -> Any:
+    """``spec.calibrated`` for one record; for a group of g the smallest σ whose group ε
+    meets the target (:meth:`BatchClippingSpec.calibrated_sigma`)."""
+    g, rounds = _group(spec, num_rounds)
+    if g == 1:
+        return spec.calibrated(target, num_rounds)
+    return spec.with_noise(spec.calibrated_sigma(target, rounds, g), target)
+
+
+def _cli_report(spec: Any, num_rounds: int) -> dict[str, Any]:
+    """The analysis used, the mechanism's sizes, the paper's mixture ε and its law ``q_E``
+    ({"t": probability}, ``t = c^2 = sum k^2``), the Table 1 closed form and the worst case."""
+    g, rounds = _group(spec, num_rounds)
+    law, sigma, d = spec.law(rounds, g), spec.sigma, spec.target_delta
+    mu_t1, formula = table1_mu(
+        spec.num_groups, spec.group_size, rounds / spec.rounds_per_epoch, sigma, g
+    )
+    mu_wc = worst_case_mu(law, sigma)
+    return {
+        "analysis_used": spec.analysis_name.value,
+        "accounting": spec.accounting_description(),
+        "sampling": spec.sampler.value,
+        "rounds_per_epoch": spec.rounds_per_epoch,
+        "rounds": rounds,
+        "group_privacy": g,
+        "normalizer": spec.normalizer,
+        "noise_multiplier": sigma,
+        "paper_epsilon": batch_clipping_epsilon(law, sigma, d),
+        "closed_form": {
+            "formula": formula,
+            "mu": mu_t1,
+            "epsilon": gdp.gdp_epsilon(d, mu_t1),
+            "kind": (
+                "upper bound (shuffling)"
+                if spec.sampler is SamplerKind.SHUFFLE
+                else "approximation (Table 1, large N); not a bound for subsampling"
+            ),
+        },
+        "worst_case": {"mu": mu_wc, "epsilon": gdp.gdp_epsilon(d, mu_wc)},
+        "lumped_mass": law.lumped_mass,
+        "mean_c2": law.mean(),
+        "q_E": {str(t): q for t, q in sorted(law.as_dict().items())},
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -405,6 +493,30 @@ class BatchClippingSpec(PrivacySpec):
         "num_samples",
         "analysis",
         "lattice_noise",
+    )
+    cli: ClassVar[CliKeys] = CliKeys(
+        doc="generalized DP-SGD (shuffling or subsampling, batch clipping): epsilon of one "
+        "client's release for a group of group_privacy records (the run's BatchClippingSpec)",
+        takes=("num_groups", "group_size", "epochs", "local_rounds", "num_samples", "analysis"),
+        hide=("sample_rate", "group_sizes"),
+        required=("num_samples",),
+        defaults={"epochs": None},
+        limits={"epochs": {"le": 100_000}, "local_rounds": {"le": 10**8}},
+        aliases={"sampling": "sampler", "group_privacy": "group_sizes"},
+        extra=(SAMPLING_KEY, GROUP_KEY),
+        rounds=Key(
+            name="num_rounds",
+            kind=int,
+            default=1,
+            limits={"ge": 1, "le": 100_000},
+            doc="server rounds (each runs epochs or local_rounds local rounds)",
+        ),
+        delta_at_epsilon=True,
+        derive=_cli_fields,
+        epsilon=_cli_epsilon,
+        delta=_cli_delta,
+        calibrate=_cli_calibrated,
+        report=_cli_report,
     )
 
     noise_multiplier: float | None = 1.2
@@ -827,166 +939,17 @@ class BatchClippingSpec(PrivacySpec):
             out["local_rounds_per_server_round"] = self.rounds_per_server_round
         return out
 
-    # ------------------------------------------------------------------ CLI
-    @classmethod
-    def from_params(cls, p: Params) -> BatchClippingSpec:
-        """The spec of ``fedpriv-account batch-clipping key=value ...``.
-
-        Keys read here: ``sampling`` (shuffle | subsample), ``num_samples``, ``num_groups``,
-        ``group_size``, ``epochs`` (per server round) | ``local_rounds`` (per server round),
-        ``group_privacy`` (default 1: ``group_sizes = (g,)``), ``noise_multiplier`` (0 when
-        absent: the CLI calibrates it), ``target_delta`` (default 1e-5), ``analysis`` (auto |
-        without-replacement | paper, as ``client.analysis``) and ``accountant`` (pld | rdp, as
-        ``privacy.accountant``). With the values of a run (``epochs`` or ``local_rounds`` of
-        its client) the spec's events are exactly the run's.
-
-        Raises
-        ------
-        ConfigError
-            On bad values or uncovered combinations (naming the CLI key).
-        """
-        sampling = p.str("sampling")
-        n = p.int("num_samples", ge=1)
-        m = p.int("num_groups", ge=1)
-        s = p.int("group_size", ge=1)
-        given = str(p.exclusive("epochs", "local_rounds"))  # required: never None
-        # beyond 100,000 epochs: minutes of exact convolution, and ε is meaningless
-        per = p.int(given, ge=1, le=100_000 if given == "epochs" else 10**8)
-        g = p.int("group_privacy", 1, ge=1)
-        sigma = p.float("noise_multiplier", 0.0, ge=0.0)
-        delta = p.delta("target_delta", 1e-5)
-        analysis = parse_enum(Analysis, "analysis", p.str("analysis", "auto"))
-        accountant = Accountant(p.choice("accountant", tuple(Accountant), "pld"))
-        _validate(sampling, n, m, s, g)
-        check_fixed_size_analysis(analysis, SamplerKind(sampling), "analysis")
-        return cls(
-            analysis=analysis,
-            accountant=accountant,
-            sampler=SamplerKind(sampling),
-            num_groups=m,
-            group_size=s,
-            epochs=per if given == "epochs" else None,
-            local_rounds=per if given == "local_rounds" else None,
-            noise_multiplier=sigma,
-            num_samples=n,
-            group_sizes=(g,),
-            target_delta=delta,
+    def lower_bound(self, num_rounds: int) -> LowerBound:
+        """A lower bound on ε for one record after ``num_rounds`` server rounds
+        (:func:`~fedpriv.accounting.batch_clipping.lower.batch_clipping_lower_bound`; valid for
+        any group, loose for g > 1); none for Poisson sampling."""
+        _, rounds = _group(self, num_rounds)
+        if self.is_poisson:
+            return LowerBound.not_available("no realised pair is computed for sampler=poisson")
+        batch = self.num_groups * self.group_size
+        bound = batch_clipping_lower_bound(
+            self.sampler, self.samples_used, batch, rounds, self.sigma, self.target_delta
         )
-
-
-# --------------------------------------------------------------------------- CLI
-def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
-    """CLI analysis ``batch-clipping``: the :class:`BatchClippingSpec` a run builds.
-
-    Keys (see :meth:`BatchClippingSpec.from_params`): ``sampling`` (shuffle | subsample),
-    ``num_samples``, ``num_groups``, ``group_size``, ``epochs`` | ``local_rounds`` (per
-    server round), ``num_rounds`` (default 1), ``noise_multiplier``, ``group_privacy``
-    (default 1), ``target_delta`` | ``target_epsilon``, ``analysis`` (auto |
-    without-replacement | paper; default auto, the tightest valid), ``accountant`` (pld |
-    rdp), ``lower_bound`` (``true``: a lower bound on ε for one record,
-    :mod:`fedpriv.accounting.batch_clipping.lower`). Without ``noise_multiplier`` but with
-    both targets the smallest noise multiplier meeting them (for ``group_privacy`` records,
-    under the same analysis) is returned (``"calibrated": "noise_multiplier"``).
-
-    Returns
-    -------
-    dict
-        ``epsilon``, ``delta``, ``analysis_used`` (``auto`` resolved) and ``accounting``
-        (what answers), ``rounds`` (local rounds in all), the paper's mixture ε
-        (``paper_epsilon``) and its law ``q_E`` ({"t": probability}, ``t = c^2 = sum k^2``),
-        the Table 1 closed form (``closed_form``) and the worst case.
-
-    Raises
-    ------
-    ConfigError
-        On unknown keys, bad values or uncovered combinations.
-    """
-    p = Params(params, "batch-clipping", KEYS)
-    spec = BatchClippingSpec.from_params(p)
-    num_rounds = p.int("num_rounds", 1, ge=1, le=100_000)
-    lower = p.bool("lower_bound", False)
-    eps_t, delta_t = gdp.cli_targets(p)
-    p.finish()
-    calibrate = not p.has("noise_multiplier")
-    if calibrate and (eps_t is None or delta_t is None):
-        raise ConfigError(
-            "noise_multiplier",
-            None,
-            "is required unless both target_epsilon and target_delta are given",
-        )
-    if not calibrate:
-        gdp.check_one_target(eps_t, delta_t)
-    g = spec.report_group_sizes[0]
-    rounds = num_rounds * spec.rounds_per_server_round
-    law = spec.law(rounds, g)
-    out: dict[str, Any] = {"analysis": "batch-clipping"}
-    if calibrate:
-        assert eps_t is not None and delta_t is not None
-        sigma = 0.0 if law.t_max == 0 else spec.calibrated_sigma(eps_t, rounds, g)
-        spec = spec.with_noise(sigma)
-        out["calibrated"], out["target_epsilon"] = "noise_multiplier", eps_t
-    out.update(_cli_facts(spec, rounds, g))
-    if delta_t is not None and not calibrate:
-        out["epsilon"], out["delta"] = spec.group_epsilon(g, rounds, delta_t), delta_t
-    else:
-        assert eps_t is not None
-        out["epsilon"], out["delta"] = eps_t, spec.group_delta(g, rounds, eps_t)
-    d = out["delta"]
-    out["paper_epsilon"] = batch_clipping_epsilon(law, spec.sigma, d) if 0 < d < 1 else None
-    out.update(_cli_closed_forms(spec, law, spec.sigma, g, rounds / spec.rounds_per_epoch, d))
-    if lower:
-        out.update(_cli_lower_bound(spec, rounds, d))
-    return out
-
-
-def _cli_facts(spec: BatchClippingSpec, rounds: int, g: int) -> dict[str, Any]:
-    """The analysis used and the mechanism's sizes, for the CLI's output."""
-    return {
-        "analysis_used": spec.analysis_name.value,
-        "accounting": spec.accounting_description(),
-        "sampling": spec.sampler.value,
-        "rounds_per_epoch": spec.rounds_per_epoch,
-        "rounds": rounds,
-        "group_privacy": g,
-        "normalizer": spec.normalizer,
-        "noise_multiplier": spec.sigma,
-    }
-
-
-def _cli_lower_bound(spec: BatchClippingSpec, rounds: int, delta: float) -> dict[str, Any]:
-    """``epsilon_lower_bound`` (one record) and how it was obtained, for the CLI's output."""
-    batch = spec.num_groups * spec.group_size
-    bound = batch_clipping_lower_bound(
-        spec.sampler, spec.samples_used, batch, rounds, spec.sigma, delta
-    )
-    if bound is None:
-        return {"epsilon_lower_bound": "not available for this sampler"}
-    return {
-        "epsilon_lower_bound": bound.epsilon,
-        "epsilon_lower_bound_confidence": bound.confidence,
-        "lower_bound_detail": bound.detail,
-    }
-
-
-def _cli_closed_forms(
-    spec: BatchClippingSpec, law: SumSquaresLaw, sigma: float, g: int, epochs: float, d: float
-) -> dict[str, Any]:
-    """The Table 1 closed form, the worst case and the law ``q_E`` for the CLI's output."""
-    mu_t1, formula = table1_mu(spec.num_groups, spec.group_size, epochs, sigma, g)
-    mu_wc = worst_case_mu(law, sigma)
-    return {
-        "closed_form": {
-            "formula": formula,
-            "mu": mu_t1,
-            "epsilon": gdp.gdp_epsilon(d, mu_t1) if 0 < d < 1 else None,
-            "kind": (
-                "upper bound (shuffling)"
-                if spec.sampler is SamplerKind.SHUFFLE
-                else "approximation (Table 1, large N); not a bound for subsampling"
-            ),
-        },
-        "worst_case": {"mu": mu_wc, "epsilon": gdp.gdp_epsilon(d, mu_wc) if 0 < d < 1 else None},
-        "lumped_mass": law.lumped_mass,
-        "mean_c2": law.mean(),
-        "q_E": {str(t): q for t, q in sorted(law.as_dict().items())},
-    }
+        assert bound is not None  # shuffle and subsample
+        method = LOWER_BOUND_METHOD[self.sampler]
+        return LowerBound(bound.epsilon, method, bound.confidence, bound.detail)

@@ -64,13 +64,8 @@ import numpy as np
 from fedpriv.accounting.accountants.pld_grid import LOWER_DISCRETIZATION, optimistic_gaussian_pld
 from fedpriv.accounting.core.calibrate import bisect_noise
 from fedpriv.accounting.core.ledger import PldEvent
-from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
-from fedpriv.accounting.core.lower_report import (
-    LOWER_BOUND_KEY,
-    lower_bound_entry,
-    wants_lower_bound,
-)
-from fedpriv.accounting.core.params import Params
+from fedpriv.accounting.core.lower_report import LowerBound
+from fedpriv.accounting.core.params import CliKeys, Key
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, calibrated_value
 from fedpriv.accounting.core.vocabulary import Accountant, NeighboringRelation
 from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
@@ -79,7 +74,7 @@ from fedpriv.accounting.samplers.random_allocation import (
     subsampled_allocation_pld,
 )
 from fedpriv.common.errors import ConfigError, check
-from fedpriv.common.validate import check_finite, check_positive, parse_enum
+from fedpriv.common.validate import check_finite, check_positive
 from fedpriv.mechanisms.lattice_gaussian import (
     add_lattice_gaussian,
     lattice_noise_multiplier,
@@ -98,7 +93,6 @@ __all__ = [
     "THEOREM_NOT_APPLICABLE",
     "CheckinGaussianEvent",
     "CheckinGaussianSpec",
-    "run_cli",
 ]
 
 
@@ -202,6 +196,36 @@ class CheckinGaussianEvent(PldEvent):
 
 
 _BARE = {"num_slots": "client.num_slots"}
+#: ``repetitions``: the passes after which ε is answered (the run's ``num_rounds``; optimal
+#: composition is O(passes), hence the cap).
+PASSES = Key(
+    name="repetitions",
+    kind=int,
+    default=1,
+    limits={"ge": 1, "le": 100_000},
+    doc="passes over the slots (the run's num_rounds)",
+)
+#: ``variant`` of ``noise=central_gaussian``: only the fixed window is accounted.
+VARIANT_KEY = Key(
+    name="variant",
+    kind=str,
+    default="fixed",
+    choices=("fixed",),
+    refusal="must be fixed with noise=central_gaussian (only R_j = [m] is accounted)",
+    doc="the check-in window: only fixed (R_j = [m])",
+)
+#: What ``lower_bound=true`` answers (:meth:`CheckinGaussianEvent.lower_pld`, composed over
+#: the passes by :func:`fedpriv.accounting.core.lower_bound.epsilon_lower_bound`).
+LOWER_BOUND_METHOD = (
+    "optimistic PLD of a realised pair: p0 = 1, the random allocation's lower PLD "
+    "(arXiv:2602.17284); p0 < 1, a pass's first slot alone (Gaussian sampled at p0/m)"
+)
+
+
+def _cli_report(spec: Any, passes: int) -> dict[str, Any]:
+    """The mechanism and every route's ε with the one that answered."""
+    routes = {k: v for k, v in spec.bounds(passes).items() if k != "epsilon"}
+    return {"noise": CheckinNoise.CENTRAL_GAUSSIAN.value, **spec.mechanism_summary(), **routes}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -255,6 +279,16 @@ class CheckinGaussianSpec(PrivacySpec):
         "num_clients",
         "num_rounds",
         "lattice_noise",
+    )
+    cli: ClassVar[CliKeys] = CliKeys(
+        doc="check-ins with central Gaussian slot sums (fixed window): epsilon after "
+        "`repetitions` passes by the random-allocation PLD",
+        takes=("num_slots", "num_clients"),
+        required=("num_slots",),
+        extra=(VARIANT_KEY,),
+        rounds=PASSES,
+        bind_rounds=True,
+        report=_cli_report,
     )
 
     noise_multiplier: float | None = 1.0
@@ -319,35 +353,6 @@ class CheckinGaussianSpec(PrivacySpec):
             self.lattice_noise,
             "needs privacy.secure_mode=true and privacy.accountant=rdp (the discrete Gaussian "
             "has no random-allocation PLD here)",
-        )
-
-    @classmethod
-    def from_params(cls, p: Params) -> CheckinGaussianSpec:
-        """The spec of ``fedpriv-account checkin noise=central_gaussian``'s keys
-        ``noise_multiplier`` (1 when absent: the CLI calibrates it to ``target_epsilon``),
-        ``num_slots``, ``checkin_probability`` (1), ``num_clients`` (optional),
-        ``clipping_norm`` (1), ``target_delta`` (1e-5), ``accountant`` (only ``pld``).
-
-        Raises
-        ------
-        ConfigError
-            Naming the CLI key.
-        """
-        sigma = p.float("noise_multiplier", 1.0, gt=0.0)
-        m = p.int("num_slots", ge=1)
-        p0 = p.float("checkin_probability", 1.0, gt=0.0, le=1.0)
-        n = p.int("num_clients", None, ge=1)
-        clip = p.float("clipping_norm", 1.0, gt=0.0)
-        delta = p.delta("target_delta", 1e-5)
-        accountant = p.str("accountant", "pld")
-        check(accountant == "pld", "accountant", accountant, "must be pld (random-allocation PLD)")
-        return cls(
-            noise_multiplier=sigma,
-            num_slots=m,
-            checkin_probability=p0,
-            num_clients=n,
-            clipping_norm=clip,
-            target_delta=delta,
         )
 
     # ---- the mechanism -------------------------------------------------------------------
@@ -518,6 +523,19 @@ class CheckinGaussianSpec(PrivacySpec):
         z = bisect_noise(eps_of, target, field="privacy.noise_multiplier", rtol=1e-2)
         return (z / 1.25, z * 1.25)
 
+    def lower_bound(self, num_rounds: int) -> LowerBound:
+        """:data:`LOWER_BOUND_METHOD` after ``num_rounds`` passes at ``target_delta``.
+
+        Hypotheses: add/remove neighbours; one client whose clipped update has norm C in every
+        pass, the others 0, so every pass releases the pair of :meth:`CheckinGaussianEvent.pld`.
+        With ``p0 = 1`` the random allocation's lower PLD (Feldman, Shenfeld arXiv:2602.17284);
+        with ``p0 < 1`` the first slot alone, a post-processing of the pass, which is the
+        Gaussian Poisson-sampled at ``p0/m``; discretized optimistically (Doroshenko et al.
+        arXiv:2207.04380) by :func:`fedpriv.accounting.core.lower_bound.epsilon_lower_bound`.
+        """
+        events = [(self.pass_event(), num_rounds)]
+        return LowerBound.of_events(events, self.target_delta, LOWER_BOUND_METHOD)
+
     def mechanism_summary(self) -> dict[str, Any]:
         """The mechanism: variant, noise, σ and its std, sensitivity, slots, p0 and the
         expected empty slots (when ``n`` is known)."""
@@ -545,96 +563,3 @@ class CheckinGaussianSpec(PrivacySpec):
         if self.num_rounds:
             out.update({k: v for k, v in self.bounds(self.num_rounds).items() if k != "epsilon"})
         return out
-
-
-# --------------------------------------------------------------------------- CLI
-KEYS = (
-    "noise",
-    "variant",
-    "noise_multiplier",
-    "target_epsilon",
-    "target_delta",
-    "num_slots",
-    "checkin_probability",
-    "num_clients",
-    "clipping_norm",
-    "repetitions",
-    "accountant",
-    LOWER_BOUND_KEY,
-)
-#: What ``lower_bound=true`` answers (:meth:`CheckinGaussianEvent.lower_pld`, composed over
-#: the passes by :func:`fedpriv.accounting.core.lower_bound.epsilon_lower_bound`).
-LOWER_BOUND_METHOD = (
-    "optimistic PLD of a realised pair: p0 = 1, the random allocation's lower PLD "
-    "(arXiv:2602.17284); p0 < 1, a pass's first slot alone (Gaussian sampled at p0/m)"
-)
-
-
-def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``fedpriv-account checkin noise=central_gaussian ...``.
-
-    Keys: ``noise_multiplier`` (omit it and give ``target_epsilon`` to calibrate it),
-    ``num_slots``, ``checkin_probability`` (1), ``num_clients`` (optional),
-    ``clipping_norm`` (1), ``repetitions`` (passes, 1), ``target_delta`` (1e-5),
-    ``variant`` (only ``fixed``), ``accountant`` (only ``pld``)
-    (:meth:`CheckinGaussianSpec.from_params`), ``lower_bound`` (true: ``epsilon_lower_bound``,
-    :data:`LOWER_BOUND_METHOD`).
-
-    Returns
-    -------
-    dict
-        ``epsilon``, ``delta``, ``noise_multiplier``, ``bound`` (which answered),
-        ``epsilon_by_bound`` (every route; ``None`` = not applicable), ``bound_reason``,
-        ``composition``, ``repetitions`` and the mechanism; ``calibrated`` when calibrated.
-
-    Raises
-    ------
-    ConfigError
-        On unknown keys, bad values or an uncovered variant (one line naming the key).
-    """
-    p = Params(params, "checkin noise=central_gaussian", KEYS)
-    noise = parse_enum(CheckinNoise, "noise", p.str("noise", "central_gaussian"))
-    check(
-        noise is CheckinNoise.CENTRAL_GAUSSIAN,
-        "noise",
-        noise.value,
-        "must be central_gaussian here (noise=local is the checkin analysis)",
-    )
-    variant = p.str("variant", "fixed")
-    check(
-        variant == "fixed",
-        "variant",
-        variant,
-        "must be fixed with noise=central_gaussian (only R_j = [m] is accounted)",
-    )
-    given = p.exclusive("noise_multiplier", "target_epsilon")
-    spec = CheckinGaussianSpec.from_params(p)
-    reps = p.int("repetitions", 1, ge=1, le=100_000)
-    lower = wants_lower_bound(p)
-    out: dict[str, Any] = {"analysis": "checkin", "noise": "central_gaussian"}
-    if given == "target_epsilon":
-        target = p.float("target_epsilon", gt=0.0)
-        p.finish()
-        spec = spec.calibrated(target, reps)
-        out.update(calibrated="noise_multiplier", target_epsilon=target)
-    else:
-        p.finish()
-    out.update(delta=spec.target_delta, repetitions=reps, **spec.mechanism_summary())
-    out.update(spec.bounds(reps))
-    if lower:
-        out.update(_lower_bound(spec, reps))
-    return out
-
-
-def _lower_bound(spec: CheckinGaussianSpec, passes: int) -> dict[str, Any]:
-    """``epsilon_lower_bound`` after ``passes`` passes at the spec's δ.
-
-    Hypotheses: add/remove neighbours; one client whose clipped update has norm C in every
-    pass, the others 0, so every pass releases the pair of :meth:`CheckinGaussianEvent.pld`.
-    With ``p0 = 1`` the random allocation's lower PLD (Feldman, Shenfeld arXiv:2602.17284);
-    with ``p0 < 1`` the first slot alone, a post-processing of the pass, which is the Gaussian
-    Poisson-sampled at ``p0/m``; discretized optimistically (Doroshenko et al.
-    arXiv:2207.04380) by :func:`fedpriv.accounting.core.lower_bound.epsilon_lower_bound`.
-    """
-    bound = epsilon_lower_bound([(spec.pass_event(), passes)], spec.target_delta)
-    return lower_bound_entry(bound, LOWER_BOUND_METHOD)

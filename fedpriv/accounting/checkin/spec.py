@@ -18,28 +18,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from fedpriv.accounting.accountants import gdp
 from fedpriv.accounting.checkin.events import (
     CheckinBound,
     CheckinEvent,
     LocalCapEvent,
     PoissonLocalEvent,
 )
-from fedpriv.accounting.checkin.gaussian import CheckinNoise
-from fedpriv.accounting.checkin.gaussian import run_cli as central_gaussian_cli
+from fedpriv.accounting.checkin.gaussian import PASSES, CheckinNoise
 from fedpriv.accounting.checkin.lower import COVERED, checkin_lower_bound
+from fedpriv.accounting.core.cli_runner import Choice
 from fedpriv.accounting.core.ledger import FedprivEvent
-from fedpriv.accounting.core.lower_report import (
-    LOWER_BOUND_KEY,
-    lower_bound_entry,
-    wants_lower_bound,
-)
-from fedpriv.accounting.core.params import Params
+from fedpriv.accounting.core.lower_report import LowerBound
+from fedpriv.accounting.core.params import CliKeys
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec
-from fedpriv.accounting.core.vocabulary import Accountant, Conversion, NeighboringRelation
+from fedpriv.accounting.core.vocabulary import NeighboringRelation
 from fedpriv.accounting.loss_models.local_randomizer import calibrated_randomizer, release_event
 from fedpriv.accounting.samplers.checkin import THEOREMS, expected_dummy_updates, min_delta1
 from fedpriv.common.errors import ConfigError, check
@@ -47,7 +41,7 @@ from fedpriv.common.validate import check_finite, parse_enum
 from fedpriv.mechanisms.checkin_draw import CheckinVariant
 from fedpriv.mechanisms.randomizers import LocalRandomizer, RandomizerKind
 
-__all__ = ["RUN_VARIANTS", "KEYS", "CheckinSpec", "run_cli"]
+__all__ = ["ANALYSIS", "RUN_VARIANTS", "CheckinSpec"]
 
 #: The variants a run executes (``shuffle`` is an analysis of ``fedpriv-account`` only).
 RUN_VARIANTS = (
@@ -56,29 +50,8 @@ RUN_VARIANTS = (
     CheckinVariant.SLIDING_WINDOW,
     CheckinVariant.POISSON,
 )
-#: ``fedpriv-account checkin`` keys (``noise=central_gaussian``: those of
-#: :data:`fedpriv.accounting.checkin.gaussian.KEYS`).
-KEYS = (
-    "noise",
-    "variant",
-    "local_epsilon",
-    "local_delta",
-    "num_clients",
-    "num_slots",
-    "checkin_probability",
-    "randomizer",
-    "clipping_norm",
-    "slot_sample_rate",
-    "delta1",
-    "delta2",
-    "repetitions",
-    "target_epsilon",
-    "target_delta",
-    "accountant",
-    "conversion",
-    LOWER_BOUND_KEY,
-)
-#: Why ``lower_bound=true`` has no number for the other variants (see :func:`_lower_bound`).
+#: Why ``lower_bound=true`` has no number for the other variants
+#: (:meth:`CheckinSpec.lower_bound`).
 NO_LOWER_BOUND = (
     "no realised pair of this variant's outputs is computed (local_epsilon bounds the central "
     "epsilon from above, not below); variant=fixed and variant=shuffle have one"
@@ -88,7 +61,7 @@ LOWER_BOUND_METHOD = (
     "optimistic PLD of a realised pair: the count of released reports beyond the target's "
     "shift (fedpriv.accounting.checkin.lower)"
 )
-#: The config group of each field a message names (the CLI strips it: :func:`_bare`).
+#: The config group of each field a message names (the CLI names the bare key).
 _PREFIX = {
     "variant": "client.",
     "num_slots": "client.",
@@ -123,15 +96,60 @@ def _prefixed(exc: ConfigError) -> ConfigError:
     return ConfigError(name, exc.value, exc.allowed)
 
 
-def _bare(exc: ConfigError) -> ConfigError:
-    """``exc`` with the config group removed (the CLI's key names)."""
-    group, _, rest = exc.field.partition(".")
-    name = rest if rest and group in ("privacy", "client") else exc.field
-    return ConfigError(name, exc.value, exc.allowed)
-
-
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _cli_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """``num_slots`` (``num_clients`` for ``shuffle``, which ignores it; required otherwise)
+    and ``randomizer`` (``gaussian`` when ``local_delta > 0``, else ``laplace``)."""
+    variant, n = values["variant"], values["num_clients"]
+    check(n >= 1, "num_clients", n, "must be an integer >= 1")
+    slots = values["num_slots"]
+    if slots is None:
+        check(variant is CheckinVariant.SHUFFLE, "num_slots", None, "is required")
+        slots = n
+    randomizer = values["randomizer"]
+    if randomizer is None:
+        randomizer = (
+            RandomizerKind.GAUSSIAN if values["local_delta"] > 0 else RandomizerKind.LAPLACE
+        )
+    return {"num_slots": slots, "randomizer": randomizer}
+
+
+def _cli_epsilon(spec: Any, passes: int) -> float:
+    """The ledger's ε after ``passes``; refused in one line when no bound is finite."""
+    b = spec.bound_after(passes)
+    if not math.isfinite(b.epsilon):
+        reason = b.reason or "no bound is finite"
+        raise ConfigError("target_delta", spec.target_delta, f"cannot be met: {reason}")
+    return float(spec.epsilon(passes))
+
+
+def _cli_report(spec: Any, passes: int) -> dict[str, Any]:
+    """The variant and its theorem, which bound answered (and why not the theorem),
+    ``epsilon_by_bound`` (``shuffle``: Theorem 5.1's and FMT21's), the mechanism, δ1 and the
+    expected dummy updates."""
+    out: dict[str, Any] = {
+        "variant": spec.bound_variant.value,
+        "theorem": spec.theorem,
+        "local_epsilon": spec.local_epsilon,
+        "local_delta": spec.local_delta,
+        **spec.bound_after(passes).summary(),
+    }
+    out.update({k: v for k, v in spec.mechanism_summary().items() if k not in out})
+    if spec.local_delta > 0.0 and spec.variant is not CheckinVariant.POISSON:
+        if spec.delta1 is not None:
+            out["delta1"] = spec.delta1
+        elif isinstance(spec.pass_event(), CheckinEvent):
+            out["delta1"] = min_delta1(spec.eps0, spec.local_delta)
+    if spec.variant is not CheckinVariant.POISSON:
+        out["expected_dummy_updates"] = spec.expected_empty_slots()
+    if spec.variant is CheckinVariant.AVERAGED:
+        out["note"] = (
+            "pure-eps0 form of Theorem 4.1 reconstructed from the printed (eps0, delta0) form"
+        )
+    return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -211,6 +229,21 @@ class CheckinSpec(PrivacySpec):
         "slot_sample_rate",
         "num_clients",
         "num_rounds",
+    )
+    cli: ClassVar[CliKeys] = CliKeys(
+        doc="random check-ins with local randomizers: central epsilon after `repetitions` "
+        "passes (Balle et al. Theorems 3.2, 4.1, 4.3, 5.1; shuffle also FMT21's numerical "
+        "bound)",
+        takes=("variant", "num_slots", "randomizer", "slot_sample_rate", "num_clients"),
+        required=("variant", "num_clients"),
+        defaults={"num_slots": None, "randomizer": None},
+        renamed={"client_sample_rate": "slot_sample_rate"},
+        rounds=PASSES,
+        bind_rounds=True,
+        delta_at_epsilon=True,
+        derive=_cli_fields,
+        epsilon=_cli_epsilon,
+        report=_cli_report,
     )
 
     target_delta: float = 1e-6
@@ -340,54 +373,6 @@ class CheckinSpec(PrivacySpec):
                 f"{why} ({self.theorem}), and the local cap needs local_delta <= "
                 f"target_delta={self.target_delta:g}",
             )
-
-    # -- construction ------------------------------------------------------------------
-    @classmethod
-    def from_params(cls, p: Params) -> CheckinSpec:
-        """The spec of ``fedpriv-account checkin key=value ...``.
-
-        Keys: ``variant``, ``local_epsilon`` (1 when absent: the CLI calibrates it to
-        ``target_epsilon``), ``local_delta`` (0), ``num_clients``, ``num_slots`` (not for
-        shuffle), ``checkin_probability`` (1), ``randomizer`` (default ``gaussian`` when
-        ``local_delta > 0``, else ``laplace``), ``clipping_norm`` (1), ``slot_sample_rate``
-        (poisson), ``delta1``, ``delta2``, ``target_delta`` (1e-5 when absent),
-        ``accountant``, ``conversion``.
-
-        Raises
-        ------
-        ConfigError
-            Naming the CLI key (no ``privacy.`` or ``client.`` prefix).
-        """
-        variant = parse_enum(CheckinVariant, "variant", p.str("variant"))
-        eps0 = p.float("local_epsilon", 1.0, gt=0.0)
-        local_delta = p.float("local_delta", 0.0, ge=0.0, lt=1.0)
-        n = p.int("num_clients", ge=1)
-        m = p.int("num_slots", n if variant is CheckinVariant.SHUFFLE else None, ge=1)
-        if m is None:
-            raise ConfigError("num_slots", None, "is required")
-        try:
-            return cls(
-                variant=variant,
-                local_epsilon=eps0,
-                local_delta=local_delta,
-                num_clients=n,
-                num_slots=m,
-                checkin_probability=p.float("checkin_probability", 1.0, gt=0.0, le=1.0),
-                randomizer=parse_enum(
-                    RandomizerKind,
-                    "randomizer",
-                    p.str("randomizer", "gaussian" if local_delta > 0 else "laplace"),
-                ),
-                clipping_norm=p.float("clipping_norm", 1.0, gt=0.0),
-                slot_sample_rate=p.float("slot_sample_rate", None, gt=0.0, le=1.0),
-                delta1=p.float("delta1", None, gt=0.0, lt=1.0),
-                delta2=p.float("delta2", None, gt=0.0, lt=1.0),
-                accountant=parse_enum(Accountant, "accountant", p.str("accountant", "pld")),
-                conversion=parse_enum(Conversion, "conversion", p.str("conversion", "default")),
-                target_delta=p.float("target_delta", 1e-5, gt=0.0, lt=1.0),
-            )
-        except ConfigError as exc:
-            raise _bare(exc) from None
 
     # -- the mechanism -------------------------------------------------------------------
     @property
@@ -595,6 +580,33 @@ class CheckinSpec(PrivacySpec):
             out["local_delta0"] = self.local_delta
         return out
 
+    def lower_bound(self, num_rounds: int) -> LowerBound:
+        """A lower bound on ε after ``num_rounds`` passes at ``target_delta``.
+
+        ``fixed`` (Algorithm 1, each slot's update released, ``R_j = [m]``) and ``shuffle``:
+        the realised pair of :func:`fedpriv.accounting.checkin.lower.checkin_lower_bound`
+        (clients with linear losses, one client's clipped update moved; the count of reports
+        beyond the shift), composed optimistically (Doroshenko et al. arXiv:2207.04380).
+        Other variants: not available. The amplified ε of Balle et al. (arXiv:2007.06605,
+        Theorems 3.2, 4.1, 4.3, 5.1) and of Feldman, McMillan, Talwar (arXiv:2012.12803) are
+        upper bounds for every ε0-DP randomizer; the local ε0 is not a lower bound of the
+        central ε, and FMT21's ``upperbound=False`` value bounds its clone pair's divergence
+        (their upper bound) from below, not this protocol's ε.
+        """
+        variant = self.bound_variant
+        if variant not in COVERED:
+            return LowerBound.not_available(NO_LOWER_BOUND)
+        bound = checkin_lower_bound(
+            variant,
+            self.local_randomizer,
+            self.num_clients,
+            self.num_slots,
+            self.checkin_probability,
+            num_rounds,
+            self.target_delta,
+        )
+        return LowerBound(bound, LOWER_BOUND_METHOD)
+
     def mechanism_summary(self) -> dict[str, Any]:
         """The mechanism as ``fedpriv-account checkin`` prints it: the public normalizer, the
         variant, the randomizer with its budget, noise std and sensitivity, the theorem."""
@@ -624,135 +636,15 @@ class CheckinSpec(PrivacySpec):
 
 
 # --------------------------------------------------------------------------- CLI
-def run_cli(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``fedpriv-account checkin``: keys ``variant``, ``local_epsilon`` (omit it, with
-    ``target_epsilon`` and ``target_delta``, to calibrate it), ``local_delta``,
-    ``num_clients``, ``num_slots``, ``checkin_probability``, ``randomizer``,
-    ``clipping_norm``, ``slot_sample_rate`` (poisson), ``delta1``, ``delta2``,
-    ``repetitions`` (the run's ``num_rounds``, 1), ``target_delta`` and/or
-    ``target_epsilon``, ``accountant``, ``conversion`` (:meth:`CheckinSpec.from_params`),
-    ``lower_bound`` (true: ``epsilon_lower_bound``, for ``fixed`` and ``shuffle`` a realised
-    pair's, else :data:`NO_LOWER_BOUND`: :func:`_lower_bound`).
-
-    ``noise``: ``local`` (default, the keys above) or ``central_gaussian``: the slots
-    release clients' clipped sums plus one central Gaussian, and
-    :func:`fedpriv.accounting.checkin.gaussian.run_cli` answers (its keys).
-
-    Returns
-    -------
-    dict
-        ``epsilon``, ``delta``, ``local_epsilon``, ``theorem``, ``bound`` (which bound
-        answered), ``bound_reason`` (why the theorem did not, when it did not),
-        ``epsilon_by_bound`` (``shuffle``, pure ε0: Theorem 5.1's and the FMT21
-        numerical ε, each composed over the repetitions), ``composition``,
-        ``expected_dummy_updates``, the mechanism (``normalizer``, noise) and ``delta1`` when
-        used; with ``calibrated = local_epsilon`` when calibrated.
-
-    Raises
-    ------
-    ConfigError
-        On unknown keys, bad values, uncovered combinations or a failed precondition.
-    NotImplementedError
-        When no bound holds at the requested delta (one line).
-    """
-    noise = parse_enum(CheckinNoise, "noise", params.get("noise", CheckinNoise.LOCAL.value))
-    if noise is CheckinNoise.CENTRAL_GAUSSIAN:  # central noise: its own analysis
-        return central_gaussian_cli(params)
-    params = {k: v for k, v in params.items() if k != "noise"}
-    if "client_sample_rate" in params:
-        raise ConfigError(
-            "client_sample_rate",
-            params["client_sample_rate"],
-            "was renamed: use slot_sample_rate (docs/migration.md)",
-        )
-    p = Params(params, "checkin", KEYS)
-    calibrate = not p.has("local_epsilon")
-    spec = CheckinSpec.from_params(p)
-    reps = p.int("repetitions", 1, ge=1, le=100_000)  # optimal composition is O(reps)
-    eps_t, delta_t = gdp.cli_targets(p)
-    lower = wants_lower_bound(p)
-    p.finish()
-    if calibrate:
-        check(
-            eps_t is not None and delta_t is not None,
-            "local_epsilon",
-            None,
-            "is required (or give target_epsilon and target_delta to calibrate it)",
-        )
-    try:
-        spec.check_passes(reps)
-        if calibrate:
-            spec = spec.calibrated(eps_t, reps)  # type: ignore[arg-type]
-    except ConfigError as exc:
-        raise _bare(exc) from None
-    out: dict[str, Any] = {"analysis": "checkin"}
-    if calibrate:
-        out.update(calibrated="local_epsilon", target_epsilon=eps_t)
-    out.update(_answer(spec, reps, eps_t, delta_t))
-    if lower:
-        out.update(_lower_bound(spec, reps, out["delta"]))
-    return out
-
-
-def _lower_bound(spec: CheckinSpec, passes: int, delta: float) -> dict[str, Any]:
-    """``epsilon_lower_bound`` after ``passes`` passes at ``delta``.
-
-    ``fixed`` (Algorithm 1, each slot's update released, ``R_j = [m]``) and ``shuffle``: the
-    realised pair of :func:`fedpriv.accounting.checkin.lower.checkin_lower_bound` (clients with
-    linear losses, one client's clipped update moved; the count of reports beyond the shift),
-    composed optimistically (Doroshenko et al. arXiv:2207.04380). Other variants: not
-    available. The amplified ε of Balle et al. (arXiv:2007.06605, Theorems 3.2, 4.1, 4.3,
-    5.1) and of Feldman, McMillan, Talwar (arXiv:2012.12803) are upper bounds for every
-    ε0-DP randomizer; the local ε0 is not a lower bound of the central ε, and FMT21's
-    ``upperbound=False`` value bounds its clone pair's divergence (their upper bound) from
-    below, not this protocol's ε.
-    """
-    variant = spec.bound_variant
-    if variant not in COVERED:
-        return lower_bound_entry(None, NO_LOWER_BOUND)
-    bound = checkin_lower_bound(
-        variant,
-        spec.local_randomizer,
-        spec.num_clients,
-        spec.num_slots,
-        spec.checkin_probability,
-        passes,
-        delta,
-    )
-    return lower_bound_entry(bound, LOWER_BOUND_METHOD)
-
-
-def _answer(
-    spec: CheckinSpec, reps: int, eps_t: float | None, delta_t: float | None
-) -> dict[str, Any]:
-    """The CLI's answer for ``spec`` after ``reps`` passes: ε at ``delta_t`` (with the bound
-    that answered), else δ at ``eps_t``; the mechanism, δ1, the expected dummies."""
-    out: dict[str, Any] = {
-        "variant": spec.bound_variant.value,
-        "theorem": spec.theorem,
-        "local_epsilon": spec.local_epsilon,
-        "local_delta": spec.local_delta,
-        "repetitions": reps,
-    }
-    if delta_t is not None:
-        b = spec.bound_after(reps, delta_t)
-        if not math.isfinite(b.epsilon):
-            reason = b.reason or "no bound is finite"
-            raise ConfigError("target_delta", delta_t, f"cannot be met: {reason}")
-        out.update(epsilon=spec.epsilon(reps, delta_t), delta=delta_t, **b.summary())
-    else:
-        assert eps_t is not None
-        out.update(epsilon=eps_t, delta=spec.pass_event().delta(eps_t, reps))
-    out.update({k: v for k, v in spec.mechanism_summary().items() if k not in out})
-    if spec.local_delta > 0.0 and spec.variant is not CheckinVariant.POISSON:
-        if spec.delta1 is not None:
-            out["delta1"] = spec.delta1
-        elif isinstance(spec.pass_event(), CheckinEvent):
-            out["delta1"] = min_delta1(spec.eps0, spec.local_delta)
-    if spec.variant is not CheckinVariant.POISSON:
-        out["expected_dummy_updates"] = spec.expected_empty_slots()
-    if spec.variant is CheckinVariant.AVERAGED:
-        out["note"] = (
-            "pure-eps0 form of Theorem 4.1 reconstructed from the printed (eps0, delta0) form"
-        )
-    return out
+#: The registry's ``checkin``: local randomizers (default) or central Gaussian slot sums.
+ANALYSIS = Choice(
+    "noise",
+    {
+        CheckinNoise.LOCAL.value: f"{__name__}:CheckinSpec",
+        CheckinNoise.CENTRAL_GAUSSIAN.value: "fedpriv.accounting.checkin.gaussian:"
+        "CheckinGaussianSpec",
+    },
+    CheckinNoise.LOCAL.value,
+    doc="random check-ins: noise=local (each report its own local randomizer) or "
+    "noise=central_gaussian (clipped reports summed per slot plus one central Gaussian)",
+)

@@ -44,17 +44,17 @@ from typing import Any, ClassVar
 
 from dp_accounting import dp_event
 
-from fedpriv.accounting.accountants.monte_carlo import allocation_epsilon_estimate
+from fedpriv.accounting.accountants.monte_carlo import MC_CONFIDENCE, allocation_epsilon_estimate
 from fedpriv.accounting.core.calibrate import bisect_noise
-from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
-from fedpriv.accounting.core.params import Params, noise_or_target
+from fedpriv.accounting.core.lower_report import LowerBound
+from fedpriv.accounting.core.params import CliKeys
 from fedpriv.accounting.core.privacy_spec import (
     EventRuns,
     PrivacySpec,
     UnaccountableRound,
     calibrated_value,
 )
-from fedpriv.accounting.core.vocabulary import Accountant, Conversion, NeighboringRelation
+from fedpriv.accounting.core.vocabulary import Accountant, NeighboringRelation
 from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.samplers.fixed_size import fixed_size_gaussian_event
 from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent, charged_rounds
@@ -62,6 +62,62 @@ from fedpriv.common.errors import check
 from fedpriv.common.validate import check_positive
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.mechanisms.lattice_gaussian import lattice_noise_multiplier
+
+#: The spec's summary entries ``fedpriv-account client-level`` prints.
+CLI_SUMMARY = (
+    "privacy_unit",
+    "noise_multiplier",
+    "update_noise_multiplier",
+    "count_noise_multiplier",
+    "client_sampling",
+    "client_sample_rate",
+    "num_sampled_clients",
+    "allocation_window",
+    "rounds_per_client",
+    "accountant",
+    "conversion",
+)
+#: What ``lower_bound=true`` answers (:mod:`fedpriv.accounting.core.lower_bound`).
+LOWER_BOUND_METHOD = (
+    "optimistic PLD of the realised pair: a client whose clipped update has norm C in every "
+    "round it joins, the others 0 (all: exact; fixed_size: the replace-one pair; "
+    "random_allocation: pld-accounting's lower PLD, a partial epoch's first round alone)"
+)
+#: ... and for random allocation with ``rounds_per_client`` k > 1.
+MONTE_CARLO_METHOD = (
+    "the larger of round 1's sure bound and the Monte Carlo lower bound of the k-of-t pair "
+    "(empirical Bernstein, Maurer and Pontil arXiv:0907.3740), which holds with the stated "
+    "confidence"
+)
+
+
+def _lattice(values: dict[str, Any]) -> dict[str, Any]:
+    """``secure_mode``: the trusted aggregator draws lattice noise (RDP)."""
+    return {"lattice_noise": bool(values["secure_mode"])}
+
+
+def _cli_report(spec: Any, num_rounds: int) -> dict[str, Any]:
+    """The cohort's size, the RDP fallback beside a fixed-size cohort's PLD
+    (``epsilon_rdp``), and for random allocation with k > 1 the Monte Carlo ESTIMATE of ε with
+    its confidence interval (:mod:`fedpriv.accounting.accountants.monte_carlo`): never the
+    budget, nor used for calibration."""
+    c = spec.bound_cohort
+    out: dict[str, Any] = {"num_clients": c.num_clients, "expected_cohort_size": c.expected_size}
+    if spec.non_private:
+        return out
+    if c.client_sampling is ClientSampling.FIXED_SIZE and spec.accountant is Accountant.PLD:
+        rdp = dataclasses.replace(spec, accountant=Accountant.RDP)
+        out["epsilon_rdp"] = rdp.epsilon(num_rounds)
+    if c.client_sampling is ClientSampling.RANDOM_ALLOCATION and c.rounds_per_client > 1:
+        est = allocation_epsilon_estimate(spec.events_after(num_rounds), spec.target_delta)
+        if est is not None:
+            out.update(
+                epsilon_estimate=est.epsilon,
+                epsilon_estimate_interval=[est.lower, est.upper],
+                epsilon_estimate_confidence=est.confidence,
+                epsilon_estimate_samples=est.samples,
+            )
+    return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,6 +179,15 @@ class ClientLevelSpec(PrivacySpec):
         "cohort",
         "noise_shares",
         "lattice_noise",
+    )
+    cli: ClassVar[CliKeys] = CliKeys(
+        doc="client-level DP-FedAvg: epsilon after num_rounds rounds for the cohort "
+        "sampling (all, poisson, fixed_size, random_allocation; the run's ClientLevelSpec)",
+        takes=("cohort", "secure_mode"),
+        hide=("seed",),
+        derive=_lattice,
+        summary=CLI_SUMMARY,
+        report=_cli_report,
     )
 
     noise_multiplier: float | None = 1.0
@@ -204,35 +269,6 @@ class ClientLevelSpec(PrivacySpec):
             self.accountant.value,
             "cannot account privacy.secure_mode=true's discrete Gaussian noise (its analysis "
             "is RDP: Canonne, Kamath, Steinke 2020, Thm 15): use privacy.accountant=rdp",
-        )
-
-    @classmethod
-    def from_params(cls, p: Params) -> ClientLevelSpec:
-        """``fedpriv-account client-level``'s keys: ``num_clients``, ``client_sampling`` (all
-        by default, as a run) and its parameters, ``count_noise_multiplier``, ``target_delta``,
-        ``accountant`` (pld by default), ``conversion``,
-        ``secure_mode`` (the trusted aggregator's lattice noise) and ``noise_multiplier`` (0
-        when absent: the CLI then calibrates it to ``target_epsilon``). The clip norm does not
-        change ε (C = 1)."""
-        kind = ClientSampling(p.choice("client_sampling", tuple(ClientSampling), "all"))
-        cohort = CohortSampler(
-            num_clients=p.int("num_clients", ge=1),
-            client_sampling=kind,
-            client_sample_rate=p.float("client_sample_rate", None),
-            num_sampled_clients=p.int("num_sampled_clients", None),
-            allocation_window=p.int("allocation_window", None),
-            rounds_per_client=p.int("rounds_per_client", None),
-        )
-        secure = p.bool("secure_mode", False)
-        return cls(
-            noise_multiplier=p.float("noise_multiplier", 0.0, ge=0.0),
-            cohort=cohort,
-            count_noise_multiplier=p.float("count_noise_multiplier", None, gt=0.0),
-            accountant=Accountant(p.choice("accountant", tuple(Accountant), "pld")),
-            conversion=Conversion(p.choice("conversion", tuple(Conversion), "default")),
-            target_delta=p.delta("target_delta"),
-            secure_mode=secure,
-            lattice_noise=secure,
         )
 
     # ---- the mechanism --------------------------------------------------------------
@@ -419,6 +455,26 @@ class ClientLevelSpec(PrivacySpec):
         z = proxy.calibrated(target, num_rounds).sigma
         return (z / 1.25, z * 1.25)
 
+    def lower_bound(self, num_rounds: int) -> LowerBound:
+        """:data:`LOWER_BOUND_METHOD` after ``num_rounds`` rounds at ``target_delta``
+        (:func:`~fedpriv.accounting.core.lower_bound.epsilon_lower_bound` of
+        :meth:`events_after`); random allocation with k > 1: :data:`MONTE_CARLO_METHOD`."""
+        if self.non_private:
+            return LowerBound(math.inf, "exact: noise_multiplier=0 releases without noise")
+        if self.lattice_noise:
+            return LowerBound.not_available(
+                "no realised pair of the lattice discrete Gaussian (secure_mode) is computed"
+            )
+        bound = LowerBound.of_events(
+            self.events_after(num_rounds), self.target_delta, LOWER_BOUND_METHOD
+        )
+        c = self.bound_cohort
+        if bound.value is None or c.client_sampling is not ClientSampling.RANDOM_ALLOCATION:
+            return bound
+        if c.rounds_per_client == 1:
+            return bound
+        return LowerBound(bound.value, MONTE_CARLO_METHOD, confidence=MC_CONFIDENCE)
+
     def extra_summary(self) -> dict[str, Any]:
         """The privacy unit, the mechanism, σ_Δ, the neighbouring relation and the cohort
         sampling's parameters (flat, as ``fedpriv-account client-level`` takes them)."""
@@ -439,115 +495,3 @@ class ClientLevelSpec(PrivacySpec):
                 rounds_per_client=c.rounds_per_client,
             )
         return out
-
-
-#: Keys of ``fedpriv-account client-level``.
-KEYS = (
-    "secure_mode",
-    "noise_multiplier",
-    "target_epsilon",
-    "num_clients",
-    "client_sampling",
-    "client_sample_rate",
-    "num_sampled_clients",
-    "allocation_window",
-    "rounds_per_client",
-    "count_noise_multiplier",
-    "num_rounds",
-    "target_delta",
-    "accountant",
-    "conversion",
-    "lower_bound",
-)
-#: The spec's summary entries ``fedpriv-account client-level`` prints.
-CLI_SUMMARY = (
-    "privacy_unit",
-    "noise_multiplier",
-    "update_noise_multiplier",
-    "count_noise_multiplier",
-    "client_sampling",
-    "neighboring_relation",
-    "client_sample_rate",
-    "num_sampled_clients",
-    "allocation_window",
-    "rounds_per_client",
-)
-
-
-def run_cli(params: dict[str, str]) -> dict[str, Any]:
-    """``fedpriv-account client-level``: ε (or the calibrated ``noise_multiplier`` for
-    ``target_epsilon``) of client-level DP-FedAvg after ``num_rounds`` rounds, for
-    ``client_sampling`` = all | poisson (``client_sample_rate``) | fixed_size
-    (``num_sampled_clients``) | random_allocation (``allocation_window``,
-    ``rounds_per_client``), with ``num_clients``, optional ``count_noise_multiplier``
-    (adaptive clipping), ``target_delta``, ``accountant``, ``conversion``, ``secure_mode``
-    (the trusted aggregator's lattice discrete Gaussian: RDP). The same
-    :class:`ClientLevelSpec` a run builds, so a run's settings give the run's ε.
-    ``lower_bound=true`` adds a computed lower bound on ε (``epsilon_lower_bound``: the room
-    the answer leaves); fixed-size cohorts also print the looser RDP bound
-    (``epsilon_rdp``); random allocation with ``rounds_per_client`` > 1 prints a Monte Carlo
-    estimate of ε with its confidence interval (``epsilon_estimate``,
-    ``epsilon_estimate_interval``), never used for the budget or calibration."""
-    p = Params(params, "client-level", KEYS)
-    spec = ClientLevelSpec.from_params(p)
-    num_rounds = p.int("num_rounds", 1, ge=1)
-    lower = p.bool("lower_bound", False)
-    spec, calibration = noise_or_target(p, spec, num_rounds)
-    summary = spec.summary()
-    out: dict[str, Any] = {"analysis": "client-level", **calibration}
-    out.update(
-        epsilon=spec.epsilon(num_rounds),
-        delta=spec.target_delta,
-        num_rounds=num_rounds,
-        num_clients=spec.bound_cohort.num_clients,
-        expected_cohort_size=spec.bound_cohort.expected_size,
-        accountant=spec.accountant.value,
-        conversion=spec.conversion.value,
-        **{k: summary[k] for k in CLI_SUMMARY},
-    )
-    return out | _other_bounds(spec, num_rounds, lower)
-
-
-def _other_bounds(spec: ClientLevelSpec, num_rounds: int, lower: bool) -> dict[str, Any]:
-    """Fixed-size cohorts under PLD: the RDP fallback's ε beside it (``epsilon_rdp``); with
-    ``lower`` a computed lower bound on ε (:mod:`fedpriv.accounting.core.lower_bound`)."""
-    out: dict[str, Any] = {}
-    fixed = spec.bound_cohort.client_sampling is ClientSampling.FIXED_SIZE
-    if fixed and spec.accountant is Accountant.PLD and not spec.non_private:
-        rdp = dataclasses.replace(spec, accountant=Accountant.RDP)
-        out["epsilon_rdp"] = rdp.epsilon(num_rounds)
-    if not spec.non_private:
-        out.update(_allocation_estimate(spec, num_rounds, lower))
-    if lower:
-        bound = (
-            math.inf
-            if spec.non_private
-            else epsilon_lower_bound(spec.events_after(num_rounds), spec.target_delta)
-        )
-        out["epsilon_lower_bound"] = "not available for this analysis" if bound is None else bound
-    return out
-
-
-def _allocation_estimate(spec: ClientLevelSpec, num_rounds: int, lower: bool) -> dict[str, Any]:
-    """Random allocation with k > 1: the Monte Carlo ESTIMATE of the scheme's ε and its
-    confidence interval (:mod:`fedpriv.accounting.accountants.monte_carlo`), beside the budget (the
-    decomposition bound, which stays the budget); with ``lower``, how the lower bound holds.
-    """
-    c = spec.bound_cohort
-    if c.client_sampling is not ClientSampling.RANDOM_ALLOCATION or c.rounds_per_client == 1:
-        return {}
-    est = allocation_epsilon_estimate(spec.events_after(num_rounds), spec.target_delta)
-    if est is None:
-        return {}
-    out: dict[str, Any] = {
-        "epsilon_estimate": est.epsilon,
-        "epsilon_estimate_interval": f"[{est.lower:.6g}, {est.upper:.6g}] at "
-        f"{est.confidence:.0%} confidence (Monte Carlo, {est.samples} samples per direction; "
-        "an estimate, not the budget)",
-    }
-    if lower:
-        out["epsilon_lower_bound_confidence"] = (
-            f"{est.confidence:.0%} (the larger of round 1's sure bound and the Monte Carlo "
-            "lower bound of the k-of-t pair)"
-        )
-    return out

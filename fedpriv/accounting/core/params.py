@@ -6,6 +6,11 @@ type, checks its range, and raises :class:`fedpriv.common.errors.ConfigError` na
 value (``sample_rate='1.5' must be in [0, 1]``). :meth:`Params.finish` rejects keys that the
 analysis never read, so a typo (``noise_multipler=1``) is an error instead of being ignored.
 
+An analysis states its keys as :class:`Key` objects: for a privacy spec they are derived from
+the spec's dataclass fields (:func:`fedpriv.accounting.core.cli_runner.spec_keys`), and the
+spec declares only what is its own in :class:`CliKeys` (aliases, derived keys, the rounds key,
+what the answer prints).
+
 Example
 -------
 >>> p = Params({"noise_multiplier": "1.1", "steps": "100"}, analysis="poisson-gaussian")
@@ -17,13 +22,19 @@ Example
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import enum
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, overload
 
 from fedpriv.common.errors import ConfigError
+from fedpriv.common.validate import parse_enum
 
 _MISSING: Any = object()
+#: A :class:`Key` default meaning: the key must be given.
+REQUIRED: Any = _MISSING
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -282,19 +293,192 @@ def _check_bounds(
         raise ConfigError(key, raw, f"must be < {lt}")
 
 
-def noise_or_target(p: Params, spec: Any, num_rounds: int) -> tuple[Any, dict[str, Any]]:
-    """``spec`` with the given ``noise_multiplier``, or calibrated to ``target_epsilon`` over
-    ``num_rounds`` (exactly one of the two keys; ``p.finish()`` is called). Returns the spec
-    and the output entries saying what was calibrated. ``spec`` is a frozen dataclass with a
-    ``noise_multiplier`` field and ``calibrated(target_epsilon, num_rounds)``."""
-    import dataclasses
+@dataclass(frozen=True, kw_only=True)
+class Key:
+    """One ``key=value`` of a ``fedpriv-account`` analysis: its type, default and range.
 
-    given = p.exclusive("noise_multiplier", "target_epsilon")
-    if given == "target_epsilon":
-        target = p.float("target_epsilon", gt=0.0)
-        p.finish()
-        out = {"calibrated": "noise_multiplier", "target_epsilon": target}
-        return spec.calibrated(target, num_rounds), out
-    sigma = p.float("noise_multiplier", ge=0.0)
-    p.finish()
-    return dataclasses.replace(spec, noise_multiplier=sigma), {}
+    Parameters
+    ----------
+    name : str
+        The key on the command line.
+    kind : type
+        ``float``, ``int``, ``bool``, ``str`` or an :class:`enum.Enum` (its values are the
+        choices; the enum's own aliases are accepted).
+    default : Any
+        The value when the key is absent (:data:`REQUIRED`: it must be given; ``None``:
+        absent).
+    doc : str
+        One line for ``--help`` (a spec field's comes from the spec's docstring).
+    field : str or None
+        The spec field the key sets (``"cohort.num_clients"`` for a field of a bound dataclass
+        field); ``None`` for a key of the analysis itself (rounds, lower bound, derived keys).
+    choices : tuple of str
+        For a ``str`` key, the values accepted (empty: any); for an enum key, a subset.
+    refusal : str
+        The message for a value outside ``choices`` (default: ``must be one of: ...``).
+    limits : Mapping[str, float]
+        ``ge``/``gt``/``le``/``lt`` checked when the value is read (the CLI's own caps; the
+        spec checks its fields' ranges itself).
+    allow_inf : bool
+        A float key that accepts ``inf``.
+    """
+
+    name: str
+    kind: Any = float
+    default: Any = REQUIRED
+    doc: str = ""
+    field: str | None = None
+    choices: tuple[str, ...] = ()
+    refusal: str = ""
+    limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    allow_inf: bool = False
+
+    @property
+    def required(self) -> builtins.bool:
+        """Whether the key must be given."""
+        return self.default is REQUIRED
+
+    def read(self, p: Params) -> Any:
+        """The typed value of this key in ``p`` (its default when absent).
+
+        Raises
+        ------
+        ConfigError
+            Naming the key and the value given, for a value of the wrong type, outside
+            ``choices`` or ``limits``, or a required key that is absent.
+        """
+        name, default = self.name, self.default
+        if self.kind is bool:
+            return None if default is None and not p.has(name) else p.bool(name, default)
+        if self.kind is int:
+            ge, le = self.limits.get("ge"), self.limits.get("le")
+            return p.int(
+                name,
+                default,
+                ge=None if ge is None else builtins.int(ge),
+                le=None if le is None else builtins.int(le),
+            )
+        if self.kind is float:
+            return p.float(name, default, allow_inf=self.allow_inf, **self.limits)
+        raw = p._get(name, default)
+        if raw is None or (isinstance(raw, enum.Enum) and raw is default):
+            return raw
+        if isinstance(self.kind, type) and issubclass(self.kind, enum.Enum):
+            kind: Any = self.kind
+            value: Any = parse_enum(kind, name, raw)
+            text = str(value.value)
+        else:
+            value = text = str(raw)
+        if self.choices and text not in self.choices:
+            why = self.refusal or "must be one of: " + ", ".join(self.choices)
+            raise ConfigError(name, raw, why)
+        return value
+
+    def type_text(self) -> str:
+        """The type as ``--help`` shows it: ``float``, ``int``, ``bool`` or ``{a,b}``."""
+        if isinstance(self.kind, type) and issubclass(self.kind, enum.Enum):
+            values = self.choices or tuple(str(m.value) for m in self.kind)
+            return "{" + ",".join(values) + "}"
+        if self.kind is str and self.choices:
+            return "{" + ",".join(self.choices) + "}"
+        return str(getattr(self.kind, "__name__", self.kind))
+
+    def default_text(self) -> str:
+        """The default as ``--help`` shows it (``required``, ``-`` for none)."""
+        if self.required:
+            return "required"
+        if self.default is None:
+            return "-"
+        if isinstance(self.default, enum.Enum):
+            return str(self.default.value)
+        if isinstance(self.default, builtins.bool):
+            return "true" if self.default else "false"
+        return (
+            f"{self.default:g}" if isinstance(self.default, builtins.float) else str(self.default)
+        )
+
+
+#: Builds a spec's keyword arguments from the typed values of a call (``derive``).
+Derive = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CliKeys:
+    """What a privacy spec declares for ``fedpriv-account`` beyond its dataclass fields.
+
+    The keys of a spec's analysis are its config fields (those it does not bind), and the
+    fields named in ``takes``, each with the field's type and default
+    (:func:`fedpriv.accounting.core.cli_runner.spec_keys`); then ``target_epsilon``
+    calibrates the noise parameter (:attr:`PrivacySpec.calibrates`), the rounds key gives the
+    rounds, and ``lower_bound=true`` asks for :meth:`PrivacySpec.lower_bound`. Everything else
+    here is an override of what the fields say.
+
+    Parameters
+    ----------
+    doc : str
+        What the analysis answers (``--help``; default: the spec's first docstring line).
+    takes : tuple of str
+        Bound (or run-only) fields the CLI takes as keys (a field whose type is a dataclass,
+        e.g. the cohort sampler: each of its fields).
+    hide : tuple of str
+        Fields that are not keys (they do not change this analysis's answer).
+    required : tuple of str
+        Keys that must be given (a bound fact whose default only means "not bound yet").
+    defaults : Mapping[str, Any]
+        Defaults of the CLI that differ from the field's.
+    limits : Mapping[str, Mapping[str, float]]
+        The CLI's caps of a key (``{"epochs": {"le": 100_000}}``: minutes of computation
+        beyond).
+    aliases : Mapping[str, str]
+        ``{key: field}`` where the key is not spelled as the field (``sampling``: ``sampler``).
+    renamed : Mapping[str, str]
+        ``{old key: new key}``: an old spelling refused in one line naming the new one.
+    extra : tuple of Key
+        Keys that set no field directly; ``derive`` reads them.
+    rounds : Key
+        The key giving the rounds after which ε is answered (``num_rounds``; ``repetitions``
+        for check-in passes); ``bind_rounds`` also sets the spec's ``num_rounds`` field.
+    bind_rounds : bool
+        Set the spec's bound ``num_rounds`` field to the rounds.
+    noise_aliases : tuple of str
+        Other keys that give the noise parameter (through ``derive``), exclusive with it and
+        with ``target_epsilon``.
+    delta_at_epsilon : bool
+        With the noise given, ``target_epsilon`` without ``target_delta`` asks for δ at that ε.
+    summary : tuple of str
+        Entries of :meth:`PrivacySpec.summary` the answer prints.
+    local_epsilon : bool
+        The answer also prints ``local_epsilon`` (one client's own release,
+        :meth:`PrivacySpec.local_events`).
+    derive : callable, optional
+        ``values -> spec keyword arguments`` for derived keys (given the typed values of the
+        call, keyed by CLI key; returns the fields it sets).
+    report : callable, optional
+        ``(spec, num_rounds) -> dict``: the analysis's own entries of the answer.
+    epsilon, delta, calibrate : callable, optional
+        Replace ``spec.epsilon(n)``, δ at ε from the spec's ledger, and
+        ``spec.calibrated(target, n)`` (batch clipping answers for a group of records).
+    """
+
+    doc: str = ""
+    takes: tuple[str, ...] = ()
+    hide: tuple[str, ...] = ()
+    required: tuple[str, ...] = ()
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    limits: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    renamed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    extra: tuple[Key, ...] = ()
+    rounds: Key = Key(
+        name="num_rounds", kind=int, default=1, limits={"ge": 1}, doc="rounds released"
+    )
+    bind_rounds: bool = False
+    noise_aliases: tuple[str, ...] = ()
+    delta_at_epsilon: bool = False
+    summary: tuple[str, ...] = ()
+    local_epsilon: bool = False
+    derive: Derive | None = None
+    report: Callable[[Any, int], dict[str, Any]] | None = None
+    epsilon: Callable[[Any, int], float] | None = None
+    delta: Callable[[Any, float, int], float] | None = None
+    calibrate: Callable[[Any, float, int], Any] | None = None

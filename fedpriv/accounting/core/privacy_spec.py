@@ -17,7 +17,9 @@ Where a spec comes from:
   and holds the bound spec.
 - Ray workers receive the bound spec as a typed payload (:mod:`fedpriv.common.payload`) and
   decode it into the same class, validated again.
-- ``fedpriv-account`` builds the same specs from its parameters (:meth:`from_params`).
+- ``fedpriv-account`` builds the same specs from its parameters (:meth:`from_params`): its
+  keys are the spec's fields (:mod:`fedpriv.accounting.core.cli_runner`), plus what the
+  family declares in :attr:`PrivacySpec.cli`.
 
 References
 ----------
@@ -34,7 +36,8 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Self
 
 from fedpriv.accounting.core.accounting_spec import AccountingSpec
-from fedpriv.accounting.core.params import Params
+from fedpriv.accounting.core.lower_report import LowerBound
+from fedpriv.accounting.core.params import CliKeys, Params
 from fedpriv.accounting.core.vocabulary import (
     Accountant,
     Conversion,
@@ -96,6 +99,8 @@ class PrivacySpec(ABC):
     prefix_accounted: ClassVar[bool] = False
     #: The mechanism is built for the run's ``num_rounds`` (a resumed run cannot change it).
     fixed_horizon: ClassVar[bool] = False
+    #: ``fedpriv-account``: what the family's analysis adds to the keys its fields give.
+    cli: ClassVar[CliKeys] = CliKeys()
 
     target_delta: float = 1e-5
     target_epsilon: float | None = None
@@ -286,11 +291,28 @@ class PrivacySpec(ABC):
         """Derived figures for the summary (e.g. each client's noise share); default none."""
         return {}
 
+    # ---- fedpriv-account ------------------------------------------------------------------
     @classmethod
-    @abstractmethod
     def from_params(cls, p: Params) -> Self:
-        """The spec of a ``fedpriv-account`` call's ``key=value`` parameters (the noise
-        parameter may be missing: the CLI then calibrates it to ``target_epsilon``)."""
+        """The spec of a ``fedpriv-account`` call's ``key=value`` parameters: the keys its
+        fields give (:func:`fedpriv.accounting.core.cli_runner.spec_from_params`; without the
+        noise parameter but with ``target_epsilon``, a spec still to calibrate).
+
+        Raises
+        ------
+        ConfigError
+            Naming the key and the value.
+        """
+        from fedpriv.accounting.core.cli_runner import spec_from_params
+
+        spec: Self = spec_from_params(cls, p)
+        return spec
+
+    def lower_bound(self, num_rounds: int) -> LowerBound:
+        """A lower bound on :meth:`epsilon` after ``num_rounds`` rounds, at ``target_delta``:
+        the optimistic PLD of a pair of datasets that the mechanism's outputs realise
+        (:mod:`fedpriv.accounting.core.lower_bound`). Default: none, with the reason."""
+        return LowerBound.not_available("no realised pair of this mechanism is computed")
 
 
 def calibrated_value(name: str, value: float | None) -> float:

@@ -50,10 +50,10 @@ from dp_accounting import dp_event
 
 from fedpriv.accounting.client_level.spec import ClientLevelSpec
 from fedpriv.accounting.core.calibrate import bisect_noise
-from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
-from fedpriv.accounting.core.params import Params, noise_or_target
+from fedpriv.accounting.core.lower_report import LowerBound
+from fedpriv.accounting.core.params import CliKeys, Key
 from fedpriv.accounting.core.privacy_spec import EventRuns
-from fedpriv.accounting.core.vocabulary import Accountant, Conversion, NeighboringRelation
+from fedpriv.accounting.core.vocabulary import NeighboringRelation
 from fedpriv.accounting.ftrl.lower import lower_bound_events
 from fedpriv.common.errors import ConfigError, check
 from fedpriv.common.validate import check_positive, parse_enum
@@ -70,6 +70,65 @@ MAX_ROUNDS, MAX_BUFFERS = 100_000, 16
 PREFIX_CHECKPOINTS = 24
 #: The start-up check materialises the noise-generating matrix up to this many rounds.
 MATERIALIZE_MAX_ROUNDS = 4096
+
+
+#: The spec's summary entries ``fedpriv-account ftrl`` prints.
+CLI_SUMMARY = (
+    "privacy_unit",
+    "noise_multiplier",
+    "factorization",
+    "effective_bands",
+    "participation",
+    "max_participations_in_run",
+    "participation_sensitivity",
+    "sensitivity",
+    "effective_noise_multiplier",
+    "workload_rmse",
+    "noise_vectors",
+    "prefix_bound",
+    "accountant",
+    "conversion",
+)
+#: What ``lower_bound=true`` answers (:mod:`fedpriv.accounting.ftrl.lower`).
+LOWER_BOUND_METHOD = (
+    "exact Gaussian pair of the noise the stream generates (its Gram matrix, materialised) "
+    "and one client taking part in rounds o, o + b, ... with the same unit update; amplified "
+    "BandMF: one group's Poisson-sampled rounds, optimistic PLDs"
+)
+#: ``cyclic_poisson``'s cohort: the clients and each one's rate within its round's group.
+COHORT_KEYS = (
+    Key(
+        name="num_clients",
+        kind=int,
+        default=1000,
+        limits={"ge": 1},
+        doc="registered clients (participation=cyclic_poisson)",
+    ),
+    Key(
+        name="client_sample_rate",
+        kind=float,
+        default=None,
+        doc="q: each client's rate within its round's group (participation=cyclic_poisson)",
+    ),
+)
+
+
+def _cohort(values: dict[str, Any]) -> dict[str, Any]:
+    """``cyclic_poisson``: the Poisson cohort of ``num_clients`` at ``client_sample_rate``;
+    other patterns take no cohort."""
+    if values["participation"] is ParticipationKind.CYCLIC_POISSON:
+        rate = values["client_sample_rate"]
+        cohort = CohortSampler(
+            values["num_clients"], ClientSampling.POISSON, client_sample_rate=rate
+        )
+        return {"cohort": cohort}
+    check(
+        values["client_sample_rate"] is None,
+        "client_sample_rate",
+        values["client_sample_rate"],
+        "applies only to participation=cyclic_poisson",
+    )
+    return {"cohort": None}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -121,6 +180,16 @@ class FTRLSpec(ClientLevelSpec):
     bound_fields: ClassVar[tuple[str, ...]] = (*ClientLevelSpec.bound_fields, "num_rounds")
     prefix_accounted: ClassVar[bool] = True
     fixed_horizon: ClassVar[bool] = True
+    cli: ClassVar[CliKeys] = CliKeys(
+        doc="client-level DP-FTRL (correlated noise, enforced participation): epsilon after "
+        "the num_rounds the factorization is built for (the run's FTRLSpec)",
+        hide=("count_noise_multiplier",),
+        extra=COHORT_KEYS,
+        rounds=Key(name="num_rounds", kind=int, limits={"ge": 1}, doc="n: the rounds run"),
+        bind_rounds=True,
+        derive=_cohort,
+        summary=CLI_SUMMARY,
+    )
 
     factorization: FactorizationKind = FactorizationKind.BANDED
     bands: int | None = None
@@ -444,33 +513,21 @@ class FTRLSpec(ClientLevelSpec):
             )
         return out
 
-    @classmethod
-    def from_params(cls, p: Params) -> FTRLSpec:
-        """``fedpriv-account ftrl``'s keys (see :data:`KEYS`)."""
-        part = ParticipationKind(p.choice("participation", tuple(ParticipationKind), "single"))
-        cohort = None
-        if part is ParticipationKind.CYCLIC_POISSON:
-            cohort = CohortSampler(
-                num_clients=p.int("num_clients", 1000, ge=1),
-                client_sampling=ClientSampling.POISSON,
-                client_sample_rate=p.float("client_sample_rate", gt=0.0),
+    def lower_bound(self, num_rounds: int) -> LowerBound:
+        """:data:`LOWER_BOUND_METHOD` after the n rounds (:mod:`fedpriv.accounting.ftrl.lower`;
+        the noise matrix is materialised up to :data:`MATERIALIZE_MAX_ROUNDS` rounds)."""
+        if self.non_private:
+            return LowerBound(math.inf, "exact: noise_multiplier=0 releases without noise")
+        if self.rounds > MATERIALIZE_MAX_ROUNDS:
+            return LowerBound.not_available(
+                f"the noise matrix is not materialised beyond {MATERIALIZE_MAX_ROUNDS} rounds"
             )
-        return cls(
-            noise_multiplier=p.float("noise_multiplier", 0.0, ge=0.0),
-            factorization=FactorizationKind(
-                p.choice("factorization", tuple(FactorizationKind), "banded")
-            ),
-            bands=p.int("bands", None, ge=1),
-            buffers=p.int("buffers", 4, ge=1),
-            participation=part,
-            max_participations=p.int("max_participations", None, ge=1),
-            min_separation=p.int("min_separation", None, ge=1),
-            cohort=cohort,
-            num_rounds=p.int("num_rounds", ge=1),
-            accountant=Accountant(p.choice("accountant", tuple(Accountant), "pld")),
-            conversion=Conversion(p.choice("conversion", tuple(Conversion), "default")),
-            target_delta=p.delta("target_delta"),
-        )
+        scale = self.sigma * self.participation_sensitivity
+        m = self.strategy.noise_matrix(self.rounds)
+        events = lower_bound_events(m, scale, self.pattern, self.amplified)
+        if events is None:
+            return LowerBound.not_available("the amplified rounds of a group are not independent")
+        return LowerBound.of_events(events, self.target_delta, LOWER_BOUND_METHOD)
 
 
 def _key(name: str) -> str:
@@ -499,78 +556,3 @@ def _checkpoints(num_rounds: int, pattern: Participation, bands: int | None) -> 
         steps = PREFIX_CHECKPOINTS - 1
         points = {max(1, round(n ** (i / steps))) for i in range(steps + 1)} | {n}
     return sorted(points)
-
-
-#: Keys of ``fedpriv-account ftrl``.
-KEYS = (
-    "noise_multiplier",
-    "target_epsilon",
-    "factorization",
-    "bands",
-    "buffers",
-    "participation",
-    "max_participations",
-    "min_separation",
-    "num_clients",
-    "client_sample_rate",
-    "num_rounds",
-    "target_delta",
-    "accountant",
-    "conversion",
-    "lower_bound",
-)
-#: The spec's summary entries ``fedpriv-account ftrl`` prints.
-CLI_SUMMARY = (
-    "privacy_unit",
-    "noise_multiplier",
-    "factorization",
-    "effective_bands",
-    "participation",
-    "max_participations_in_run",
-    "participation_sensitivity",
-    "sensitivity",
-    "effective_noise_multiplier",
-    "workload_rmse",
-    "noise_vectors",
-    "prefix_bound",
-)
-
-
-def run_cli(params: dict[str, str]) -> dict[str, Any]:
-    """``fedpriv-account ftrl``: ε (or the calibrated ``noise_multiplier`` for
-    ``target_epsilon``) of client-level DP-FTRL after ``num_rounds`` rounds for a
-    ``factorization`` under a ``participation`` pattern: the same :class:`FTRLSpec` a run
-    builds. ``lower_bound=true`` adds ``epsilon_lower_bound`` after the n rounds, from the
-    noise matrix the stream generates (:mod:`fedpriv.accounting.ftrl.lower`)."""
-    p = Params(params, "ftrl", KEYS)
-    spec = FTRLSpec.from_params(p)
-    lower = p.bool("lower_bound", False)
-    spec, calibration = noise_or_target(p, spec, spec.rounds)
-    summary = spec.summary()
-    out: dict[str, Any] = {"analysis": "ftrl", **calibration}
-    out.update(
-        epsilon=spec.epsilon(spec.rounds),
-        delta=spec.target_delta,
-        num_rounds=spec.rounds,
-        accountant=spec.accountant.value,
-        **{k: summary.get(k) for k in CLI_SUMMARY},
-    )
-    if lower:
-        out["epsilon_lower_bound"] = _lower_bound(spec)
-    return out
-
-
-def _lower_bound(spec: FTRLSpec) -> float | str:
-    """:mod:`fedpriv.accounting.ftrl.lower`'s bound after the n rounds, or why there is none."""
-    if spec.non_private:
-        return math.inf
-    if spec.rounds > MATERIALIZE_MAX_ROUNDS:
-        return f"not available beyond {MATERIALIZE_MAX_ROUNDS} rounds"
-    scale = spec.sigma * spec.participation_sensitivity
-    m = spec.strategy.noise_matrix(spec.rounds)
-    events = lower_bound_events(m, scale, spec.pattern, spec.amplified)
-    if events is None:
-        return "not available: the amplified rounds of a group are not independent"
-    bound = epsilon_lower_bound(events, spec.target_delta)
-    assert bound is not None  # Gaussian and Poisson-sampled Gaussian events
-    return bound

@@ -27,25 +27,21 @@ Multiple Local Steps" (arXiv:2407.19286), Theorems 4.6 and 4.7, Appendix A.5, Ta
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
+from fedpriv.accounting.core.cli_runner import Choice, SpecCli
 from fedpriv.accounting.core.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
-from fedpriv.accounting.core.lower_bound import epsilon_lower_bound
-from fedpriv.accounting.core.lower_report import (
-    LOWER_BOUND_KEY,
-    lower_bound_entry,
-    wants_lower_bound,
-)
-from fedpriv.accounting.core.params import Params
+from fedpriv.accounting.core.params import CliKeys, Key
 from fedpriv.accounting.core.vocabulary import Accountant, Conversion
-from fedpriv.accounting.dpsgd import poisson_gaussian_event
-from fedpriv.accounting.secagg.lower import LocalStepsGaussianRound
-from fedpriv.accounting.skellam import NO_LOWER_BOUND as SKELLAM_NO_LOWER_BOUND
-from fedpriv.accounting.skellam import SKELLAM_KEYS, SkellamSpec
+from fedpriv.accounting.dpsgd import DPSGDSpec, poisson_gaussian_event
+from fedpriv.accounting.skellam import MECHANISM_FIELDS, SkellamSpec
 from fedpriv.common.errors import ConfigError, check
 
 MECHANISMS = ("gaussian", "skellam")
+#: :func:`secagg_dpsgd`'s Skellam keyword arguments (the run's :class:`SkellamSpec` fields).
+SKELLAM_KEYS = ("max_grad_norm", *MECHANISM_FIELDS)
 
 
 def _noise_clients(num_clients: int, honest_but_curious: bool) -> int:
@@ -294,99 +290,89 @@ def _given_noise(
     return name, float(value)
 
 
-KEYS = (
-    "mechanism",
-    "noise_multiplier",
-    "client_noise_multiplier",
-    "target_epsilon",
-    "num_clients",
-    "sample_rate",
-    "steps",
-    "num_rounds",
-    "target_delta",
-    "honest_but_curious",
-    "accountant",
-    "conversion",
-    LOWER_BOUND_KEY,
-    *SKELLAM_KEYS,
-)
-#: What ``lower_bound=true`` answers for ``mechanism=gaussian``
-#: (:mod:`fedpriv.accounting.secagg.lower`).
-GAUSSIAN_LOWER_BOUND = (
-    "optimistic PLD of the realised pair: a record with a constant gradient of norm C, the "
-    "others 0, each round releasing its S local steps summed"
-)
+def _client_noise(values: dict[str, Any]) -> dict[str, Any]:
+    """``client_noise_multiplier`` σ_i given: σ of the sum is σ_i √m (m = N, N − 1 with
+    ``honest_but_curious``; Theorem 4.7)."""
+    sigma_i = values.get("client_noise_multiplier")
+    if sigma_i is None:
+        return {}
+    return {
+        "noise_multiplier": sigma_i
+        * math.sqrt(_noise_clients(values["num_clients"], values["honest_but_curious"]))
+    }
 
 
-def run_cli(params: dict[str, str]) -> dict[str, Any]:
-    """``fedpriv-account secagg-dpsgd``: mechanism, exactly one of noise_multiplier (σ of the
-    SUM, as a run's ``privacy.noise_multiplier``) | client_noise_multiplier (each client's σ_i)
-    | target_epsilon, num_clients, sample_rate, steps, num_rounds, target_delta,
-    honest_but_curious [, accountant, conversion; Skellam: num_params, bits, max_grad_norm,
-    scale, beta, rotation, dropout_tolerance, local_samples]. Calibration returns both σ and
-    σ_i and names ``noise_multiplier`` (the run's setting) as the calibrated one.
-    ``lower_bound=true`` adds ``epsilon_lower_bound`` (:func:`_lower_bound`)."""
-    p = Params(params, "secagg-dpsgd", KEYS)
-    lower = wants_lower_bound(p)
-    out = _run(p)
-    if lower:
-        out.update(_lower_bound(out))
+def _report(spec: DPSGDSpec | SkellamSpec, num_rounds: int) -> dict[str, Any]:
+    """Each client's σ_i, the noise shares, the composed steps; Skellam: μ of the sum and of
+    one client's share."""
+    out: dict[str, Any] = {
+        "local_delta": spec.target_delta,
+        "client_noise_multiplier": spec.client_noise_multiplier,
+        "noise_clients": spec.noise_shares,
+        "total_steps": spec.steps * num_rounds,
+    }
+    if isinstance(spec, SkellamSpec):
+        out.update(mu_total=spec.mechanism.mu, mu_local=spec.mechanism.mu_per_client)
     return out
 
 
-def _lower_bound(out: dict[str, Any]) -> dict[str, Any]:
-    """``epsilon_lower_bound`` of the answer ``out`` at its δ.
-
-    ``mechanism=gaussian``: the realised pair of
-    :class:`~fedpriv.accounting.secagg.lower.LocalStepsGaussianRound` (hypotheses: a record
-    whose loss is linear in the model, others with zero gradients, plain local SGD, so a
-    round releases the sum of its S noisy steps; the noise σ the accountant uses, i.e. the
-    honest-but-curious view when that is set), composed over the rounds with optimistic
-    PLDs (Doroshenko et al. arXiv:2207.04380). ``mechanism=skellam``: not available
-    (:data:`fedpriv.accounting.skellam.NO_LOWER_BOUND`).
-    """
-    if out["mechanism"] != "gaussian":
-        return lower_bound_entry(None, SKELLAM_NO_LOWER_BOUND)
-    if out["sample_rate"] == 0:
-        return lower_bound_entry(0.0, "exact: sample_rate=0 releases nothing about a record")
-    pair = LocalStepsGaussianRound(out["noise_multiplier"], out["sample_rate"], out["steps"])
-    bound = epsilon_lower_bound([(pair, out["num_rounds"])], out["delta"])
-    return lower_bound_entry(bound, GAUSSIAN_LOWER_BOUND)
-
-
-def _run(p: Params) -> dict[str, Any]:
-    """:func:`run_cli`'s answer without the lower bound."""
-    from fedpriv.accounting.core.calibrate import bisect_noise
-
-    mechanism = p.choice("mechanism", MECHANISMS, "gaussian")
-    given = p.exclusive("noise_multiplier", "client_noise_multiplier", "target_epsilon")
-    num_clients = p.int("num_clients", ge=1)
-    kwargs: dict[str, Any] = dict(
-        num_clients=num_clients,
-        sample_rate=p.float("sample_rate", ge=0.0, le=1.0),
-        steps=p.int("steps", ge=1),
-        num_rounds=p.int("num_rounds", 1, ge=1),
-        target_delta=p.delta("target_delta"),
-        honest_but_curious=p.bool("honest_but_curious", False),
-        accountant=p.choice("accountant", ACCOUNTANTS, "rdp" if mechanism == "skellam" else "pld"),
-        conversion=p.choice("conversion", CONVERSIONS, "default"),
-    )
-    if mechanism == "gaussian":
-        for key in SKELLAM_KEYS:
-            check(not p.has(key), key, p.raw.get(key), "applies only to mechanism=skellam")
-    if mechanism == "skellam":  # the run's spec reads the mechanism's keys (its defaults)
-        kwargs.update(SkellamSpec.mechanism_keys(p))
-    if given == "target_epsilon":
-        target = p.float("target_epsilon", gt=0.0)
-        p.finish()
-        sigma = bisect_noise(lambda s: secagg_dpsgd(mechanism, s, **kwargs)["epsilon"], target)
-        out = secagg_dpsgd(mechanism, sigma, **kwargs)
-        out.update(calibrated="noise_multiplier", target_epsilon=target)
-        return out
-    if given == "client_noise_multiplier":
-        sigma_i = p.float("client_noise_multiplier", gt=0.0)
-        p.finish()
-        return secagg_dpsgd(mechanism, None, client_noise_multiplier=sigma_i, **kwargs)
-    sigma = p.float("noise_multiplier", gt=0.0)
-    p.finish()
-    return secagg_dpsgd(mechanism, sigma, **kwargs)
+#: ``client_noise_multiplier``: each client's own σ_i instead of σ of the sum.
+CLIENT_NOISE = Key(
+    name="client_noise_multiplier",
+    kind=float,
+    default=None,
+    limits={"gt": 0.0},
+    doc="each client's own sigma_i = sigma / sqrt(m) (instead of noise_multiplier)",
+)
+#: The answer's entries of the spec's summary (both mechanisms).
+SUMMARY = (
+    "mechanism",
+    "noise_multiplier",
+    "num_clients",
+    "honest_but_curious",
+    "sample_rate",
+    "steps",
+    "accountant",
+    "conversion",
+)
+#: ``fedpriv-account secagg-dpsgd``: the run's spec with the clients whose noise is summed.
+_SECAGG = CliKeys(
+    doc="secure aggregation of N clients' local DP-SGD with S local steps: central epsilon "
+    "(sum-dominating mechanism, Thm 4.6) and one client's local_epsilon (Thm 4.7)",
+    takes=("steps", "num_clients"),
+    required=("num_clients",),
+    limits={"noise_multiplier": {"gt": 0.0}},
+    hide=("max_grad_norm",),
+    extra=(CLIENT_NOISE,),
+    noise_aliases=("client_noise_multiplier",),
+    derive=_client_noise,
+    local_epsilon=True,
+    summary=SUMMARY,
+    report=_report,
+)
+GAUSSIAN = SpecCli(DPSGDSpec, _SECAGG)
+SKELLAM = SpecCli(
+    SkellamSpec,
+    dataclasses.replace(
+        _SECAGG,
+        takes=("steps", "num_clients", *MECHANISM_FIELDS),
+        required=("num_clients", "num_params"),
+        hide=(),
+        summary=(
+            *SUMMARY,
+            "scale",
+            "bits",
+            "beta",
+            "local_samples",
+            "l1_sensitivity",
+            "l2_sensitivity",
+        ),
+    ),
+)
+#: The registry's ``secagg-dpsgd``: the spec of the ``mechanism``.
+ANALYSIS = Choice(
+    "mechanism",
+    {"gaussian": f"{__name__}:GAUSSIAN", "skellam": f"{__name__}:SKELLAM"},
+    "gaussian",
+    doc="secagg-dpsgd mechanism=gaussian|skellam (sigma of the sum, each client's share)",
+)
