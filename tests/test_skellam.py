@@ -255,7 +255,7 @@ class TestChooseScale:
             )
 
     def test_sensitivities_match_the_accountant(self) -> None:
-        # the accountant's independent helper (loss_models.skellam) on the padded dimension
+        # the accountant's independent helper (loss_models.skellam_rdp) on the padded dimension
         from fedpriv.accounting.loss_models.skellam_rdp import rounded_sensitivities
 
         for rotation, beta in [(False, 0.0), (True, math.exp(-0.5)), (False, 0.3)]:
