@@ -33,7 +33,8 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from scipy.stats import norm
 
-from fedpriv.accounting.core.ledger import IncompatibleEventsError, IntegerRdpEvent, PrivacyLedger
+from fedpriv.accounting.core.event import IntegerRdpEvent
+from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
 from fedpriv.common.errors import ConfigError
 from fedpriv.common.wire import METRICS_KEY, UPDATE_KEY
 

@@ -12,13 +12,8 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from fedpriv.accounting.core.ledger import (
-    FedprivEvent,
-    IncompatibleEventsError,
-    PrivacyLedger,
-    event_from_dict,
-    event_to_dict,
-)
+from fedpriv.accounting.core.event import FedprivEvent, event_from_dict, event_to_dict
+from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.common.errors import ConfigError
 

@@ -18,7 +18,7 @@ from dp_accounting import dp_event
 
 import fedpriv
 import strategies
-from fedpriv.accounting.core.ledger import FedprivEvent, IntegerRdpEvent, PldEvent
+from fedpriv.accounting.core.event import FedprivEvent, IntegerRdpEvent, PldEvent
 from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.run.aggregation import Aggregator
 from fedpriv.run.config import conf_dir

@@ -11,9 +11,9 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
+from fedpriv.accounting.accountants.rdp import INTEGER_ORDERS
 from fedpriv.accounting.batch_clipping.spec import BatchClippingEvent
 from fedpriv.accounting.checkin.events import CheckinEvent, LocalCapEvent, PoissonLocalEvent
-from fedpriv.accounting.core.ledger import INTEGER_ORDERS
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
 from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.accounting.loss_models.local_randomizer import LocalReleaseEvent

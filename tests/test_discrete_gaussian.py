@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from dp_accounting.rdp import RdpAccountant
 
-from fedpriv.accounting.core.ledger import INTEGER_ORDERS, PrivacyLedger
+from fedpriv.accounting.accountants.rdp import INTEGER_ORDERS
+from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.loss_models.discrete_gaussian import DiscreteGaussianEvent
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.lattice_gaussian import (

@@ -245,7 +245,7 @@ def _dp_accounting_epsilon(z: float, rate: float, count: int, delta: float) -> f
     exact subsampled-Gaussian formula; dp-accounting does not subsample a ZCDpEvent)."""
     import dp_accounting
 
-    from fedpriv.accounting.core.ledger import INTEGER_ORDERS
+    from fedpriv.accounting.accountants.rdp import INTEGER_ORDERS
 
     acc = dp_accounting.rdp.RdpAccountant(orders=[float(a) for a in INTEGER_ORDERS])
     if rate == 1.0:

@@ -1,4 +1,6 @@
-"""Gaussian differential privacy (f-DP) toolkit: G_mu, composition, exact profiles, mixtures.
+"""Gaussian differential privacy (f-DP) toolkit: G_mu, composition, exact profiles, mixtures,
+and the exact accountant of Gaussian releases without sampling
+(:class:`ExactGaussianAccountant`).
 
 Everything here is exact up to floating point: the privacy profile of ``G_mu`` is a closed
 form, its inverse is found by root finding on the log scale, and every inverse is checked on
@@ -18,13 +20,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.optimize
 import scipy.special
+from dp_accounting import dp_event
 from numpy.typing import ArrayLike
 
+from fedpriv.accounting.core.accountant import AccountingSettings, Runs
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import Key
 from fedpriv.common.errors import ConfigError, check
@@ -41,6 +45,9 @@ __all__ = [
     "mixture_epsilon",
     "analytic_gaussian_sigma",
     "noise_for_mu",
+    "gaussian_noise_multiplier",
+    "gaussian_mu",
+    "ExactGaussianAccountant",
     "GDP",
     "GAUSSIAN",
 ]
@@ -472,6 +479,86 @@ def noise_for_mu(mu: float, scale: float, epsilon: float, delta: float) -> float
     while float(gdp_log_delta(epsilon, scale / sigma)) > log_t:
         sigma *= 1.0 + 1e-12
     return sigma
+
+
+# --------------------------------------------------------------------------- accountant
+def gaussian_noise_multiplier(event: Any) -> float | None:
+    """The noise multiplier of a dp-accounting event that is a Gaussian mechanism WITHOUT
+    sampling (``GaussianDpEvent``; Poisson sampling at rate 1; sampling all N of N without
+    replacement), per unit of the sensitivity under the ledger's relation; ``None`` for any
+    other event. Such a release is exactly ``G_{1/σ}`` (Dong, Roth, Su, arXiv:1905.02383,
+    Thm. 2.7): sampling at rate 1, or all N of N, leaves the Gaussian mechanism unchanged."""
+    if isinstance(event, dp_event.GaussianDpEvent):
+        return float(event.noise_multiplier)
+    if isinstance(event, dp_event.PoissonSampledDpEvent) and event.sampling_probability == 1:
+        return gaussian_noise_multiplier(event.event)
+    if isinstance(event, dp_event.SampledWithoutReplacementDpEvent) and (
+        event.sample_size == event.source_dataset_size
+    ):
+        return gaussian_noise_multiplier(event.event)
+    return None
+
+
+def gaussian_mu(runs: Runs) -> float | None:
+    """μ of ``runs`` (``[(event, count), ...]``) when every event is a Gaussian without
+    sampling with σ > 0: ``count`` releases at σ are √count/σ-GDP and μ² adds up (Dong, Roth,
+    Su, arXiv:1905.02383, Cor. 3.3); ``None`` for any other event or no runs. Hypothesis:
+    each σ is per unit of the sensitivity under the ledger's neighbouring relation
+    (:func:`gaussian_noise_multiplier`)."""
+    mu2 = 0.0
+    for event, count in runs:
+        sigma = gaussian_noise_multiplier(event)
+        if sigma is None or sigma <= 0:
+            return None
+        mu2 += count / sigma**2
+    return math.sqrt(mu2) if runs else None
+
+
+class ExactGaussianAccountant:
+    """Gaussian releases without sampling, exactly: the ledger's answer under
+    ``accountant="pld"`` when every run is one (:func:`gaussian_noise_multiplier`).
+
+    A release at noise multiplier σ (sensitivity 1) is exactly ``G_{1/σ}`` (Dong, Roth, Su,
+    arXiv:1905.02383, Thm. 2.7); ``count`` of them compose to ``G_μ`` with μ² = Σ count/σ²
+    (Cor. 3.3: composition of Gaussian trade-offs is Gaussian, adaptively), and the privacy
+    profile of ``G_μ`` is the closed form of Cor. 2.13, inverted with a check on the returned
+    value (:func:`gdp_epsilon`), so ε is the exact one, never below it.
+
+    Parameters
+    ----------
+    settings : AccountingSettings, optional
+        Unused (the relation is already in σ's sensitivity unit).
+    """
+
+    upper_bound: ClassVar[bool] = True
+
+    def __init__(self, settings: AccountingSettings | None = None) -> None:
+        self.settings = settings or AccountingSettings()
+
+    def refusal(self, runs: Runs) -> str | None:
+        """``None`` when every run is a Gaussian mechanism without sampling, σ > 0."""
+        if gaussian_mu(runs) is None:
+            return "not every run is a Gaussian mechanism without sampling with noise > 0"
+        return None
+
+    def epsilon(self, runs: Runs, target_delta: float) -> float:
+        """The exact ε of ``G_μ`` at ``target_delta``."""
+        return gdp_epsilon(target_delta, _runs_mu(runs))
+
+    def delta(self, runs: Runs, target_epsilon: float) -> float:
+        """The exact δ of ``G_μ`` at ``target_epsilon``."""
+        return float(gdp_delta(target_epsilon, _runs_mu(runs)))
+
+    def analysis(self, runs: Runs) -> str:
+        """``"gaussian (exact)"``."""
+        return "gaussian (exact)"
+
+
+def _runs_mu(runs: Runs) -> float:
+    mu = gaussian_mu(runs)
+    if mu is None:
+        raise ConfigError("runs", runs, "must all be Gaussian mechanisms without sampling")
+    return mu
 
 
 # --------------------------------------------------------------------------- CLI

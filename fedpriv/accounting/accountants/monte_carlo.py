@@ -45,13 +45,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import optimize
 
+from fedpriv.accounting.core.accountant import AccountingSettings, Runs
 from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent
-from fedpriv.common.errors import check
+from fedpriv.common.errors import ConfigError, check
 
 #: Samples of the composed loss per direction (fewer when epochs × t × k is large)...
 MC_SAMPLES = 1_000_000
@@ -291,12 +292,77 @@ def _estimate(
 ) -> EpsilonEstimate:
     runs = list(events)
     n = sample_count(runs)
-    pilot_rng, rng = (np.random.default_rng([seed, stream]) for stream in (0, 1))
-    pilot = [_HockeyStick(x) for x in composed_losses(runs, int(n * PILOT_FRACTION), pilot_rng)]
-    sides = [_HockeyStick(x) for x in composed_losses(runs, n, rng)]
+    pilot = _sides(runs, int(n * PILOT_FRACTION), seed, stream=0)
+    sides = _sides(runs, n, seed, stream=1)
     lower, upper = _interval(sides, delta, _point_estimate(pilot, delta), confidence)
     return EpsilonEstimate(_point_estimate(sides, delta), lower, upper, confidence, n)
 
 
+def _sides(
+    runs: list[tuple[RandomAllocationEvent, int]], n: int, seed: int, stream: int
+) -> list[_HockeyStick]:
+    """Both directions' hockey sticks from ``n`` samples of stream ``stream`` of ``seed``
+    (0: the pilot, 1: the main sample)."""
+    rng = np.random.default_rng([seed, stream])
+    return [_HockeyStick(x) for x in composed_losses(runs, n, rng)]
+
+
 def _whole_epoch(event: Any) -> bool:
     return isinstance(event, RandomAllocationEvent) and not event.truncated
+
+
+class MonteCarloEstimate:
+    """The Monte Carlo ESTIMATE of whole random-allocation epochs behind the accountant
+    protocol (module docstring: Wang et al. arXiv:2304.07927; Maurer, Pontil Thm. 4 for its
+    interval). ``upper_bound = False``: it can fall below the true ε, so no ledger, budget or
+    calibration uses it (:mod:`fedpriv.accounting.accountants.registry`); it is printed beside
+    the budget.
+
+    Parameters
+    ----------
+    settings : AccountingSettings, optional
+        Only the neighbouring relation is read (the pair above is add/remove).
+    confidence, seed : float, int
+        As :func:`allocation_epsilon_estimate`.
+    """
+
+    upper_bound: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        settings: AccountingSettings | None = None,
+        *,
+        confidence: float = MC_CONFIDENCE,
+        seed: int = 0,
+    ) -> None:
+        self.settings = settings or AccountingSettings()
+        self.confidence = confidence
+        self.seed = seed
+
+    def refusal(self, runs: Runs) -> str | None:
+        """``None`` for whole epochs of random allocation under add/remove."""
+        if self.settings.neighboring_relation != "add_remove":
+            return "the Monte Carlo pair is add/remove only"
+        if not runs or not all(_whole_epoch(event) for event, _ in runs):
+            return "the Monte Carlo estimate covers whole random-allocation epochs only"
+        return None
+
+    def epsilon(self, runs: Runs, target_delta: float) -> float:
+        """The estimate of ε at ``target_delta`` (not a bound)."""
+        est = allocation_epsilon_estimate(
+            list(runs), target_delta, confidence=self.confidence, seed=self.seed
+        )
+        if est is None:
+            raise ConfigError("runs", runs, "must be whole random-allocation epochs")
+        return est.epsilon
+
+    def delta(self, runs: Runs, target_epsilon: float) -> float:
+        """The estimate of δ at ``target_epsilon`` (the larger direction's sample mean of
+        ``(1 − e^(ε − L))₊`` on the main sample; not a bound)."""
+        events = list(runs)
+        sides = _sides(events, sample_count(events), self.seed, stream=1)
+        return max(side.moments(target_epsilon)[0] for side in sides)
+
+    def analysis(self, runs: Runs) -> str:
+        """``"monte carlo (estimate)"``."""
+        return "monte carlo (estimate)"

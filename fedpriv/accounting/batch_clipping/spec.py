@@ -70,8 +70,9 @@ import numpy as np
 from fedpriv.accounting.accountants import gdp
 from fedpriv.accounting.batch_clipping.lower import ALPHA, batch_clipping_lower_bound
 from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.event import FedprivEvent
 from fedpriv.accounting.core.group_privacy import group_privacy_delta, group_privacy_epsilon
-from fedpriv.accounting.core.ledger import FedprivEvent, PrivacyLedger
+from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys, Key
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, calibrated_value

@@ -34,7 +34,7 @@ from fedpriv.accounting.accountants.composition import (
     optimal_composition_delta,
     smallest_delta,
 )
-from fedpriv.accounting.core.ledger import FedprivEvent
+from fedpriv.accounting.core.event import FedprivEvent
 from fedpriv.accounting.samplers import shuffle
 from fedpriv.accounting.samplers.checkin import (
     THEOREMS,

@@ -63,7 +63,7 @@ import numpy as np
 
 from fedpriv.accounting.accountants.pld_grid import LOWER_DISCRETIZATION, optimistic_gaussian_pld
 from fedpriv.accounting.core.calibrate import bisect_noise
-from fedpriv.accounting.core.ledger import PldEvent
+from fedpriv.accounting.core.event import PldEvent
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys, Key
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, calibrated_value

@@ -29,7 +29,7 @@ from fedpriv.accounting.checkin.events import (
 from fedpriv.accounting.checkin.gaussian import PASSES, CheckinNoise
 from fedpriv.accounting.checkin.lower import COVERED, checkin_lower_bound
 from fedpriv.accounting.core.cli_runner import Choice
-from fedpriv.accounting.core.ledger import FedprivEvent
+from fedpriv.accounting.core.event import FedprivEvent
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec

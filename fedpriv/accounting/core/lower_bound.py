@@ -38,14 +38,13 @@ from typing import Any
 
 from dp_accounting import dp_event
 
-from fedpriv.accounting.accountants.gdp import gdp_epsilon
+from fedpriv.accounting.accountants.gdp import gaussian_mu, gaussian_noise_multiplier, gdp_epsilon
 from fedpriv.accounting.accountants.monte_carlo import allocation_epsilon_estimate
 from fedpriv.accounting.accountants.pld_grid import (
     LOWER_DISCRETIZATION,
     compose_on_common_grid,
     optimistic_gaussian_pld,
 )
-from fedpriv.accounting.core.ledger import gaussian_mu, gaussian_noise_multiplier
 from fedpriv.accounting.samplers.fixed_size import WithoutReplacementGaussianEvent
 from fedpriv.common.errors import check
 

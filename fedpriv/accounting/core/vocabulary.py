@@ -25,6 +25,11 @@ class Conversion(StrEnum):
     MIRONOV = "mironov"
 
 
+#: The closed sets, as their enums (StrEnum members compare equal to their spelling).
+ACCOUNTANTS = tuple(Accountant)
+CONVERSIONS = tuple(Conversion)
+
+
 class NeighboringRelation(StrEnum):
     """Neighbouring datasets: add/remove one unit (record or client), or replace one."""
 

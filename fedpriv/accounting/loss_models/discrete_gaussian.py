@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from fedpriv.accounting.core.ledger import IntegerRdpEvent
+from fedpriv.accounting.core.event import IntegerRdpEvent
 from fedpriv.accounting.samplers.poisson import poisson_subsampled_rdp
 from fedpriv.common.errors import check
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from dp_accounting import dp_event
 
 from fedpriv.accounting.accountants.gdp import analytic_gaussian_sigma, gdp_delta, gdp_epsilon
-from fedpriv.accounting.core.ledger import FedprivEvent
+from fedpriv.accounting.core.event import FedprivEvent
 from fedpriv.common.errors import check
 from fedpriv.common.validate import check_finite, check_positive, parse_enum
 from fedpriv.mechanisms.randomizers import LocalRandomizer, RandomizerKind

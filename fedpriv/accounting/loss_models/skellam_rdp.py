@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from fedpriv.accounting.core.ledger import IntegerRdpEvent
+from fedpriv.accounting.core.event import IntegerRdpEvent
 from fedpriv.accounting.samplers.poisson import integer_orders, poisson_subsampled_rdp
 from fedpriv.common.errors import check
 from fedpriv.mechanisms.skellam_noise import rounded_norm_bound

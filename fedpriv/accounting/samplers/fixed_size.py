@@ -52,7 +52,7 @@ from fedpriv.accounting.accountants.pld_grid import (
     relative_interval,
     sampled_gaussian_loss_rms,
 )
-from fedpriv.accounting.core.ledger import PldEvent
+from fedpriv.accounting.core.event import PldEvent
 from fedpriv.accounting.core.vocabulary import Accountant
 from fedpriv.common.errors import check
 

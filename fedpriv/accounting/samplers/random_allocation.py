@@ -39,7 +39,7 @@ from fedpriv.accounting.accountants.pld_grid import (
     relative_interval,
     sampled_gaussian_loss_rms,
 )
-from fedpriv.accounting.core.ledger import PldEvent
+from fedpriv.accounting.core.event import PldEvent
 from fedpriv.common.errors import check
 
 #: The coarsest loss discretization of the allocation PLD (pld-accounting's

@@ -32,9 +32,9 @@ import math
 from typing import Any
 
 from fedpriv.accounting.core.cli_runner import Choice, SpecCli
-from fedpriv.accounting.core.ledger import ACCOUNTANTS, CONVERSIONS, PrivacyLedger
+from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.core.params import CliKeys, Key
-from fedpriv.accounting.core.vocabulary import Accountant, Conversion
+from fedpriv.accounting.core.vocabulary import ACCOUNTANTS, CONVERSIONS, Accountant, Conversion
 from fedpriv.accounting.dpsgd import DPSGDSpec, poisson_gaussian_event
 from fedpriv.accounting.skellam import MECHANISM_FIELDS, SkellamSpec
 from fedpriv.common.errors import ConfigError, check
