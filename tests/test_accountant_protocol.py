@@ -23,8 +23,8 @@ from fedpriv.accounting.core.accountant import AccountingSettings, OwnAnalysis
 from fedpriv.accounting.core.event import FedprivEvent, PldEvent
 from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.dpsgd import poisson_gaussian_event
+from fedpriv.accounting.loss_models.skellam_rdp import SkellamEvent
 from fedpriv.accounting.samplers.random_allocation import RandomAllocationEvent
-from fedpriv.accounting.skellam import SkellamEvent
 
 STEP = poisson_gaussian_event(1.1, 0.01)
 
