@@ -69,3 +69,111 @@ def test_zero_rate_needs_no_noise_and_bad_inputs_raise():
         calibrate_noise_multiplier(1.0, 0.0, 0.1, 100)
     with pytest.raises(ConfigError, match="steps"):
         calibrate_noise_multiplier(1.0, 1e-5, 0.1, 0)
+
+
+def test_bisect_noise_increasing_returns_the_largest_value() -> None:
+    # ε(x) = x/2 grows with x (a local randomizer's ε0): the largest x with ε ≤ 0.5 is 1.
+    x = bisect_noise(lambda e0: e0 / 2.0, 0.5, field="privacy.local_epsilon", increasing=True)
+    assert 1.0 / 1.001 <= x <= 1.0
+    assert bisect_noise(lambda e0: e0 / 2.0, 0.5, increasing=True, hint=(0.1, 0.2)) <= 1.0
+    with pytest.raises(ConfigError, match=r"^target_epsilon=0\.5 .*local_epsilon >= 1e-06$"):
+        bisect_noise(lambda e0: 1.0, 0.5, field="local_epsilon", increasing=True)
+
+
+def test_bisect_noise_never_evaluates_outside_its_range() -> None:
+    seen: list[float] = []
+
+    def eps(x: float) -> float:
+        seen.append(x)
+        return 2.0 / x
+
+    # a hint above `highest` is clipped to it; the answer 4 is above: unreachable
+    with pytest.raises(ConfigError, match="noise_multiplier <= 3"):
+        bisect_noise(eps, 0.5, highest=3.0, hint=(5.0, 10.0))
+    assert seen and max(seen) <= 3.0
+    # a hint straddling `highest` still finds an answer below it
+    assert 4.0 <= bisect_noise(lambda s: 2.0 / s, 0.5, highest=5.0, hint=(3.0, 8.0)) <= 4.004
+
+
+def test_noise_search_exact_and_infeasible_values() -> None:
+    from fedpriv.accounting.core.calibrate import NoiseSearch
+
+    assert NoiseSearch(exact=0.0).solve(lambda s: math.inf, 1.0, "privacy.x") == 0.0
+
+    def eps(e0: float) -> float:  # outside the analysis' range above 1: refused
+        if e0 > 1.0:
+            raise ConfigError("privacy.local_epsilon", e0, "must be <= 1")
+        return e0 / 10.0
+
+    found = NoiseSearch(increasing=True, rtol=1e-12, infeasible=(ConfigError,))
+    assert found.solve(eps, 0.5, "privacy.local_epsilon") == pytest.approx(1.0, rel=1e-12)
+    with pytest.raises(ConfigError, match="must be <= 1"):
+        NoiseSearch(increasing=True).solve(eps, 0.5, "privacy.local_epsilon")
+    with pytest.raises(ConfigError, match=r"^privacy\.target_epsilon=1e-09 is not reachable"):
+        found.solve(eps, 1e-9, "privacy.local_epsilon")
+
+
+def test_calibration_is_written_once_in_the_base() -> None:
+    """Issue 40, item 1(d): every family inherits PrivacySpec.calibrated (its hooks differ)."""
+    import fedpriv.accounting.batch_clipping.spec
+    import fedpriv.accounting.checkin.gaussian
+    import fedpriv.accounting.checkin.spec
+    import fedpriv.accounting.client_level.skellam_shares
+    import fedpriv.accounting.ftrl.spec
+    import fedpriv.accounting.skellam  # noqa: F401
+    from fedpriv.accounting.core.privacy_spec import PrivacySpec
+
+    def subclasses(cls: type) -> set[type]:
+        out: set[type] = set()
+        children: list[type] = type.__subclasses__(cls)
+        for child in children:
+            out |= {child, *subclasses(child)}
+        return out
+
+    families = {c for c in subclasses(PrivacySpec) if c.__module__.startswith("fedpriv.")}
+    assert len(families) >= 8
+    assert [c.__name__ for c in families if "calibrated" in vars(c)] == []
+
+
+@pytest.mark.parametrize(
+    ("target", "rounds", "field"),
+    [
+        (0.0, 3, "privacy.target_epsilon"),
+        (math.inf, 3, "privacy.target_epsilon"),
+        (math.nan, 3, "privacy.target_epsilon"),
+        ("x", 3, "privacy.target_epsilon"),
+        (1.0, 0, "num_rounds"),
+        (1.0, 2.5, "num_rounds"),
+        (1.0, True, "num_rounds"),
+    ],
+)
+def test_calibrated_refuses_in_one_line_naming_the_field(target, rounds, field) -> None:
+    from fedpriv.accounting.core.vocabulary import Accountant
+    from fedpriv.accounting.dpsgd import DPSGDSpec
+
+    spec = DPSGDSpec(noise_multiplier=1.0, sample_rate=0.1, steps=2, accountant=Accountant.RDP)
+    with pytest.raises(ConfigError) as err:
+        spec.calibrated(target, rounds)
+    assert err.value.field == field and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"{field}={(target if field != 'num_rounds' else rounds)!r}")
+
+
+def test_calibrated_stays_below_the_ceiling_and_names_it() -> None:
+    """Client-level adaptive clipping: z < 2 σ_b (never evaluated above); a target no z below
+    it reaches is refused in one line naming the target and the ceiling."""
+    from fedpriv.accounting.client_level.spec import ClientLevelSpec
+    from fedpriv.accounting.core.vocabulary import Accountant
+    from fedpriv.mechanisms.client_sampling import CohortSampler
+
+    spec = ClientLevelSpec(
+        noise_multiplier=0.5,
+        count_noise_multiplier=0.5,
+        cohort=CohortSampler(10),
+        accountant=Accountant.RDP,
+    )
+    tuned = spec.calibrated(spec.epsilon(3) * 1.5, 3)
+    assert tuned.noise_multiplier is not None and tuned.noise_multiplier < 1.0
+    with pytest.raises(ConfigError) as err:
+        spec.calibrated(0.01, 3)
+    assert str(err.value).startswith("privacy.target_epsilon=0.01 is not reachable with ")
+    assert "privacy.noise_multiplier <= 1" in str(err.value) and "\n" not in str(err.value)

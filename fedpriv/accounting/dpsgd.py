@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from dp_accounting import dp_event
 
-from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.calibrate import COARSE_SEARCH, NoiseSearch
 from fedpriv.accounting.core.ledger import PrivacyLedger
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys, Key
@@ -348,37 +348,16 @@ class DPSGDSpec(PrivacySpec, LocalStepsSum):
         """One client's own release (its LDP): σ/√m per step (Thm 4.7)."""
         return [(self.step_event(self.client_noise_multiplier), self.steps)]
 
-    def calibrated(self, target_epsilon: float, num_rounds: int) -> DPSGDSpec:
-        """The spec with the smallest σ (to 0.1 %) whose :meth:`epsilon` is <= the target.
-
-        Bisects on :meth:`epsilon` itself, i.e. on the SAME accountant and conversion as the
-        run's ledger (for PLD the bracket comes from a fast RDP search, checked before use).
-
-        Raises
-        ------
-        ConfigError
-            For a non-positive/non-finite target or one that no σ <= 1e6 reaches.
-        """
-        check(
-            isinstance(num_rounds, int) and num_rounds >= 1,
-            "num_rounds",
-            num_rounds,
-            "must be an integer >= 1",
-        )
-        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
+    def noise_search(self, target_epsilon: float, num_rounds: int) -> NoiseSearch:
+        """σ 0 when no record is ever sampled (``sample_rate=0``); for PLD, a bracket from a
+        fast RDP search (checked before use)."""
         if self.sample_rate == 0:
-            return self.with_noise(0.0, target)
-
-        def eps_of(spec: DPSGDSpec) -> Any:
-            return lambda s: spec.with_noise(s).epsilon(num_rounds)
-
-        hint = None
-        if self.accountant is Accountant.PLD:
-            rdp = dataclasses.replace(self, accountant=Accountant.RDP)
-            s_rdp = bisect_noise(eps_of(rdp), target, field="privacy.noise_multiplier", rtol=0.01)
-            hint = (0.75 * s_rdp, s_rdp)
-        sigma = bisect_noise(eps_of(self), target, field="privacy.noise_multiplier", hint=hint)
-        return self.with_noise(sigma, target)
+            return NoiseSearch(exact=0.0)
+        if self.accountant is not Accountant.PLD:
+            return NoiseSearch()
+        rdp = dataclasses.replace(self, accountant=Accountant.RDP)
+        sigma = rdp.solve_noise(target_epsilon, lambda s: s.epsilon(num_rounds), COARSE_SEARCH)
+        return NoiseSearch(hint=(0.75 * sigma, sigma))
 
     def lower_bound(self, num_rounds: int) -> LowerBound:
         """:data:`LOWER_BOUND_METHOD` after ``num_rounds`` rounds at ``target_delta`` (exact

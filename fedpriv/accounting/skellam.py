@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 
 from scipy import stats
 
-from fedpriv.accounting.core.calibrate import bisect_noise
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys
 from fedpriv.accounting.core.privacy_spec import EventRuns, PrivacySpec, UnaccountableRound
@@ -362,29 +361,6 @@ class SkellamSpec(PrivacySpec, LocalStepsSum):
     def local_epsilon(self, num_rounds: int) -> float:
         """One client's own ε (its noise share alone) after ``num_rounds`` rounds."""
         return self.accounting.epsilon_after(self.local_events(), num_rounds)
-
-    def calibrated(self, target_epsilon: float, num_rounds: int) -> SkellamSpec:
-        """The spec with the smallest σ (to 0.1 %) whose :meth:`epsilon` is <= the target
-        (bisection on the run's own accountant and conversion; the scale follows σ).
-
-        Raises
-        ------
-        ConfigError
-            For a bad target, or one that no σ <= 1e6 reaches.
-        """
-        check(
-            isinstance(num_rounds, int) and num_rounds >= 1,
-            "num_rounds",
-            num_rounds,
-            "must be an integer >= 1",
-        )
-        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
-
-        def eps_of(sigma: float) -> float:
-            return self.with_noise(sigma).epsilon(num_rounds)
-
-        sigma = bisect_noise(eps_of, target, field="privacy.noise_multiplier")
-        return self.with_noise(sigma, target)
 
     def extra_summary(self) -> dict[str, Any]:
         """The mechanism's parameters once it is bound (``scale`` the one in use): with the

@@ -61,6 +61,7 @@ van Dijk, Nguyen, Nguyen, Phan, "Generalizing DP-SGD with Shuffling and Batch Cl
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -69,7 +70,7 @@ import numpy as np
 
 from fedpriv.accounting.accountants import gdp
 from fedpriv.accounting.batch_clipping.lower import ALPHA, batch_clipping_lower_bound
-from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.calibrate import COARSE_SEARCH, NoiseSearch
 from fedpriv.accounting.core.event import FedprivEvent
 from fedpriv.accounting.core.group_privacy import group_privacy_delta, group_privacy_epsilon
 from fedpriv.accounting.core.ledger import PrivacyLedger
@@ -299,6 +300,11 @@ def check_fixed_size_analysis(analysis: Analysis, sampler: SamplerKind, field_na
         f"does not cover sampler={sampler.value!r}: a shuffled epoch's rounds are not "
         f"independent draws; use {field_name}=auto or {field_name}=paper",
     )
+
+
+def _group_epsilon(group_privacy: int, count: int) -> Callable[[BatchClippingSpec], float]:
+    """``spec -> spec.group_epsilon(group_privacy, count)`` (what calibration bisects)."""
+    return lambda spec: spec.group_epsilon(group_privacy, count)
 
 
 def _int_at_least(field_name: str, value: Any, lo: int = 1) -> int:
@@ -876,50 +882,39 @@ class BatchClippingSpec(PrivacySpec):
 
     def calibrated_sigma(self, target_epsilon: float, count: int, group_privacy: int = 1) -> float:
         """The smallest σ (to 0.1 %) whose :meth:`group_epsilon` after ``count`` local rounds
-        is <= ``target_epsilon``: the very function the run and the CLI report (a Poisson
-        PLD is bracketed first with the fast RDP answer).
+        is <= ``target_epsilon``: the very function the run and the CLI report, searched as
+        :meth:`calibrated` searches (:meth:`group_search`).
 
         Raises
         ------
         ConfigError
             If the target cannot be reached.
         """
-        name = "privacy.noise_multiplier"
+        search = self.group_search(target_epsilon, count, group_privacy)
+        return self.solve_noise(target_epsilon, _group_epsilon(group_privacy, count), search)
 
-        def eps_of(spec: BatchClippingSpec) -> Any:
-            return lambda sig: spec.with_noise(sig).group_epsilon(group_privacy, count)
+    def noise_search(self, target_epsilon: float, num_rounds: int) -> NoiseSearch:
+        """:meth:`group_search` for one record over ``num_rounds`` server rounds."""
+        return self.group_search(target_epsilon, num_rounds * self.rounds_per_server_round)
 
-        hint = None
+    def group_search(
+        self, target_epsilon: float, count: int, group_privacy: int = 1
+    ) -> NoiseSearch:
+        """A bracket for a slow accountant from a fast one's coarse σ (checked before use): a
+        Poisson PLD from the RDP answer; dp-accounting's RDP without replacement (seconds per
+        σ) from the PLD answer."""
+        epsilon_of = _group_epsilon(group_privacy, count)
         if self.is_poisson and self.accountant is Accountant.PLD:
             rdp = replace(self, accountant=Accountant.RDP, conversion=Conversion.DEFAULT)
-            sigma_rdp = bisect_noise(eps_of(rdp), target_epsilon, field=name, rtol=0.01)
-            hint = (0.75 * sigma_rdp, sigma_rdp)
-        elif self.analysis_name is Analysis.WITHOUT_REPLACEMENT and self.accountant is not (
+            sigma = rdp.solve_noise(target_epsilon, epsilon_of, COARSE_SEARCH)
+            return NoiseSearch(hint=(0.75 * sigma, sigma))
+        if self.analysis_name is Analysis.WITHOUT_REPLACEMENT and self.accountant is not (
             Accountant.PLD
-        ):  # dp-accounting's RDP without replacement takes seconds per σ: bracket by the PLD
+        ):
             pld = replace(self, accountant=Accountant.PLD, conversion=Conversion.DEFAULT)
-            sigma_pld = bisect_noise(eps_of(pld), target_epsilon, field=name, rtol=0.01)
-            hint = (sigma_pld, 1.5 * sigma_pld)
-        return bisect_noise(eps_of(self), target_epsilon, field=name, hint=hint)
-
-    def calibrated(self, target_epsilon: float, num_rounds: int) -> BatchClippingSpec:
-        """A NEW spec whose σ is the smallest (to 0.1 %) with ε after ``num_rounds`` <=
-        ``target_epsilon`` (:meth:`calibrated_sigma`, one record), evaluated on the very
-        function the run reports (accountant AND conversion honoured, except under the
-        paper's mixture, which answers whatever they are).
-
-        Raises
-        ------
-        ConfigError
-            If the target is not a positive finite number or cannot be reached.
-        """
-        target = check_finite(
-            "privacy.target_epsilon", target_epsilon, "must be a finite number > 0"
-        )
-        check(target > 0, "privacy.target_epsilon", target, "must be > 0")
-        rounds = _int_at_least("num_rounds", num_rounds)
-        sigma = self.calibrated_sigma(target, rounds * self.rounds_per_server_round)
-        return self.with_noise(sigma, target)
+            sigma = pld.solve_noise(target_epsilon, epsilon_of, COARSE_SEARCH)
+            return NoiseSearch(hint=(sigma, 1.5 * sigma))
+        return NoiseSearch()
 
     def extra_summary(self) -> dict[str, Any]:
         """The accounted mechanism for ``results.json``: the analysis (``auto`` resolved),

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from fedpriv.accounting.accountants.pld_grid import LOWER_DISCRETIZATION, optimistic_gaussian_pld
-from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.calibrate import COARSE_SEARCH, NoiseSearch
 from fedpriv.accounting.core.event import PldEvent
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys, Key
@@ -474,38 +474,12 @@ class CheckinGaussianSpec(PrivacySpec):
         }
 
     # ---- calibration, reporting ------------------------------------------------------
-    def calibrated(self, target_epsilon: float, num_rounds: int) -> CheckinGaussianSpec:
-        """A NEW spec with the smallest σ (to 0.3 %) whose ε after ``num_rounds`` passes is
-        <= the target.
-
-        Bracketed by the σ of the Poisson-subsampled Gaussian at rate ``p0 / m`` over
-        ``m x passes`` steps (dp-accounting's fast PLD), widened by 25 % each way and checked
-        by :func:`~fedpriv.accounting.core.calibrate.bisect_noise` before use.
-
-        Raises
-        ------
-        ConfigError
-            For a non-positive target, ``num_rounds < 1``, or a target no σ <= 1e6 reaches.
-        """
-        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
-        check(
-            isinstance(num_rounds, int) and num_rounds >= 1,
-            "num_rounds",
-            num_rounds,
-            "must be an integer >= 1",
-        )
-
-        def eps_of(z: float) -> float:
-            return self.with_noise(z).epsilon(num_rounds)
-
-        z = bisect_noise(
-            eps_of,
-            target,
-            field="privacy.noise_multiplier",
-            hint=None if self.lattice_noise else self._hint(target, num_rounds),
-            rtol=3e-3,
-        )
-        return self.with_noise(z, target)
+    def noise_search(self, target_epsilon: float, num_rounds: int) -> NoiseSearch:
+        """A 0.3 % tolerance; unless the noise is lattice, a bracket from the σ of the
+        Poisson-subsampled Gaussian at rate ``p0 / m`` over ``m x passes`` steps
+        (dp-accounting's fast PLD), widened by 25 % each way and checked before use."""
+        hint = None if self.lattice_noise else self._hint(target_epsilon, num_rounds)
+        return NoiseSearch(hint=hint, rtol=3e-3)
 
     def _hint(self, target: float, passes: int) -> tuple[float, float]:
         from dp_accounting import dp_event
@@ -520,7 +494,7 @@ class CheckinGaussianSpec(PrivacySpec):
             acc.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(z)), steps)
             return float(acc.get_epsilon(delta))
 
-        z = bisect_noise(eps_of, target, field="privacy.noise_multiplier", rtol=1e-2)
+        z = COARSE_SEARCH.solve(eps_of, target, "privacy.noise_multiplier")
         return (z / 1.25, z * 1.25)
 
     def lower_bound(self, num_rounds: int) -> LowerBound:

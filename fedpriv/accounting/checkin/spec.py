@@ -28,6 +28,7 @@ from fedpriv.accounting.checkin.events import (
 )
 from fedpriv.accounting.checkin.gaussian import PASSES, CheckinNoise
 from fedpriv.accounting.checkin.lower import COVERED, checkin_lower_bound
+from fedpriv.accounting.core.calibrate import NoiseSearch
 from fedpriv.accounting.core.cli_runner import Choice
 from fedpriv.accounting.core.event import FedprivEvent
 from fedpriv.accounting.core.lower_report import LowerBound
@@ -533,45 +534,12 @@ class CheckinSpec(PrivacySpec):
         return acc.epsilon_after(self.round_events(), num_rounds)
 
     # -- calibration, reporting ----------------------------------------------------------
-    def calibrated(self, target_epsilon: float, num_rounds: int) -> CheckinSpec:
-        """A NEW spec whose ``local_epsilon`` is the largest with central ε <= the target.
-
-        Bisection (60 geometric steps) on ε0 of the ε the run's ledger reports after
-        ``num_rounds`` passes at ``target_delta``; the ε is continuous and increasing in ε0,
-        so the result is within 1 % of the target.
-
-        Raises
-        ------
-        ConfigError
-            ``privacy.target_epsilon`` when it is not finite and > 0, or when even
-            ``ε0 = 1e-6`` misses it.
-        """
-        target = check_finite(
-            "privacy.target_epsilon", target_epsilon, "must be a finite number > 0"
+    def noise_search(self, target_epsilon: float, num_rounds: int) -> NoiseSearch:
+        """The LARGEST ``local_epsilon`` (central ε increases with ε0, continuously) to 1e-12,
+        a value outside every theorem's range counting as missing the target."""
+        return NoiseSearch(
+            increasing=True, rtol=1e-12, infeasible=(ConfigError, NotImplementedError)
         )
-        check(target > 0, "privacy.target_epsilon", target_epsilon, "must be > 0")
-
-        def eps_at(e0: float) -> float:
-            try:
-                return self.with_noise(e0).epsilon(num_rounds)
-            except (ConfigError, NotImplementedError):
-                return math.inf
-
-        lo, hi = 1e-6, 1.0
-        check(
-            eps_at(lo) <= target,
-            "privacy.target_epsilon",
-            target_epsilon,
-            f"cannot be met even with local_epsilon={lo}",
-        )
-        while eps_at(hi) <= target:
-            lo, hi = hi, 2 * hi
-            if hi > 1e6:
-                break
-        for _ in range(60):
-            mid = math.sqrt(lo * hi)
-            lo, hi = (mid, hi) if eps_at(mid) <= target else (lo, mid)
-        return self.with_noise(lo, target)
 
     def report(self, rounds: int) -> dict[str, float]:
         """Each client's local ε0 (and δ0) per release, printed with every pass."""

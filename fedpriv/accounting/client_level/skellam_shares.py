@@ -134,10 +134,10 @@ class ClientLevelSkellamSpec(ClientLevelSpec):
         """Only ``contributors`` clients' shares in the sum (``SkellamSpec``'s)."""
         return self.skellam.degraded_round_events(contributors)
 
-    def calibrated(self, target_epsilon: float, num_rounds: int) -> ClientLevelSkellamSpec:
-        """Smallest σ whose Skellam ε (RDP) after ``num_rounds`` rounds meets the target."""
-        sigma = self.skellam_with(1.0).calibrated(target_epsilon, num_rounds).sigma
-        return self.with_noise(sigma, target_epsilon)
+    def _hint(self, target: float, num_rounds: int) -> None:
+        """No bracket: the Skellam release (one per round, rate 1) is as fast to account
+        under every cohort sampling."""
+        return None
 
     def extra_summary(self) -> dict[str, Any]:
         """:class:`ClientLevelSpec`'s and the Skellam mechanism's parameters."""

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 from dp_accounting import dp_event
 
 from fedpriv.accounting.accountants.monte_carlo import MC_CONFIDENCE, allocation_epsilon_estimate
-from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.calibrate import HIGHEST, RTOL, NoiseSearch
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys
 from fedpriv.accounting.core.privacy_spec import (
@@ -407,45 +407,23 @@ class ClientLevelSpec(PrivacySpec):
             return 0.0
         return self.accounting.epsilon(self.events_after(num_rounds))
 
-    def calibrated(self, target_epsilon: float, num_rounds: int) -> ClientLevelSpec:
-        """The spec with the smallest z (to 0.1 %) whose :meth:`epsilon` is <= the target,
-        bisected on the same accountant and conversion as the run's ledger.
-
-        Raises
-        ------
-        ConfigError
-            For a non-positive target, or one that no z <= 1e6 reaches.
-        """
-        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
-        check(
-            isinstance(num_rounds, int) and num_rounds >= 1,
-            "num_rounds",
-            num_rounds,
-            "must be an integer >= 1",
-        )
+    def noise_search(self, target_epsilon: float, num_rounds: int) -> NoiseSearch:
+        """z below 2 σ_b (adaptive clipping's count noise leaves σ_Δ > 0); for random
+        allocation (seconds per PLD) a bracket from Poisson sampling (:meth:`_hint`) and a
+        0.3 % tolerance."""
         sb = self.count_noise_multiplier
-
-        def eps_of(z: float) -> float:
-            if sb is not None and 2 * sb <= z:
-                return math.inf
-            return self.with_noise(z).epsilon(num_rounds)
-
-        top = 1e6 if sb is None else 2 * sb * (1 - 1e-9)
-        hint = self._hint(target, num_rounds)
-        z = bisect_noise(
-            eps_of,
-            target,
-            field="privacy.noise_multiplier",
-            highest=top,
+        hint = self._hint(target_epsilon, num_rounds)
+        return NoiseSearch(
+            highest=HIGHEST if sb is None else 2 * sb * (1 - 1e-9),
             hint=hint,
-            rtol=1e-3 if hint is None else 3e-3,  # allocation: ~5 s per PLD
+            rtol=RTOL if hint is None else 3e-3,
         )
-        return self.with_noise(z, target)
 
     def _hint(self, target: float, num_rounds: int) -> tuple[float, float] | None:
         """A bracket for random allocation (each PLD costs seconds): the z of Poisson sampling
         at q = k/t on dp-accounting's fast PLD, widened by 25 % each way (checked by
-        :func:`~fedpriv.accounting.core.calibrate.bisect_noise` before use)."""
+        :func:`~fedpriv.accounting.core.calibrate.bisect_noise` before use); ``None`` for
+        other samplings."""
         c = self.bound_cohort
         if c.client_sampling is not ClientSampling.RANDOM_ALLOCATION:
             return None

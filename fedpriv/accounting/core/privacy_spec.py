@@ -2,7 +2,8 @@
 
 Every family implements :class:`PrivacySpec` with the same signatures: its events for one
 round, for one client's own release and for a round that only ``k`` clients' noise reached;
-``calibrated(target_epsilon, num_rounds)`` returning a NEW spec; a summary for
+``calibrated(target_epsilon, num_rounds)`` returning a NEW spec (written once, here: a family
+describes its search with :meth:`PrivacySpec.noise_search`); a summary for
 ``results.json``; construction from ``fedpriv-account``'s parameters. The spec that states a
 run's events also states the noise its client algorithm draws (noise std, clip, normalizer),
 so the accountant composes exactly what was drawn.
@@ -33,9 +34,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Self
 
+import numpy as np
+
 from fedpriv.accounting.core.accounting_spec import AccountingSpec
+from fedpriv.accounting.core.calibrate import NoiseSearch
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys, Params
 from fedpriv.accounting.core.vocabulary import (
@@ -258,10 +263,72 @@ class PrivacySpec(ABC):
         return self.accounting.epsilon_after(self.round_events(), num_rounds)
 
     # ---- calibration, binding, reporting -------------------------------------------------
-    @abstractmethod
     def calibrated(self, target_epsilon: float, num_rounds: int) -> Self:
-        """A NEW spec whose noise meets ``target_epsilon`` after ``num_rounds`` rounds
-        (``target_epsilon=None`` and ``calibrated_from_target_epsilon`` set in it)."""
+        """A NEW spec whose noise parameter (:attr:`calibrates`) meets ``target_epsilon`` after
+        ``num_rounds`` rounds (``target_epsilon=None`` and ``calibrated_from_target_epsilon``
+        set in it). Written once for every family, which only describes its search
+        (:meth:`noise_search`) and, when its mechanism depends on the horizon, binds it
+        (:meth:`calibration_spec`).
+
+        The noise is bisected (:func:`~fedpriv.accounting.core.calibrate.bisect_noise`) on
+        :meth:`epsilon` itself, i.e. on the run's own events, accountant and conversion, never
+        on a closed form that could overshoot: the returned value was accounted and meets the
+        target; the next value toward less privacy (``rtol`` of the search away, 0.1 % by
+        default) was accounted and does not.
+
+        Raises
+        ------
+        ConfigError
+            ``privacy.target_epsilon`` when it is not a finite number > 0 or no value of the
+            noise parameter in the search range reaches it; ``num_rounds`` when it is not an
+            integer >= 1.
+        """
+        target = check_positive("privacy.target_epsilon", target_epsilon)
+        check(
+            isinstance(num_rounds, (int, np.integer))
+            and not isinstance(num_rounds, bool)
+            and num_rounds >= 1,
+            "num_rounds",
+            num_rounds,
+            "must be an integer >= 1",
+        )
+        rounds = int(num_rounds)
+        spec = self.calibration_spec(rounds)
+        search = spec.noise_search(target, rounds)
+        value = spec.solve_noise(target, lambda s: s.epsilon(rounds), search)
+        return spec.with_noise(value, target)
+
+    def calibration_spec(self, num_rounds: int) -> Self:
+        """The spec :meth:`calibrated` searches and returns for ``num_rounds`` rounds; default
+        ``self`` (a mechanism built for its horizon binds ``num_rounds`` here)."""
+        return self
+
+    def noise_search(self, target_epsilon: float, num_rounds: int) -> NoiseSearch:
+        """How :meth:`calibrated` searches the noise parameter for ``target_epsilon`` after
+        ``num_rounds`` rounds: its range, a bracket from a faster accountant, the tolerance, a
+        parameter that ε increases with. Default: the smallest value in [1e-6, 1e6] to 0.1 %.
+        """
+        return NoiseSearch()
+
+    def solve_noise(
+        self,
+        target_epsilon: float,
+        epsilon_of: Callable[[Self], float],
+        search: NoiseSearch | None = None,
+    ) -> float:
+        """The value of the noise parameter that ``search`` (default :class:`NoiseSearch`)
+        finds for ``epsilon_of(self.with_noise(value)) <= target_epsilon``: the one bisection
+        behind :meth:`calibrated`, its brackets and other accounted quantities (a group's ε).
+
+        Raises
+        ------
+        ConfigError
+            As :meth:`NoiseSearch.solve <fedpriv.accounting.core.calibrate.NoiseSearch.solve>`.
+        """
+        search = NoiseSearch() if search is None else search
+        return search.solve(
+            lambda v: epsilon_of(self.with_noise(v)), target_epsilon, f"privacy.{self.calibrates}"
+        )
 
     def bound(self, **facts: Any) -> Self:
         """A copy with the run's facts set (only :attr:`bound_fields`), validated again.

@@ -49,14 +49,14 @@ from typing import Any, ClassVar
 from dp_accounting import dp_event
 
 from fedpriv.accounting.client_level.spec import ClientLevelSpec
-from fedpriv.accounting.core.calibrate import bisect_noise
+from fedpriv.accounting.core.calibrate import NoiseSearch
 from fedpriv.accounting.core.lower_report import LowerBound
 from fedpriv.accounting.core.params import CliKeys, Key
 from fedpriv.accounting.core.privacy_spec import EventRuns
 from fedpriv.accounting.core.vocabulary import NeighboringRelation
 from fedpriv.accounting.ftrl.lower import lower_bound_events
 from fedpriv.common.errors import ConfigError, check
-from fedpriv.common.validate import check_positive, parse_enum
+from fedpriv.common.validate import parse_enum
 from fedpriv.mechanisms.client_sampling import ClientSampling, CohortSampler
 from fedpriv.mechanisms.correlated_noise import Factorization
 from fedpriv.mechanisms.mf_catalog import FactorizationKind, make_factorization
@@ -415,23 +415,14 @@ class FTRLSpec(ClientLevelSpec):
             ledger.record(event, count)
         return float(ledger.get_epsilon(self.target_delta))
 
-    def calibrated(self, target_epsilon: float, num_rounds: int) -> FTRLSpec:
-        """The spec with the smallest z (to 0.1 %) whose ε after ``num_rounds`` is <= the
-        target (the same events as the run's ledger).
+    def calibration_spec(self, num_rounds: int) -> FTRLSpec:
+        """The spec built for ``num_rounds`` (bound here unless the run bound it)."""
+        return self if self.num_rounds is not None else self.bound(num_rounds=num_rounds)
 
-        Raises
-        ------
-        ConfigError
-            For a non-positive target, or one that no z <= 1e6 reaches.
-        """
-        target = check_positive("privacy.target_epsilon", target_epsilon, "must be > 0")
-        spec = self if self.num_rounds is not None else self.bound(num_rounds=num_rounds)
-        z = bisect_noise(
-            lambda z: spec.with_noise(z).epsilon(num_rounds),
-            target,
-            field="privacy.noise_multiplier",
-        )
-        return spec.with_noise(z, target)
+    def noise_search(self, target_epsilon: float, num_rounds: int) -> NoiseSearch:
+        """The default search (the enforced participation, not the cohort's sampling, is
+        accounted: no bracket from another sampling)."""
+        return NoiseSearch()
 
     def with_noise(self, noise: float, target_epsilon: float | None = None) -> FTRLSpec:
         """A copy with ``noise_multiplier`` = ``noise`` keeping the computed strategy (its
