@@ -112,7 +112,7 @@ def test_fractional_orders_by_log_convexity_gain_nothing_in_make_runs_setting() 
     import dp_accounting
     from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
-    from fedpriv.accounting.skellam import poisson_subsampled_rdp
+    from fedpriv.accounting.samplers.poisson import poisson_subsampled_rdp
 
     sigma, q, steps, delta = 1.2785, 0.1, 200, 1e-5
     ints = np.arange(2.0, 41.0)
