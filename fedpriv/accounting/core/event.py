@@ -140,6 +140,47 @@ def event_to_dict(event: Any) -> dict[str, Any]:
     raise ConfigError("event", event, "must be a dp_accounting DpEvent or a FedprivEvent")
 
 
+#: Modules that held event classes before the accounting package was grouped by concept (a
+#: saved ledger or checkpoint names its events by module): old -> new, under fedpriv.accounting.
+MOVED_EVENT_MODULES: dict[str, str] = {
+    f"fedpriv.accounting.{old}": f"fedpriv.accounting.{new}"
+    for old, new in {
+        "vocabulary": "core.vocabulary",
+        "params": "core.params",
+        "accountant": "core.accounting_spec",
+        "ledger": "core.event",
+        "calibrate": "core.calibrate",
+        "privacy_spec": "core.privacy_spec",
+        "lower_report": "core.lower_report",
+        "lower_bound": "core.lower_bound",
+        "group_privacy": "core.group_privacy",
+        "pld_grid": "accountants.pld_grid",
+        "rdp_orders": "accountants.rdp",
+        "gdp": "accountants.gdp",
+        "monte_carlo": "accountants.monte_carlo",
+        "checkin_composition": "accountants.composition",
+        "discrete_gaussian": "loss_models.discrete_gaussian",
+        "local_release": "loss_models.local_randomizer",
+        "without_replacement": "samplers.fixed_size",
+        "allocation": "samplers.random_allocation",
+        "shuffle": "samplers.shuffle",
+        "checkin_theorems": "samplers.checkin",
+        "batch_clipping": "batch_clipping.spec",
+        "batch_clipping_lower": "batch_clipping.lower",
+        "checkin_spec": "checkin.spec",
+        "checkin_events": "checkin.events",
+        "checkin_gaussian": "checkin.gaussian",
+        "checkin_lower": "checkin.lower",
+        "client_level": "client_level.spec",
+        "client_skellam": "client_level.skellam_shares",
+        "ftrl": "ftrl.spec",
+        "ftrl_lower": "ftrl.lower",
+        "secagg": "secagg.spec",
+        "local_steps_lower": "secagg.lower",
+    }.items()
+}
+
+
 def event_from_dict(d: dict[str, Any]) -> Any:
     """Inverse of :func:`event_to_dict`.
 
@@ -155,6 +196,7 @@ def event_from_dict(d: dict[str, Any]) -> Any:
         return cls(**{k: _dp_value_from_json(v) for k, v in d.items()})
     path = d.pop("fedpriv_event", None)
     module, _, name = str(path).partition(":")
+    module = MOVED_EVENT_MODULES.get(module, module)
     if module.startswith("fedpriv."):
         mod = importlib.import_module(module)
     elif module in sys.modules:  # a class defined elsewhere but already imported
