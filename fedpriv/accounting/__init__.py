@@ -1,9 +1,18 @@
-"""Layer 3: privacy accounting: the privacy specs of every mechanism family, events, the
-ledger, accountants, calibration and the analyses of the papers.
+"""Layer 3: privacy accounting, grouped by concept.
 
-Mechanisms produce events (dp-accounting ``DpEvent``s, or fedpriv's own
-:class:`~fedpriv.accounting.core.event.FedprivEvent` dataclasses); a
-:class:`~fedpriv.accounting.core.ledger.PrivacyLedger` keeps them as ``(event, count)`` runs and
-recomputes ε from them; a family's :class:`~fedpriv.accounting.core.privacy_spec.PrivacySpec`
-states the events of its releases. See ``docs/accounting.md`` and ``fedpriv-account``.
+* :mod:`~fedpriv.accounting.core`: the vocabulary, events and the ledger that records
+  ``(event, count)`` runs, the accountant protocol, the spec base
+  (:class:`~fedpriv.accounting.core.privacy_spec.PrivacySpec`: calibration written once, the
+  lower-bound hook, the command-line keys derived from its fields), lower bounds from realised
+  pairs, group privacy;
+* :mod:`~fedpriv.accounting.accountants`: PLD, RDP, exact μ-GDP, (ε, δ) composition and the
+  Monte Carlo estimate, one module each;
+* :mod:`~fedpriv.accounting.loss_models`: each mechanism's privacy loss (discrete Gaussian,
+  Skellam, the f-DP mixture of batch clipping, local randomizers);
+* :mod:`~fedpriv.accounting.samplers`: amplification by Poisson subsampling, fixed-size cohorts,
+  random allocation, shuffling and check-in slots;
+* one module or subpackage per family: ``dpsgd``, ``skellam``, ``batch_clipping``, ``checkin``,
+  ``client_level``, ``ftrl``, ``secagg`` (and ``secure_mode``, the lattice variants' accounting).
+
+See ``docs/accounting.md`` and ``fedpriv-account``.
 """
