@@ -33,6 +33,7 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from scipy.stats import norm
 
+from fedpriv.accounting.core.cli_runner import spec_from_params
 from fedpriv.accounting.core.event import IntegerRdpEvent
 from fedpriv.accounting.core.ledger import IncompatibleEventsError, PrivacyLedger
 from fedpriv.common.errors import ConfigError
@@ -733,5 +734,5 @@ class PrivacySpecContract:
             pytest.skip(f"{type(spec).__name__}: no fedpriv-account parameters for this spec")
         from fedpriv.accounting.core.params import Params
 
-        built = type(spec).from_params(Params(params, spec.family))
+        built = spec_from_params(type(spec), Params(params, spec.family))
         assert built.round_events() == spec.round_events()

@@ -12,6 +12,7 @@ import torch
 
 from clients.generalized_dpsgd import GeneralizedDPSGD
 from fedpriv.accounting.batch_clipping import spec as bc
+from fedpriv.accounting.core.cli_runner import spec_from_params
 from fedpriv.accounting.core.params import Params
 from fedpriv.accounting.core.vocabulary import NeighboringRelation
 from fedpriv.accounting.dpsgd import poisson_gaussian_epsilon
@@ -142,7 +143,7 @@ def test_cli_prints_exactly_the_runs_epsilon(sampler: str) -> None:
     assert cli_run("batch-clipping", target)["noise_multiplier"] == cal.privacy.noise_multiplier
     # the CLI builds the run's spec (from_params): the same events, the same group report
     p = Params({k: v for k, v in keys.items() if k != "num_rounds"}, "batch-clipping")
-    built = bc.BatchClippingSpec.from_params(p)
+    built = spec_from_params(bc.BatchClippingSpec, p)
     assert built.round_events() == algo.privacy.round_events()
 
 

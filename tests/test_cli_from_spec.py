@@ -13,7 +13,7 @@ import pytest
 
 from fedpriv.accounting.batch_clipping.spec import BatchClippingSpec
 from fedpriv.accounting.client_level.spec import ClientLevelSpec
-from fedpriv.accounting.core.cli_runner import spec_keys
+from fedpriv.accounting.core.cli_runner import spec_from_params, spec_keys
 from fedpriv.accounting.core.params import REQUIRED
 from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.accounting.dpsgd import DPSGDSpec
@@ -175,9 +175,13 @@ def test_from_params_builds_the_runs_spec_and_leaves_calibration_pending() -> No
     from fedpriv.accounting.core.params import Params
 
     keys = {"sample_rate": "0.01", "steps": "5"}
-    spec = DPSGDSpec.from_params(Params({**keys, "noise_multiplier": "1.1"}, "poisson-gaussian"))
+    spec = spec_from_params(
+        DPSGDSpec, Params({**keys, "noise_multiplier": "1.1"}, "poisson-gaussian")
+    )
     assert spec == DPSGDSpec(noise_multiplier=1.1, sample_rate=0.01, steps=5)
-    pending = DPSGDSpec.from_params(Params({**keys, "target_epsilon": "3"}, "poisson-gaussian"))
+    pending = spec_from_params(
+        DPSGDSpec, Params({**keys, "target_epsilon": "3"}, "poisson-gaussian")
+    )
     assert pending.needs_calibration and pending.noise_multiplier is None
     assert math.isclose(pending.calibrated(3.0, 1).epsilon(1), 3.0, rel_tol=0.01)
 

@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 
+from fedpriv.accounting.core.cli_runner import spec_from_params
 from fedpriv.cli.account import run as account
 from fedpriv.common.errors import ConfigError
 from fedpriv.mechanisms.modular_range import coordinate_tail_bound, signed_reach
@@ -30,7 +31,7 @@ def mechanism_16():
     from fedpriv.accounting.core.params import Params
     from fedpriv.accounting.skellam import SkellamSpec
 
-    return SkellamSpec.from_params(Params(dict(DOC_16), "skellam")).mechanism
+    return spec_from_params(SkellamSpec, Params(dict(DOC_16), "skellam")).mechanism
 
 
 def test_signed_reach_is_the_last_value_that_decodes_both_ways() -> None:

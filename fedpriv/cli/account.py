@@ -46,8 +46,8 @@ from fedpriv.common.errors import ConfigError
 
 #: ANALYSIS name -> "module:attribute": a spec class, a Choice of specs, or a FunctionAnalysis.
 ANALYSES: dict[str, str] = {
-    "gaussian": "fedpriv.accounting.accountants.gdp:GAUSSIAN",
-    "gdp": "fedpriv.accounting.accountants.gdp:GDP",
+    "gaussian": "fedpriv.accounting.accountants.gdp_cli:GAUSSIAN",
+    "gdp": "fedpriv.accounting.accountants.gdp_cli:GDP",
     "poisson-gaussian": "fedpriv.accounting.dpsgd:DPSGDSpec",
     "batch-clipping": "fedpriv.accounting.batch_clipping.spec:BatchClippingSpec",
     "checkin": "fedpriv.accounting.checkin.spec:ANALYSIS",

@@ -428,7 +428,7 @@ class BatchClippingSpec(PrivacySpec):
 
     Built by BOTH the client algorithm :class:`clients.generalized_dpsgd.GeneralizedDPSGD`
     (``privacy=batch_clipping``, the run's facts bound by the client) and ``fedpriv-account
-    batch-clipping`` (:meth:`from_params`), so the CLI prints exactly a run's ε. Each client's
+    batch-clipping`` (``spec_from_params``), so the CLI prints exactly a run's ε. Each client's
     release carries its own noise and is private on its own (no secure aggregation assumed):
     ``noise_multiplier`` is σ of ONE client's release.
 

@@ -127,7 +127,7 @@ class ClientLevelSpec(PrivacySpec):
 
     Built by the run's client algorithm (``clients.client_level_dpfedavg.ClientLevelDPFedAvg``,
     which binds the run's cohort sampler and where the noise is drawn) and by
-    ``fedpriv-account client-level`` (:meth:`from_params`), so the CLI answers exactly what a
+    ``fedpriv-account client-level`` (``spec_from_params``), so the CLI answers exactly what a
     run accounts.
 
     Parameters

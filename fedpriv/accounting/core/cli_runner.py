@@ -33,14 +33,12 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fedpriv.accounting.core.lower_report import LOWER_BOUND_KEY
 from fedpriv.accounting.core.params import REQUIRED, CliKeys, Key, Params
+from fedpriv.accounting.core.privacy_spec import PrivacySpec
 from fedpriv.common.errors import ConfigError
-
-if TYPE_CHECKING:
-    from fedpriv.accounting.core.privacy_spec import PrivacySpec
 
 __all__ = [
     "Choice",
@@ -138,8 +136,6 @@ def spec_keys(cls: type[PrivacySpec], cli: CliKeys) -> list[Key]:
     TypeError
         For a field taken as a key whose type a command line cannot hold (hide it).
     """
-    from fedpriv.accounting.core.privacy_spec import PrivacySpec
-
     hints = typing.get_type_hints(cls)
     keys: list[Key] = []
     shared = [f.name for f in dataclasses.fields(PrivacySpec)]

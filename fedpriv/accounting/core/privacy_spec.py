@@ -42,7 +42,7 @@ import numpy as np
 from fedpriv.accounting.core.accounting_spec import AccountingSpec
 from fedpriv.accounting.core.calibrate import NoiseSearch
 from fedpriv.accounting.core.lower_report import LowerBound
-from fedpriv.accounting.core.params import CliKeys, Params
+from fedpriv.accounting.core.params import CliKeys
 from fedpriv.accounting.core.vocabulary import (
     Accountant,
     Conversion,
@@ -359,22 +359,6 @@ class PrivacySpec(ABC):
         return {}
 
     # ---- fedpriv-account ------------------------------------------------------------------
-    @classmethod
-    def from_params(cls, p: Params) -> Self:
-        """The spec of a ``fedpriv-account`` call's ``key=value`` parameters: the keys its
-        fields give (:func:`fedpriv.accounting.core.cli_runner.spec_from_params`; without the
-        noise parameter but with ``target_epsilon``, a spec still to calibrate).
-
-        Raises
-        ------
-        ConfigError
-            Naming the key and the value.
-        """
-        from fedpriv.accounting.core.cli_runner import spec_from_params
-
-        spec: Self = spec_from_params(cls, p)
-        return spec
-
     def lower_bound(self, num_rounds: int) -> LowerBound:
         """A lower bound on :meth:`epsilon` after ``num_rounds`` rounds, at ``target_delta``:
         the optimistic PLD of a pair of datasets that the mechanism's outputs realise
